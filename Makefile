@@ -1,0 +1,65 @@
+# dedup-broker: common tasks. Everything runs inside .venv, created on demand.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: venv test test-unit test-integration lint format typecheck proto bench demo run \
+        kafka-up kafka-down redis-up redis-down clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev,spark]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+## The test suite: unit tests, then integration and chaos tests on real Kafka and Redis.
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+test-unit: $(STAMP)
+	$(PY) -m pytest -q tests/unit
+
+test-integration: $(STAMP)
+	$(PY) -m pytest -q tests/integration tests/chaos
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy dedup_broker system_topics connectors
+
+## Regenerate the protobuf modules from the project's own .proto files.
+proto: $(STAMP)
+	$(PY) -m pip install -q 'grpcio-tools>=1.74'
+	$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. \
+	    dedup_broker/protocol/pulsar_api.proto dedup_broker/storage/storage.proto
+
+## The main job: Kafka, Redis and the broker, then the demo pipeline.
+demo run: $(STAMP)
+	$(PY) -m dedup_broker.cli demo
+
+bench: $(STAMP)
+	$(PY) -m bench
+
+kafka-up: $(STAMP)
+	$(PY) -m dedup_broker.cli dev kafka-up
+
+kafka-down: $(STAMP)
+	$(PY) -m dedup_broker.cli dev kafka-down
+
+redis-up: $(STAMP)
+	$(PY) -m dedup_broker.cli dev redis-up
+
+redis-down: $(STAMP)
+	$(PY) -m dedup_broker.cli dev redis-down
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

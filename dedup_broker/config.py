@@ -1,0 +1,211 @@
+"""The broker's configuration: one typed object, Pulsar's names where the concept is Pulsar's.
+
+Attributes are snake_case; their external name (config file key) is the camelCase form,
+which is exactly Pulsar's ``broker.conf`` name where Pulsar has the same setting
+(``broker_deduplication_enabled`` <-> ``brokerDeduplicationEnabled``). Values come from, in
+increasing precedence: defaults, a ``key=value`` file, environment variables named
+``DEDUP_BROKER_`` + the UPPER_SNAKE attribute name, and explicit overrides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dedup_broker.errors import ConfigError
+
+ENV_PREFIX = "DEDUP_BROKER_"
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerConfig:
+    # --- identity and network -------------------------------------------------------
+    cluster_name: str = "standalone"
+    """Prefix of every Kafka topic the broker owns; brokers of one cluster share it."""
+    bind_address: str = "0.0.0.0"
+    advertised_address: str = "localhost"
+    broker_service_port: int = 6650
+    web_service_port: int = 8080
+    max_message_size: int = 5 * 1024 * 1024
+    keep_alive_interval_seconds: int = 30
+    allow_auto_topic_creation: bool = True
+    default_tenant: str = "public"
+    default_namespace: str = "default"
+
+    # --- Kafka (storage) -----------------------------------------------------------
+    kafka_bootstrap_servers: str = "localhost:9092"
+    kafka_replication_factor: int = -1
+    """Replication factor of ledger and metadata topics; -1 uses Kafka's default."""
+    kafka_request_timeout_ms: int = 30000
+    kafka_delivery_timeout_ms: int = 30000
+    kafka_producer_linger_ms: int = 1
+
+    # --- managed ledgers ----------------------------------------------------------
+    managed_ledger_max_entries_per_ledger: int = 50000
+    managed_ledger_min_ledger_rollover_time_minutes: float = 10
+    managed_ledger_max_ledger_rollover_time_minutes: float = 240
+    managed_ledger_max_size_per_ledger_mbytes: int = 2048
+    managed_ledger_cache_size_mb: int = 256
+    managed_ledger_default_mark_delete_rate_limit: float = 1.0
+    """Cursor position writes per second per cursor; acks in between are batched."""
+
+    # --- consumers ------------------------------------------------------------------
+    max_unacked_messages_per_consumer: int = 50000
+    dispatcher_max_read_batch_size: int = 100
+
+    # --- deduplication (PIP-6) ------------------------------------------------------
+    broker_deduplication_enabled: bool = False
+    broker_deduplication_entries_interval: int = 1000
+    broker_deduplication_snapshot_interval_seconds: int = 120
+    broker_deduplication_max_number_of_producers: int = 10000
+    broker_deduplication_producer_inactivity_timeout_minutes: int = 360
+
+    # --- key-window deduplication -------------------------------------------------
+    redis_url: str = "redis://localhost:6379/0"
+
+    # --- two-phase deletion (PIP-186) ---------------------------------------------
+    topic_two_phase_deletion_enabled: bool = True
+    two_phase_deletion_ledger_deletion_parallelism: int = 4
+    two_phase_deletion_reconsume_later_in_seconds: int = 60
+    two_phase_deletion_max_retry_delete_count: int = 5
+
+    def with_overrides(self, **changes: Any) -> BrokerConfig:
+        """A copy with some attributes replaced (values are coerced like file values)."""
+        return _build(dataclasses.asdict(self) | _coerce_all(changes))
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        environ: Mapping[str, str] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> BrokerConfig:
+        """Defaults, then the file, then the environment, then ``overrides``."""
+        values: dict[str, Any] = {}
+        if path is not None:
+            values |= _coerce_all(read_properties(Path(path)))
+        env = os.environ if environ is None else environ
+        for field in dataclasses.fields(cls):
+            key = ENV_PREFIX + field.name.upper()
+            if key in env:
+                values[field.name] = _coerce(field.name, env[key])
+        values |= _coerce_all(dict(overrides or {}))
+        return _build(values)
+
+    def as_pulsar_names(self) -> dict[str, Any]:
+        """The configuration under its external (camelCase) names, for display."""
+        return {camel_case(k): v for k, v in dataclasses.asdict(self).items()}
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig)}
+_BY_CAMEL = {}  # filled below
+
+
+def camel_case(snake: str) -> str:
+    head, *rest = snake.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def snake_case(name: str) -> str:
+    if name in _FIELDS:
+        return name
+    if name in _BY_CAMEL:
+        return _BY_CAMEL[name]
+    # Pulsar spells some acronyms in capitals (managedLedgerCacheSizeMB).
+    lowered = re.sub(r"([A-Z]+)", lambda m: "_" + m.group(1).lower(), name)
+    if lowered in _FIELDS:
+        return lowered
+    raise ConfigError(f"unknown configuration key {name!r}")
+
+
+_BY_CAMEL.update({camel_case(name): name for name in _FIELDS})
+_BY_CAMEL["managedLedgerCacheSizeMB"] = "managed_ledger_cache_size_mb"
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """Parse a Pulsar-style ``broker.conf``: ``key=value`` lines, ``#`` comments."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration file {path}: {exc}") from exc
+    result: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if "=" not in line:
+            raise ConfigError(f"{path}:{number}: expected key=value, got {raw!r}")
+        key, _, value = line.partition("=")
+        result[key.strip()] = value.strip()
+    return result
+
+
+def _coerce_all(values: Mapping[str, Any]) -> dict[str, Any]:
+    coerced: dict[str, Any] = {}
+    for key, value in values.items():
+        name = snake_case(key)
+        coerced[name] = _coerce(name, value)
+    return coerced
+
+
+def _coerce(name: str, value: Any) -> Any:
+    field = _FIELDS.get(name)
+    if field is None:
+        raise ConfigError(f"unknown configuration key {name!r}")
+    kind = field.type if isinstance(field.type, str) else field.type.__name__
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    try:
+        if kind == "bool":
+            if text.lower() in ("true", "1", "yes", "on"):
+                return True
+            if text.lower() in ("false", "0", "no", "off"):
+                return False
+            raise ValueError(text)
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+    except ValueError:
+        raise ConfigError(
+            f"{camel_case(name)}: expected {kind}, got {value!r}"
+        ) from None
+    return text
+
+
+def _build(values: Mapping[str, Any]) -> BrokerConfig:
+    config = BrokerConfig(**values)
+    _validate(config)
+    return config
+
+
+def _validate(config: BrokerConfig) -> None:
+    positive = (
+        "max_message_size",
+        "managed_ledger_max_entries_per_ledger",
+        "managed_ledger_max_size_per_ledger_mbytes",
+        "broker_deduplication_entries_interval",
+        "broker_deduplication_max_number_of_producers",
+        "two_phase_deletion_ledger_deletion_parallelism",
+        "dispatcher_max_read_batch_size",
+        "keep_alive_interval_seconds",
+    )
+    for name in positive:
+        if getattr(config, name) <= 0:
+            raise ConfigError(f"{camel_case(name)} must be > 0, got {getattr(config, name)}")
+    for name in ("broker_service_port", "web_service_port"):
+        port = getattr(config, name)
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"{camel_case(name)} must be a TCP port, got {port}")
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,100}", config.cluster_name):
+        raise ConfigError(
+            f"clusterName must be 1-100 of [A-Za-z0-9._-] (it prefixes Kafka topics), "
+            f"got {config.cluster_name!r}"
+        )
+    if config.managed_ledger_default_mark_delete_rate_limit <= 0:
+        raise ConfigError("managedLedgerDefaultMarkDeleteRateLimit must be > 0")

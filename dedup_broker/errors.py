@@ -1,0 +1,70 @@
+"""Error classes shared by every layer.
+
+Each error says whether retrying the same operation may succeed: callers (and the
+protocol layer, which maps errors to Pulsar ``ServerError`` codes) decide from that
+alone whether a client should retry or give up.
+"""
+
+from __future__ import annotations
+
+
+class BrokerError(Exception):
+    """Base of every error the broker raises on purpose."""
+
+    retriable: bool = False
+
+
+class RetriableError(BrokerError):
+    """The operation may succeed if tried again later (outage, fencing, recovery)."""
+
+    retriable = True
+
+
+class PermanentError(BrokerError):
+    """Trying the same operation again will fail the same way."""
+
+    retriable = False
+
+
+class ConfigError(PermanentError):
+    """A configuration value is missing, malformed or out of range."""
+
+
+class ProtocolError(PermanentError):
+    """A peer sent bytes that do not form a valid Pulsar frame or command."""
+
+
+class ChecksumError(ProtocolError):
+    """A payload's CRC32C does not match the checksum it carries."""
+
+
+class FrameTooLargeError(ProtocolError):
+    """A frame is larger than the negotiated maximum message size."""
+
+
+class InvalidTopicNameError(PermanentError):
+    """A topic name cannot be parsed or names something that cannot exist."""
+
+
+class TopicNotFoundError(PermanentError):
+    """The topic does not exist and may not be created automatically."""
+
+
+class StorageError(RetriableError):
+    """Kafka did not complete a read or a write; the outcome may be unknown."""
+
+
+class LedgerFencedError(RetriableError):
+    """The managed ledger is establishing what Kafka really stored; retry shortly."""
+
+
+class ManagedLedgerClosedError(PermanentError):
+    """The managed ledger was closed or deleted and accepts no more operations."""
+
+
+class CursorNotFoundError(PermanentError):
+    """No cursor (subscription) of that name exists on the managed ledger."""
+
+
+class ServiceNotReadyError(RetriableError):
+    """A component is still starting or recovering (e.g. deduplication state)."""
