@@ -42,6 +42,10 @@ class FrameTooLargeError(ProtocolError):
     """A frame is larger than the negotiated maximum message size."""
 
 
+class UnsupportedCompressionError(ProtocolError):
+    """A payload uses a codec this broker cannot decode (unknown, or its library missing)."""
+
+
 class InvalidTopicNameError(PermanentError):
     """A topic name cannot be parsed or names something that cannot exist."""
 
@@ -68,3 +72,7 @@ class CursorNotFoundError(PermanentError):
 
 class ServiceNotReadyError(RetriableError):
     """A component is still starting or recovering (e.g. deduplication state)."""
+
+
+class DevServerError(PermanentError):
+    """A development Kafka or Redis could not be provided, started, stopped or controlled."""

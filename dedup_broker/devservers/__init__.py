@@ -1,1 +1,29 @@
-"""devservers."""
+"""Real Kafka and Redis servers for tests, demos and development, on any machine.
+
+``provide_kafka()`` / ``provide_redis()`` pick an existing server, a container or a native
+process (see ``provision``); ``NativeKafka`` / ``NativeRedis`` are the process launchers.
+"""
+
+from __future__ import annotations
+
+from dedup_broker.devservers.kafka import NativeKafka
+from dedup_broker.devservers.naming import unique_name
+from dedup_broker.devservers.provision import (
+    KafkaService,
+    RedisService,
+    ServiceKind,
+    provide_kafka,
+    provide_redis,
+)
+from dedup_broker.devservers.redis import NativeRedis
+
+__all__ = [
+    "KafkaService",
+    "NativeKafka",
+    "NativeRedis",
+    "RedisService",
+    "ServiceKind",
+    "provide_kafka",
+    "provide_redis",
+    "unique_name",
+]

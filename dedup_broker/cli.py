@@ -1,0 +1,92 @@
+"""The ``dedup-broker`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+
+from dedup_broker.config import BrokerConfig
+from dedup_broker.errors import ConfigError
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from dedup_broker.app import BrokerApp
+
+    overrides = dict(pair.split("=", 1) for pair in args.set or [])
+    config = BrokerConfig.load(args.config, overrides=overrides)
+    asyncio.run(BrokerApp(config).run_until_signalled())
+    return 0
+
+
+def _show_config(args: argparse.Namespace) -> int:
+    overrides = dict(pair.split("=", 1) for pair in args.set or [])
+    config = BrokerConfig.load(args.config, overrides=overrides)
+    print(json.dumps(config.as_pulsar_names(), indent=2, sort_keys=True))
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from dedup_broker.demo import run_demo
+
+    return run_demo(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dedup-broker",
+        description="A Pulsar-protocol broker on Kafka with guaranteed deduplication.",
+    )
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def config_options(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("-c", "--config", help="a broker.conf-style key=value file")
+        sub.add_argument(
+            "--set",
+            action="append",
+            metavar="KEY=VALUE",
+            help="override one setting (Pulsar name, e.g. brokerServicePort=6651)",
+        )
+
+    serve = commands.add_parser("serve", help="run the broker")
+    config_options(serve)
+    serve.set_defaults(func=_serve)
+
+    show = commands.add_parser("config", help="print the effective configuration")
+    config_options(show)
+    show.set_defaults(func=_show_config)
+
+    demo = commands.add_parser(
+        "demo", help="start Kafka, Redis and the broker, run the demo pipeline, stop"
+    )
+    demo.add_argument("--messages", type=int, default=20000)
+    demo.set_defaults(func=_demo)
+
+    from dedup_broker.devservers.cli import add_dev_commands
+
+    add_dev_commands(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        result: int = args.func(args)
+        return result
+    except ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,220 @@
+"""``dedup-broker dev ...``: a native Kafka and Redis started by hand, detached.
+
+Each server's directory holds a pid file and a small state file, so ``*-down`` and
+``status`` find the server from a later shell; a pid is only signalled after its command
+line confirms it is the server it claims to be.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from dedup_broker.devservers import process
+from dedup_broker.devservers.kafka import KAFKA_MAIN, NativeKafka
+from dedup_broker.devservers.redis import NativeRedis
+from dedup_broker.errors import DevServerError
+
+DEFAULT_KAFKA_DIR = Path("var/kafka")
+DEFAULT_REDIS_DIR = Path("var/redis")
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def add_dev_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``dev`` and its sub-commands; each sets ``func`` (Namespace -> exit code)."""
+    dev = subparsers.add_parser("dev", help="run a local Kafka and Redis by hand")
+    commands = dev.add_subparsers(dest="dev_command", metavar="COMMAND", required=True)
+
+    up = commands.add_parser("kafka-up", help="start a native Kafka in the background")
+    up.add_argument("--port", type=int, default=9092, help="PLAINTEXT port (default 9092)")
+    up.add_argument("--controller-port", type=int, default=9093, help="default 9093")
+    up.add_argument("--data-dir", type=Path, default=DEFAULT_KAFKA_DIR)
+    up.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for it")
+    up.set_defaults(func=kafka_up)
+
+    down = commands.add_parser("kafka-down", help="stop the Kafka started by kafka-up")
+    down.add_argument("--data-dir", type=Path, default=DEFAULT_KAFKA_DIR)
+    down.add_argument("--timeout", type=float, default=30.0, help="grace before SIGKILL")
+    down.set_defaults(func=kafka_down)
+
+    rup = commands.add_parser("redis-up", help="start a native Redis in the background")
+    rup.add_argument("--port", type=int, default=6379, help="default 6379")
+    rup.add_argument("--data-dir", type=Path, default=DEFAULT_REDIS_DIR)
+    rup.add_argument("--persistent", action="store_true", help="append-only file, fsync always")
+    rup.add_argument("--timeout", type=float, default=20.0)
+    rup.set_defaults(func=redis_up)
+
+    rdown = commands.add_parser("redis-down", help="stop the Redis started by redis-up")
+    rdown.add_argument("--data-dir", type=Path, default=DEFAULT_REDIS_DIR)
+    rdown.add_argument("--timeout", type=float, default=10.0)
+    rdown.set_defaults(func=redis_down)
+
+    status = commands.add_parser("status", help="show what kafka-up/redis-up started")
+    status.add_argument("--kafka-data-dir", type=Path, default=DEFAULT_KAFKA_DIR)
+    status.add_argument("--redis-data-dir", type=Path, default=DEFAULT_REDIS_DIR)
+    status.set_defaults(func=show_status)
+
+
+# --- Kafka ----------------------------------------------------------------------------
+def kafka_up(args: argparse.Namespace) -> int:
+    data_dir: Path = args.data_dir.resolve()
+    running = _running_pid(data_dir, "kafka", KAFKA_MAIN)
+    if running is not None:
+        state = _read_state(data_dir, "kafka")
+        _info(f"Kafka already running at {state.get('address')} (pid {running})")
+        print(state.get("address", ""))
+        return 0
+    launcher = NativeKafka(
+        data_dir,
+        port=args.port,
+        controller_port=args.controller_port,
+        startup_timeout=args.timeout,
+        detached=True,
+    )
+    try:
+        launcher.start()
+    except DevServerError as exc:
+        _info(f"error: {exc}")
+        return 1
+    pid = launcher.pid
+    assert pid is not None
+    _write_state(
+        data_dir,
+        "kafka",
+        pid,
+        {
+            "address": launcher.bootstrap_servers,
+            "controller_port": launcher.controller_port,
+            "version": launcher.version,
+            "log": str(launcher.log_path),
+        },
+    )
+    _info(f"Kafka {launcher.version} running (pid {pid}, data {data_dir})")
+    print(launcher.bootstrap_servers)
+    return 0
+
+
+def kafka_down(args: argparse.Namespace) -> int:
+    return _down(args.data_dir.resolve(), "kafka", KAFKA_MAIN, "Kafka", args.timeout)
+
+
+# --- Redis ----------------------------------------------------------------------------
+def redis_up(args: argparse.Namespace) -> int:
+    data_dir: Path = args.data_dir.resolve()
+    running = _running_pid(data_dir, "redis", "redis-server")
+    if running is not None:
+        state = _read_state(data_dir, "redis")
+        _info(f"Redis already running at {state.get('address')} (pid {running})")
+        print(state.get("address", ""))
+        return 0
+    launcher = NativeRedis(
+        data_dir,
+        port=args.port,
+        persistent=args.persistent,
+        startup_timeout=args.timeout,
+        detached=True,
+    )
+    try:
+        launcher.start()
+    except DevServerError as exc:
+        _info(f"error: {exc}")
+        return 1
+    pid = launcher.pid
+    assert pid is not None
+    _write_state(
+        data_dir,
+        "redis",
+        pid,
+        {"address": launcher.url, "persistent": launcher.persistent, "log": str(launcher.log_path)},
+    )
+    _info(f"Redis running (pid {pid}, data {data_dir})")
+    print(launcher.url)
+    return 0
+
+
+def redis_down(args: argparse.Namespace) -> int:
+    return _down(args.data_dir.resolve(), "redis", "redis-server", "Redis", args.timeout)
+
+
+# --- status ---------------------------------------------------------------------------
+def show_status(args: argparse.Namespace) -> int:
+    for name, label, marker, data_dir in (
+        ("kafka", "Kafka", KAFKA_MAIN, args.kafka_data_dir.resolve()),
+        ("redis", "Redis", "redis-server", args.redis_data_dir.resolve()),
+    ):
+        pid = _running_pid(data_dir, name, marker)
+        if pid is None:
+            print(f"{label}: not running (data {data_dir})")
+        else:
+            address = _read_state(data_dir, name).get("address", "?")
+            print(f"{label}: running at {address} (pid {pid}, data {data_dir})")
+    return 0
+
+
+# --- shared ---------------------------------------------------------------------------
+def _down(data_dir: Path, name: str, marker: str, label: str, grace: float) -> int:
+    pid = _running_pid(data_dir, name, marker)
+    if pid is None:
+        _info(f"{label} is not running (data {data_dir})")
+        _clear_state(data_dir, name)
+        return 0
+    try:
+        process.stop_pid(pid, grace)
+    except DevServerError as exc:
+        _info(f"error: {exc}")
+        return 1
+    _clear_state(data_dir, name)
+    _info(f"{label} stopped (pid {pid})")
+    return 0
+
+
+def _running_pid(data_dir: Path, name: str, marker: str) -> int | None:
+    """The pid from the pid file if that process is alive and really is the server."""
+    pid = process.read_pid_file(data_dir / f"{name}.pid")
+    if pid is None or not process.pid_alive(pid):
+        return None
+    cmdline = process.pid_cmdline(pid)
+    if cmdline is not None and marker not in " ".join(cmdline):
+        return None  # the pid was reused by an unrelated process
+    return pid
+
+
+def _write_state(data_dir: Path, name: str, pid: int, state: dict[str, Any]) -> None:
+    (data_dir / f"{name}.json").write_text(json.dumps({"pid": pid, **state}, indent=2) + "\n")
+    process.write_pid_file(data_dir / f"{name}.pid", pid)
+
+
+def _read_state(data_dir: Path, name: str) -> dict[str, Any]:
+    try:
+        loaded = json.loads((data_dir / f"{name}.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def _clear_state(data_dir: Path, name: str) -> None:
+    process.remove_file(data_dir / f"{name}.pid")
+    process.remove_file(data_dir / f"{name}.json")
+
+
+def _info(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Stand-alone entry point: ``python -m dedup_broker.devservers.cli dev kafka-up``."""
+    parser = argparse.ArgumentParser(prog="dedup-broker")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    add_dev_commands(subparsers)
+    args = parser.parse_args(argv)
+    handler: Handler = args.func
+    return handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

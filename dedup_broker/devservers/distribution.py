@@ -1,0 +1,140 @@
+"""Apache Kafka's jars, resolved once from Maven Central into a cache outside the tree.
+
+Kafka is an ordinary Maven artifact, so Maven (already needed for Java work) fetches it
+with its dependencies; no tarball mirror, checksum list or Docker image is involved. The
+cache directory is complete only once its marker file exists, and the marker is written
+last, so an interrupted download is simply redone.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+
+from dedup_broker.errors import DevServerError
+
+KAFKA_VERSION = "4.1.1"
+CACHE_ENV = "DEDUP_BROKER_CACHE_DIR"
+MARKER = ".complete"
+RESOLVE_TIMEOUT_SECONDS = 900.0
+
+_log = logging.getLogger(__name__)
+
+
+def cache_root() -> Path:
+    """``$DEDUP_BROKER_CACHE_DIR`` or ``~/.cache/dedup-broker``."""
+    configured = os.environ.get(CACHE_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    return Path.home() / ".cache" / "dedup-broker"
+
+
+def kafka_home(version: str = KAFKA_VERSION) -> Path:
+    """Where the jars of one Kafka version live (``<cache>/kafka-<version>``)."""
+    return cache_root() / f"kafka-{version}"
+
+
+def is_complete(home: Path) -> bool:
+    return (home / MARKER).is_file() and any((home / "libs").glob("kafka_2.13-*.jar"))
+
+
+def ensure_kafka(version: str = KAFKA_VERSION) -> Path:
+    """The cache directory of ``version`` with ``libs/`` filled; resolves it if needed.
+
+    Safe to call from several processes at once: one resolves, the others wait for it.
+    """
+    home = kafka_home(version)
+    if is_complete(home):
+        return home
+    home.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(home.parent / f"kafka-{version}.lock"):
+        if is_complete(home):
+            return home
+        _resolve(home, version)
+    return home
+
+
+def find_java() -> str:
+    """The ``java`` executable: ``$JAVA_HOME/bin/java`` first, then the PATH."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        candidate = Path(java_home) / "bin" / "java"
+        if os.access(candidate, os.X_OK):
+            return str(candidate)
+    found = shutil.which("java")
+    if found is None:
+        raise DevServerError(
+            "no Java runtime: a native Kafka needs Java 17 or newer "
+            "(Debian: apt-get install -y openjdk-17-jre-headless, or set JAVA_HOME)"
+        )
+    return found
+
+
+def _resolve(home: Path, version: str) -> None:
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise DevServerError(
+            f"Kafka {version} is not in the cache at {home} and Maven is missing to fetch "
+            "it (Debian: apt-get install -y maven); or point KAFKA_BOOTSTRAP_SERVERS at a "
+            "running Kafka"
+        )
+    (home / MARKER).unlink(missing_ok=True)
+    shutil.rmtree(home / "libs", ignore_errors=True)
+    home.mkdir(parents=True, exist_ok=True)
+    pom = home / "pom.xml"
+    pom.write_bytes(resources.files(__package__).joinpath("kafka-pom.xml").read_bytes())
+    log_path = home / "mvn.log"
+    argv = [
+        mvn,
+        "-q",
+        "-B",
+        "-f",
+        str(pom),
+        "dependency:copy-dependencies",
+        f"-DoutputDirectory={home / 'libs'}",
+        "-DincludeScope=runtime",
+        f"-Dkafka.version={version}",
+    ]
+    _log.info("resolving Apache Kafka %s with Maven into %s", version, home)
+    with log_path.open("wb") as log:
+        try:
+            result = subprocess.run(
+                argv,
+                cwd=home,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=RESOLVE_TIMEOUT_SECONDS,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise DevServerError(
+                f"Maven did not resolve Kafka {version} within {RESOLVE_TIMEOUT_SECONDS:.0f} s"
+                f" (log: {log_path})"
+            ) from None
+    if result.returncode != 0 or not any((home / "libs").glob("kafka_2.13-*.jar")):
+        output = log_path.read_text(errors="replace").strip().splitlines()[-30:]
+        raise DevServerError(
+            f"Maven failed to resolve Kafka {version} (exit {result.returncode}):\n"
+            + "\n".join(output)
+        )
+    jars = sorted(path.name for path in (home / "libs").glob("*.jar"))
+    (home / MARKER).write_text(f"kafka {version}\n" + "\n".join(jars) + "\n")
+    _log.info("Kafka %s resolved: %d jars", version, len(jars))
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,0 +1,295 @@
+"""A single-node Apache Kafka (KRaft, broker and controller in one JVM) run from the jars.
+
+For machines without a Docker engine. One ``NativeKafka`` object owns its ports and data
+directory for its whole life, so it can be stopped (or killed) and started again on the
+same address and the same data, as outage tests need.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+
+from dedup_broker.devservers import distribution, process
+from dedup_broker.errors import DevServerError
+
+LOG4J2_PROPERTIES = """\
+rootLogger.level = WARN
+rootLogger.appenderRef.console.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+"""
+
+KAFKA_MAIN = "kafka.Kafka"
+STORAGE_TOOL = "kafka.tools.StorageTool"
+
+_log = logging.getLogger(__name__)
+
+
+def server_properties(
+    port: int, controller_port: int, log_dir: Path, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The broker configuration of a one-node development cluster."""
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(log_dir),
+        "num.partitions": "1",
+        "default.replication.factor": "1",
+        "min.insync.replicas": "1",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "10",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        "auto.create.topics.enable": "false",
+        "delete.topic.enable": "true",
+        "log.retention.check.interval.ms": "5000",
+        "log.cleaner.backoff.ms": "1000",
+    }
+    props.update(extra or {})
+    return props
+
+
+class NativeKafka:
+    """One Kafka JVM on 127.0.0.1 with fixed ports and a data directory it keeps.
+
+    ``data_dir`` defaults to a fresh temporary directory, removed by ``close()``; a given
+    directory is kept. Ports default to free ones picked once, at construction.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path | str | None = None,
+        *,
+        port: int | None = None,
+        controller_port: int | None = None,
+        version: str = distribution.KAFKA_VERSION,
+        heap: str = "512m",
+        startup_timeout: float = 60.0,
+        stop_timeout: float = 30.0,
+        detached: bool = False,
+        extra_properties: Mapping[str, str] | None = None,
+    ) -> None:
+        self._owns_dir = data_dir is None
+        self.data_dir = (
+            Path(tempfile.mkdtemp(prefix="dedup-broker-kafka-"))
+            if data_dir is None
+            else Path(data_dir).resolve()
+        )
+        if port is None or controller_port is None:
+            picked = process.free_ports(2)
+            port = picked[0] if port is None else port
+            controller_port = picked[1] if controller_port is None else controller_port
+        if port == controller_port:
+            raise DevServerError(f"Kafka and its controller cannot share port {port}")
+        self.port = port
+        self.controller_port = controller_port
+        self.version = version
+        self.heap = heap
+        self.startup_timeout = startup_timeout
+        self.stop_timeout = stop_timeout
+        self.detached = detached
+        self.extra_properties = dict(extra_properties or {})
+        self._popen: subprocess.Popen[bytes] | None = None
+
+    # --- addresses and files --------------------------------------------------------
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_dir(self) -> Path:
+        """Kafka's ``log.dirs``: the topic data that survives a restart."""
+        return self.data_dir / "data"
+
+    @property
+    def log_path(self) -> Path:
+        """The JVM's console output (appended across restarts)."""
+        return self.data_dir / "kafka.log"
+
+    @property
+    def pid(self) -> int | None:
+        """The pid of the running JVM, or None when it is not running."""
+        if self._popen is None or self._popen.poll() is not None:
+            return None
+        return self._popen.pid
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
+
+    # --- lifecycle ------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the JVM (formatting storage on first use) and wait until it serves."""
+        if self.running:
+            return
+        process.ensure_ports_free([self.port, self.controller_port], "Kafka")
+        home = distribution.ensure_kafka(self.version)
+        java = distribution.find_java()
+        self._write_config()
+        if not (self.log_dir / "meta.properties").exists():
+            self._format(java, home)
+        argv = [
+            java,
+            f"-Xmx{self.heap}",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+            "-cp",
+            str(home / "libs" / "*"),
+            KAFKA_MAIN,
+            str(self.data_dir / "server.properties"),
+        ]
+        started = time.monotonic()
+        self._popen = process.spawn(
+            argv, cwd=self.data_dir, log_path=self.log_path, detached=self.detached
+        )
+        if not self.detached:
+            process.track(self)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.kill()
+            raise
+        _log.info(
+            "Kafka %s up at %s (pid %d) in %.1f s",
+            self.version,
+            self.bootstrap_servers,
+            self._popen.pid,
+            time.monotonic() - started,
+        )
+
+    def stop(self, timeout: float | None = None) -> None:
+        """SIGTERM (a clean shutdown), SIGKILL after the grace period; waits for exit."""
+        if self._popen is not None:
+            grace = self.stop_timeout if timeout is None else timeout
+            process.stop_pid(self._popen.pid, grace, self._popen)
+        process.untrack(self)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would; waits for exit. Data is kept for ``start()``."""
+        if self._popen is not None:
+            process.kill_pid(self._popen.pid, self._popen)
+        process.untrack(self)
+
+    def close(self) -> None:
+        """Stop, and remove the data directory if this object created it."""
+        self.stop()
+        if self._owns_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> NativeKafka:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = f"pid {self.pid}" if self.running else "stopped"
+        return f"NativeKafka({self.bootstrap_servers}, {self.data_dir}, {state})"
+
+    # --- internals ------------------------------------------------------------------
+    def _write_config(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        props = server_properties(
+            self.port, self.controller_port, self.log_dir, self.extra_properties
+        )
+        text = "".join(f"{key}={value}\n" for key, value in props.items())
+        (self.data_dir / "server.properties").write_text(text)
+        (self.data_dir / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
+
+    def _format(self, java: str, home: Path) -> None:
+        base = [
+            java,
+            "-Xmx256m",
+            f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+            "-cp",
+            str(home / "libs" / "*"),
+            STORAGE_TOOL,
+        ]
+        cluster_id = self._run_tool([*base, "random-uuid"]).strip().splitlines()[-1].strip()
+        self._run_tool(
+            [
+                *base,
+                "format",
+                "-t",
+                cluster_id,
+                "-c",
+                str(self.data_dir / "server.properties"),
+                "-g",
+            ]
+        )
+
+    def _run_tool(self, argv: list[str]) -> str:
+        try:
+            result = subprocess.run(
+                argv,
+                cwd=self.data_dir,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=120,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise DevServerError(f"Kafka's {argv[-1]} step took over 120 s") from None
+        if result.returncode != 0:
+            raise DevServerError(
+                f"Kafka storage tool failed (exit {result.returncode}): "
+                f"{' '.join(argv[-6:])}\n{result.stdout.decode(errors='replace')}"
+                f"{result.stderr.decode(errors='replace')}"
+            )
+        return result.stdout.decode()
+
+    def _wait_ready(self) -> None:
+        assert self._popen is not None
+        popen = self._popen
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if popen.poll() is not None:
+                raise DevServerError(
+                    f"Kafka exited with code {popen.returncode} while starting "
+                    f"(log {self.log_path}):\n{process.tail(self.log_path)}"
+                )
+            if process.port_accepts(self.port) and _metadata_ready(self.bootstrap_servers):
+                return
+            time.sleep(0.25)
+        raise DevServerError(
+            f"Kafka at {self.bootstrap_servers} not ready within {self.startup_timeout:.0f} s "
+            f"(log {self.log_path}):\n{process.tail(self.log_path)}"
+        )
+
+
+def _metadata_ready(bootstrap_servers: str) -> bool:
+    """True once the broker answers a metadata request listing itself."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(
+        {"bootstrap.servers": bootstrap_servers, "socket.timeout.ms": 2000, "log_level": 3}
+    )
+    try:
+        metadata = admin.list_topics(timeout=2)
+    except Exception:
+        return False
+    return len(metadata.brokers) > 0

@@ -1,0 +1,204 @@
+"""A Redis server run from the system's ``redis-server`` binary, for machines without Docker.
+
+Without persistence by default: a restart then loses every key, which is exactly the
+outage the key-window deduplication must survive. With ``persistent=True`` every write is
+appended and fsynced, so even SIGKILL loses nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+from dedup_broker.devservers import process
+from dedup_broker.errors import DevServerError
+
+_log = logging.getLogger(__name__)
+
+
+def find_redis_server(install: bool = True) -> str:
+    """``redis-server`` on the PATH, installed with apt-get when missing and allowed."""
+    found = shutil.which("redis-server")
+    if found is not None:
+        return found
+    apt = shutil.which("apt-get")
+    if install and apt is not None and os.geteuid() == 0:
+        _log.warning("redis-server not found; installing it with apt-get")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        result = subprocess.run(
+            [apt, "install", "-y", "-q", "redis-server"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            env=env,
+            timeout=600,
+            check=False,
+        )
+        found = shutil.which("redis-server")
+        if found is not None:
+            return found
+        detail = (result.stdout + result.stderr).decode(errors="replace")[-2000:]
+        raise DevServerError(f"apt-get install redis-server failed:\n{detail}")
+    raise DevServerError(
+        "redis-server not found: install it (Debian: apt-get install -y redis-server, "
+        "as root) or point REDIS_URL at a running Redis"
+    )
+
+
+class NativeRedis:
+    """One ``redis-server`` on 127.0.0.1 with a fixed port and its own directory."""
+
+    def __init__(
+        self,
+        data_dir: Path | str | None = None,
+        *,
+        port: int | None = None,
+        persistent: bool = False,
+        startup_timeout: float = 20.0,
+        stop_timeout: float = 10.0,
+        detached: bool = False,
+    ) -> None:
+        self._owns_dir = data_dir is None
+        self.data_dir = (
+            Path(tempfile.mkdtemp(prefix="dedup-broker-redis-"))
+            if data_dir is None
+            else Path(data_dir).resolve()
+        )
+        self.port = process.free_ports(1)[0] if port is None else port
+        self.persistent = persistent
+        self.startup_timeout = startup_timeout
+        self.stop_timeout = stop_timeout
+        self.detached = detached
+        self._popen: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "redis.log"
+
+    @property
+    def pid(self) -> int | None:
+        if self._popen is None or self._popen.poll() is not None:
+            return None
+        return self._popen.pid
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
+
+    def argv(self, executable: str) -> list[str]:
+        """The server's command line (all settings as arguments, no config file)."""
+        argv = [
+            executable,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.data_dir),
+            "--daemonize",
+            "no",
+            "--logfile",
+            "",
+        ]
+        if self.persistent:
+            argv += ["--appendonly", "yes", "--appendfsync", "always", "--save", ""]
+        else:
+            argv += ["--appendonly", "no", "--save", ""]
+        return argv
+
+    def start(self) -> None:
+        """Start the server and wait until it answers PING."""
+        if self.running:
+            return
+        process.ensure_ports_free([self.port], "Redis")
+        executable = find_redis_server()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._popen = process.spawn(
+            self.argv(executable),
+            cwd=self.data_dir,
+            log_path=self.log_path,
+            detached=self.detached,
+        )
+        if not self.detached:
+            process.track(self)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.kill()
+            raise
+        _log.info("Redis up at %s (pid %d)", self.url, self._popen.pid)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """SIGTERM, SIGKILL after the grace period; waits for exit."""
+        if self._popen is not None:
+            grace = self.stop_timeout if timeout is None else timeout
+            process.stop_pid(self._popen.pid, grace, self._popen)
+        process.untrack(self)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would; waits for exit."""
+        if self._popen is not None:
+            process.kill_pid(self._popen.pid, self._popen)
+        process.untrack(self)
+
+    def close(self) -> None:
+        """Stop, and remove the directory if this object created it."""
+        self.stop()
+        if self._owns_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> NativeRedis:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = f"pid {self.pid}" if self.running else "stopped"
+        return f"NativeRedis({self.url}, {self.data_dir}, {state})"
+
+    def _wait_ready(self) -> None:
+        assert self._popen is not None
+        popen = self._popen
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if popen.poll() is not None:
+                raise DevServerError(
+                    f"redis-server exited with code {popen.returncode} while starting:\n"
+                    f"{process.tail(self.log_path)}"
+                )
+            if process.port_accepts(self.port) and ping(self.url):
+                return
+            time.sleep(0.1)
+        raise DevServerError(
+            f"Redis at {self.url} not ready within {self.startup_timeout:.0f} s:\n"
+            f"{process.tail(self.log_path)}"
+        )
+
+
+def ping(url: str, timeout: float = 1.0) -> bool:
+    """True when the Redis at ``url`` answers PING (and is not still loading its data)."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()

@@ -1,0 +1,346 @@
+"""A subscription: a cursor plus the dispatcher that feeds its consumers.
+
+Exclusive and Failover subscriptions have one active consumer and keep the order of the
+log: a redelivery rewinds the cursor. Shared subscriptions spread entries round-robin
+over consumers with permits and redeliver single positions out of order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from dedup_broker.errors import BrokerError, PermanentError
+from dedup_broker.protocol import commands
+from dedup_broker.protocol.framing import parse_metadata_only
+from dedup_broker.storage.position import Entry, Position
+
+if TYPE_CHECKING:
+    from dedup_broker.server.consumer import Consumer
+    from dedup_broker.server.topic import Topic
+    from dedup_broker.storage.cursor import ManagedCursor
+
+log = logging.getLogger(__name__)
+
+SEEK_GRACE_SECONDS = 30.0
+"""How long a reader's subscription outlives its consumers after a seek (they reconnect)."""
+
+
+class SubscriptionType(Enum):
+    EXCLUSIVE = 0
+    SHARED = 1
+    FAILOVER = 2
+    KEY_SHARED = 3
+
+
+class ConsumerBusyError(PermanentError):
+    """Another consumer holds an Exclusive subscription, or the type differs."""
+
+
+class Subscription:
+    def __init__(
+        self,
+        topic: Topic,
+        name: str,
+        cursor: ManagedCursor,
+        sub_type: SubscriptionType,
+        durable: bool,
+    ) -> None:
+        self.topic = topic
+        self.name = name
+        self.cursor = cursor
+        self.type = sub_type
+        self.durable = durable
+        self.consumers: list[Consumer] = []
+        self.redelivery_counts: dict[Position, int] = {}
+        self._replay: set[Position] = set()
+        self._active: Consumer | None = None
+        self._rr_index = 0
+        self._task: asyncio.Task[None] | None = None
+        self._again = False
+        self._lock = asyncio.Lock()
+        self._unlisten: Callable[[], None] | None = None
+        self._last_seek = 0.0
+        self.msgs_out = 0
+        self.bytes_out = 0
+        self.closed = False
+
+    # --- consumers ----------------------------------------------------------------
+    def add_consumer(self, consumer: Consumer, sub_type: SubscriptionType) -> None:
+        if sub_type != self.type:
+            if self.consumers:
+                raise ConsumerBusyError(
+                    f"subscription {self.name!r} is of type {self.type.name}, "
+                    f"not {sub_type.name}"
+                )
+            self.type = sub_type
+        if self.type == SubscriptionType.EXCLUSIVE and self.consumers:
+            raise ConsumerBusyError(
+                f"exclusive subscription {self.name!r} already has a consumer"
+            )
+        self.consumers.append(consumer)
+        if self._unlisten is None:
+            self._unlisten = self.topic.managed_ledger.add_entries_listener(self.trigger)
+        self._elect_active()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        if consumer not in self.consumers:
+            return
+        self.consumers.remove(consumer)
+        consumer.closed = True
+        returned = consumer.take_pending()
+        if returned:
+            self._count_redeliveries(returned)
+            if self.type == SubscriptionType.SHARED:
+                self._replay.update(returned)
+            else:
+                asyncio.get_running_loop().create_task(self._rewind())
+        if not self.consumers and self._unlisten is not None:
+            self._unlisten()
+            self._unlisten = None
+        self._elect_active()
+        self.trigger()
+
+    @property
+    def active_consumer(self) -> Consumer | None:
+        return self._active
+
+    def _elect_active(self) -> None:
+        if self.type not in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER):
+            self._active = None
+            return
+        previous = self._active
+        if not self.consumers:
+            self._active = None
+            return
+        ordered = sorted(self.consumers, key=lambda c: (c.priority_level, c.name))
+        partition = self.topic.name.partition_index
+        index = partition % len(ordered) if partition >= 0 else 0
+        self._active = ordered[index]
+        if self.type == SubscriptionType.FAILOVER and previous is not self._active:
+            for consumer in self.consumers:
+                consumer.connection.send_command(
+                    commands.active_consumer_change(
+                        consumer.consumer_id, consumer is self._active
+                    )
+                )
+            if previous is not None and previous in self.consumers:
+                moved = previous.take_pending()
+                self._count_redeliveries(moved)
+                asyncio.get_running_loop().create_task(self._rewind())
+
+    def should_expire(self) -> bool:
+        """A non-durable subscription dies with its last consumer (after a seek grace)."""
+        if self.durable or self.consumers:
+            return False
+        return time.monotonic() - self._last_seek > SEEK_GRACE_SECONDS
+
+    # --- flow, acks, redelivery ---------------------------------------------------
+    def on_flow(self, consumer: Consumer, permits: int) -> None:
+        consumer.permits += permits
+        self.trigger()
+
+    def on_ack(self, consumer: Consumer, positions: Iterable[Position], cumulative: bool) -> None:
+        if cumulative:
+            for position in positions:
+                consumer.forget_up_to(position)
+                self.cursor.mark_delete(position)
+                self._drop_tracking_up_to(position)
+        else:
+            acked = list(positions)
+            for position in acked:
+                if not consumer.forget(position):
+                    for other in self.consumers:
+                        if other.forget(position):
+                            break
+                self.redelivery_counts.pop(position, None)
+                self._replay.discard(position)
+            self.cursor.delete(acked)
+        self.trigger()
+
+    def on_redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
+        """Nack / ack timeout / explicit redelivery request from the client."""
+        if positions is None:
+            returned = consumer.take_pending()
+        else:
+            returned = [p for p in positions if consumer.forget(p)]
+        self._count_redeliveries(returned)
+        if self.type == SubscriptionType.SHARED:
+            self._replay.update(returned)
+            self.trigger()
+        else:
+            if positions is not None:
+                # Order matters here: everything in flight is sent again from the cursor.
+                self._count_redeliveries(consumer.take_pending())
+            asyncio.get_running_loop().create_task(self._rewind())
+
+    def _count_redeliveries(self, positions: Iterable[Position]) -> None:
+        for position in positions:
+            self.redelivery_counts[position] = self.redelivery_counts.get(position, 0) + 1
+
+    def _drop_tracking_up_to(self, position: Position) -> None:
+        if self.redelivery_counts:
+            for p in [p for p in self.redelivery_counts if p <= position]:
+                del self.redelivery_counts[p]
+        if self._replay:
+            self._replay = {p for p in self._replay if p > position}
+
+    async def _rewind(self) -> None:
+        async with self._lock:
+            for consumer in self.consumers:
+                consumer.take_pending()
+            self.cursor.rewind()
+        self.trigger()
+
+    async def reset_cursor(self, position: Position) -> None:
+        """SEEK: move the subscription, then disconnect consumers so they start over."""
+        async with self._lock:
+            await self.cursor.reset(position)
+            self._replay.clear()
+            self.redelivery_counts.clear()
+            self._last_seek = time.monotonic()
+            consumers = list(self.consumers)
+        for consumer in consumers:
+            consumer.connection.close_consumer_by_broker(consumer)
+
+    # --- dispatching ----------------------------------------------------------------
+    def trigger(self) -> None:
+        """Dispatch as soon as possible; coalesces many triggers into one loop."""
+        if self.closed:
+            return
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._dispatch_loop())
+        else:
+            self._again = True
+
+    async def _dispatch_loop(self) -> None:
+        try:
+            while not self.closed:
+                self._again = False
+                if not await self._dispatch_once() and not self._again:
+                    return
+        except BrokerError as exc:
+            log.warning("dispatch on %s/%s paused: %s", self.topic.name, self.name, exc)
+            asyncio.get_running_loop().call_later(1.0, self.trigger)
+        except Exception:
+            log.exception("dispatch on %s/%s failed", self.topic.name, self.name)
+            asyncio.get_running_loop().call_later(1.0, self.trigger)
+
+    def _targets(self) -> list[Consumer]:
+        if self.type in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER):
+            active = self._active
+            return [active] if active and active.permits > 0 and active.writable else []
+        limit = self.topic.broker.config.max_unacked_messages_per_consumer
+        return [
+            c
+            for c in self.consumers
+            if c.permits > 0 and c.writable and (limit <= 0 or c.unacked_messages < limit)
+        ]
+
+    async def _dispatch_once(self) -> bool:
+        async with self._lock:
+            targets = self._targets()
+            if not targets:
+                return False
+            budget = min(
+                sum(c.permits for c in targets),
+                self.topic.broker.config.dispatcher_max_read_batch_size,
+            )
+            if self._replay:
+                entries = await self._read_replay(budget)
+            elif self.cursor.has_more_entries():
+                entries = await self.cursor.read_entries(budget)
+            else:
+                return False
+            if not entries:
+                return bool(self._replay)
+            targets = self._targets() or targets
+            self._send(entries, targets)
+            return True
+
+    async def _read_replay(self, budget: int) -> list[Entry]:
+        positions = sorted(self._replay)[:budget]
+        entries = []
+        for position in positions:
+            self._replay.discard(position)
+            if self.cursor.is_acknowledged(position):
+                continue
+            try:
+                entries.append(await self.topic.managed_ledger.read_entry(position))
+            except BrokerError as exc:
+                if exc.retriable:
+                    self._replay.add(position)
+                    raise
+                log.warning("dropping redelivery of %s on %s: %s", position, self.name, exc)
+        return entries
+
+    def _send(self, entries: list[Entry], targets: list[Consumer]) -> None:
+        per_consumer: dict[int, list[tuple[Entry, int, int]]] = {}
+        by_id = {id(c): c for c in targets}
+        for entry in entries:
+            count = messages_in_entry(entry)
+            consumer = self._pick(targets)
+            redeliveries = self.redelivery_counts.get(entry.position, 0)
+            per_consumer.setdefault(id(consumer), []).append((entry, count, redeliveries))
+            consumer.permits -= count
+            self.msgs_out += count
+            self.bytes_out += len(entry.data)
+        for key, batch in per_consumer.items():
+            by_id[key].send_entries(batch)
+
+    def _pick(self, targets: list[Consumer]) -> Consumer:
+        if len(targets) == 1:
+            return targets[0]
+        for _ in range(len(targets)):
+            self._rr_index = (self._rr_index + 1) % len(targets)
+            candidate = targets[self._rr_index]
+            if candidate.permits > 0:
+                return candidate
+        return max(targets, key=lambda c: c.permits)
+
+    # --- lifecycle and stats --------------------------------------------------------
+    async def close(self) -> None:
+        self.closed = True
+        if self._unlisten is not None:
+            self._unlisten()
+            self._unlisten = None
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    def backlog(self) -> int:
+        return self.cursor.backlog()
+
+    def stats(self) -> dict[str, object]:
+        return {
+            "type": _PULSAR_TYPE_NAMES[self.type],
+            "msgBacklog": self.backlog(),
+            "msgOutCounter": self.msgs_out,
+            "bytesOutCounter": self.bytes_out,
+            "isDurable": self.durable,
+            "unackedMessages": sum(c.unacked_messages for c in self.consumers),
+            "activeConsumerName": self._active.name if self._active else None,
+            "consumers": [c.stats() for c in self.consumers],
+        }
+
+
+_PULSAR_TYPE_NAMES = {
+    SubscriptionType.EXCLUSIVE: "Exclusive",
+    SubscriptionType.SHARED: "Shared",
+    SubscriptionType.FAILOVER: "Failover",
+    SubscriptionType.KEY_SHARED: "Key_Shared",
+}
+
+
+def messages_in_entry(entry: Entry) -> int:
+    """How many messages an entry holds (a batch counts each of its messages)."""
+    try:
+        metadata = parse_metadata_only(entry.data)
+    except BrokerError:
+        return 1
+    if metadata.HasField("num_messages_in_batch"):
+        return max(1, metadata.num_messages_in_batch)
+    return 1

@@ -1,0 +1,1 @@
+"""Helpers to run a real broker process (tests, demo, benchmarks)."""

@@ -1,0 +1,139 @@
+"""A broker in its own OS process, so that it can be ``kill -9``ed like in production."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from dedup_broker.config import ENV_PREFIX
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class BrokerProcess:
+    """Start, stop, kill and restart one broker on fixed loopback ports."""
+
+    def __init__(
+        self,
+        kafka_bootstrap: str,
+        cluster_name: str,
+        settings: dict[str, Any] | None = None,
+        log_dir: Path | None = None,
+    ) -> None:
+        self.kafka_bootstrap = kafka_bootstrap
+        self.cluster_name = cluster_name
+        self.port = free_port()
+        self.http_port = free_port()
+        self.settings = dict(settings or {})
+        self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="dedup-broker-"))
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://127.0.0.1:{self.port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"broker-{self.starts}.log"
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        values: dict[str, Any] = {
+            "cluster_name": self.cluster_name,
+            "kafka_bootstrap_servers": self.kafka_bootstrap,
+            "bind_address": "127.0.0.1",
+            "advertised_address": "127.0.0.1",
+            "broker_service_port": self.port,
+            "web_service_port": self.http_port,
+        } | self.settings
+        for name, value in values.items():
+            env[ENV_PREFIX + name.upper()] = str(value).lower() if isinstance(value, bool) else str(value)
+        return env
+
+    def start(self, timeout: float = 60.0) -> None:
+        if self.process is not None and self.process.poll() is None:
+            raise RuntimeError("broker already running")
+        self.starts += 1
+        log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "dedup_broker.cli", "serve"],
+            env=self.environment(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        log.close()
+        self.wait_ready(timeout)
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"broker exited with {self.process.returncode}:\n{self.tail()}"
+                )
+            try:
+                with urllib.request.urlopen(
+                    self.http_url + "/admin/v2/brokers/health", timeout=2
+                ) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"broker not ready after {timeout:.0f}s:\n{self.tail()}")
+
+    def kill(self) -> None:
+        """SIGKILL: no flush, no goodbye, as in a crash."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=30)
+
+    def restart(self, kill: bool = True) -> None:
+        if kill:
+            self.kill()
+        else:
+            self.stop()
+        self.start()
+
+    def tail(self, lines: int = 60) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def __enter__(self) -> BrokerProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,113 @@
+"""Shared fixtures: a real Kafka and Redis, obtained lazily and released at session end.
+
+Nothing starts unless a test asks for it, so unit tests never start servers. Where the
+servers come from is ``dedup_broker.devservers.provision``'s choice: the environment
+(``KAFKA_BOOTSTRAP_SERVERS``, ``REDIS_URL``), else Docker, else native processes. When
+none works the requesting test fails with the reasons; it never skips.
+
+Outage tests use ``native_kafka`` / ``native_redis``: a dedicated native server per
+test, which may be stopped, killed and restarted on the same address.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from types import FrameType
+from typing import TypeVar
+
+import pytest
+
+from dedup_broker.devservers import (
+    KafkaService,
+    RedisService,
+    provide_kafka,
+    provide_redis,
+)
+from dedup_broker.devservers import unique_name as _unique_name
+from dedup_broker.errors import DevServerError
+
+
+def _interrupt_on_sigterm() -> None:
+    """Make SIGTERM end the run like Ctrl-C does, so fixture teardown stops our servers."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def raise_interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, raise_interrupt)
+
+
+_Service = TypeVar("_Service", KafkaService, RedisService)
+
+
+def _provided(factory: Callable[[], _Service], what: str) -> _Service:
+    try:
+        service = factory()
+    except DevServerError as exc:
+        pytest.fail(f"no {what} for the integration tests: {exc}", pytrace=False)
+    if service.kind == "native":
+        _interrupt_on_sigterm()
+    return service
+
+
+@pytest.fixture(scope="session")
+def kafka_service() -> Iterator[KafkaService]:
+    """The session's Kafka (external, Docker or native)."""
+    service = _provided(provide_kafka, "Kafka")
+    try:
+        yield service
+    finally:
+        service.close()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_service: KafkaService) -> str:
+    """``host:port`` of the session's Kafka."""
+    return kafka_service.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def redis_service() -> Iterator[RedisService]:
+    """The session's Redis (external, Docker or native)."""
+    service = _provided(provide_redis, "Redis")
+    try:
+        yield service
+    finally:
+        service.close()
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_service: RedisService) -> str:
+    """``redis://host:port/db`` of the session's Redis."""
+    return redis_service.url
+
+
+@pytest.fixture
+def native_kafka() -> Iterator[KafkaService]:
+    """A Kafka of this test's own that it may stop, kill and restart (same address)."""
+    service = _provided(lambda: provide_kafka(controllable=True), "controllable Kafka")
+    try:
+        yield service
+    finally:
+        service.close()
+
+
+@pytest.fixture
+def native_redis() -> Iterator[RedisService]:
+    """A Redis of this test's own, without persistence, that it may stop, kill and restart."""
+    service = _provided(lambda: provide_redis(controllable=True), "controllable Redis")
+    try:
+        yield service
+    finally:
+        service.close()
+
+
+@pytest.fixture
+def unique_name() -> Callable[[str], str]:
+    """``unique_name(prefix)`` -> ``prefix-<12 hex>``, for topic and cluster names."""
+    return _unique_name
