@@ -43,6 +43,8 @@ class BrokerConfig:
     kafka_request_timeout_ms: int = 30000
     kafka_delivery_timeout_ms: int = 30000
     kafka_producer_linger_ms: int = 1
+    kafka_reader_pool_size: int = 4
+    """Kafka consumers (each with its thread) serving reads that miss the entry cache."""
 
     # --- managed ledgers ----------------------------------------------------------
     managed_ledger_max_entries_per_ledger: int = 50000
@@ -52,6 +54,8 @@ class BrokerConfig:
     managed_ledger_cache_size_mb: int = 256
     managed_ledger_default_mark_delete_rate_limit: float = 1.0
     """Cursor position writes per second per cursor; acks in between are batched."""
+    managed_ledger_max_unacked_ranges_to_persist: int = 10000
+    """Individually acknowledged ranges stored per cursor; beyond it they are redelivered."""
 
     # --- consumers ------------------------------------------------------------------
     max_unacked_messages_per_consumer: int = 50000

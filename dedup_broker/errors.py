@@ -66,6 +66,14 @@ class ManagedLedgerClosedError(PermanentError):
     """The managed ledger was closed or deleted and accepts no more operations."""
 
 
+class ManagedLedgerFencedError(RetriableError):
+    """Another broker took over the managed ledger; reconnect to find its owner."""
+
+
+class EntryNotFoundError(PermanentError):
+    """No entry exists at the requested position."""
+
+
 class CursorNotFoundError(PermanentError):
     """No cursor (subscription) of that name exists on the managed ledger."""
 

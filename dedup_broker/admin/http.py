@@ -224,7 +224,8 @@ def _compile(pattern: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
             kinds.append(_LITERAL)
             values.append(part)
             continue
-        if param.group(1) in values:
+        names = [v for k, v in zip(kinds, values, strict=True) if k != _LITERAL]
+        if param.group(1) in names:
             raise ValueError(f"duplicate parameter {param.group(1)!r} in {pattern!r}")
         if param.group(2) and index != len(parts) - 1:
             raise ValueError(f"{{name:path}} must be the last segment in {pattern!r}")

@@ -61,6 +61,10 @@ def server_properties(
         "auto.create.topics.enable": "false",
         "delete.topic.enable": "true",
         "log.retention.check.interval.ms": "5000",
+        # After a SIGKILL the restarted node waits out its previous incarnation's broker
+        # session before it serves; Kafka's 9 s default makes every crash test slower.
+        "broker.session.timeout.ms": "5000",
+        "broker.heartbeat.interval.ms": "1000",
         "log.cleaner.backoff.ms": "1000",
     }
     props.update(extra or {})

@@ -24,12 +24,11 @@ from dedup_broker.protocol.commands import (
     request_id_of,
     sub_command,
 )
-from dedup_broker.protocol.error_codes import server_error_of
 from dedup_broker.protocol.framing import (
     DEFAULT_MAX_FRAME_SIZE,
+    FRAME_PADDING,
     MAGIC_BROKER_ENTRY_METADATA,
     MAGIC_CRC32C,
-    MESSAGE_SIZE_FRAME_PADDING,
     Frame,
     FrameDecoder,
     ParsedMessage,
@@ -48,9 +47,9 @@ __all__ = [
     "CURRENT_PROTOCOL_VERSION",
     "DEFAULT_MAX_FRAME_SIZE",
     "DEFAULT_MAX_UNCOMPRESSED_SIZE",
+    "FRAME_PADDING",
     "MAGIC_BROKER_ENTRY_METADATA",
     "MAGIC_CRC32C",
-    "MESSAGE_SIZE_FRAME_PADDING",
     "Frame",
     "FrameDecoder",
     "ParsedMessage",
@@ -73,7 +72,6 @@ __all__ = [
     "payload_command_parts",
     "pb",
     "request_id_of",
-    "server_error_of",
     "split_batch",
     "strip_broker_entry_metadata",
     "sub_command",

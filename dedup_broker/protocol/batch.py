@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -55,6 +56,18 @@ def _codec_name(compression: int) -> str:
         return f"compression type {compression}"
 
 
+def _inflate_into(codec: Callable[[bytes, bytearray], int], data: bytes, size: int) -> bytes:
+    """Decodes into a buffer one byte larger than announced, so any mismatch shows.
+
+    (cramjam's size-hinted calls pad or trim silently; the ``_into`` forms report the
+    true length.)
+    """
+    buffer = bytearray(size + 1)
+    written = codec(data, buffer)
+    with memoryview(buffer) as view:
+        return bytes(view[:written])
+
+
 def decompress(
     compression: int,
     data: bytes,
@@ -74,11 +87,11 @@ def decompress(
             inflater = zlib.decompressobj()
             out = inflater.decompress(data, uncompressed_size + 1)
         elif compression == pb.LZ4:
-            out = bytes(_cramjam().lz4.decompress_block(data, output_len=uncompressed_size))
+            out = _inflate_into(_cramjam().lz4.decompress_block_into, data, uncompressed_size)
         elif compression == pb.ZSTD:
-            out = bytes(_cramjam().zstd.decompress(data, output_len=uncompressed_size))
+            out = _inflate_into(_cramjam().zstd.decompress_into, data, uncompressed_size)
         elif compression == pb.SNAPPY:
-            out = bytes(_cramjam().snappy.decompress_raw(data, output_len=uncompressed_size))
+            out = _inflate_into(_cramjam().snappy.decompress_raw_into, data, uncompressed_size)
         else:
             raise UnsupportedCompressionError(f"unsupported {name}")
     except UnsupportedCompressionError:

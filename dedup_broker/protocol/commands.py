@@ -394,9 +394,9 @@ def consumer_stats_response(
     request_id: int,
     *,
     error: pb.ServerError | None = None,
-    error_message: str | None = None,
+    message: str | None = None,
     consumer_name: str | None = None,
-    sub_type: str | None = None,
+    subscription_type: str | None = None,
     address: str | None = None,
     connected_since: str | None = None,
     available_permits: int | None = None,
@@ -409,16 +409,19 @@ def consumer_stats_response(
     msg_rate_expired: float | None = None,
     message_ack_rate: float | None = None,
 ) -> pb.BaseCommand:
-    """CONSUMER_STATS_RESPONSE; only the statistics given are set."""
+    """CONSUMER_STATS_RESPONSE; only the statistics given are set.
+
+    ``subscription_type`` is the ``type`` field ("Exclusive", "Shared"...).
+    """
     cmd = pb.BaseCommand(type=Type.CONSUMER_STATS_RESPONSE)
     out = cmd.consumerStatsResponse
     out.request_id = _u64(request_id)
     if error is not None:
         out.error_code = error
     values: Mapping[str, str | int | float | bool | None] = {
-        "error_message": error_message,
+        "error_message": message,
         "consumerName": consumer_name,
-        "type": sub_type,
+        "type": subscription_type,
         "address": address,
         "connectedSince": connected_since,
         "availablePermits": available_permits,
@@ -447,16 +450,16 @@ def get_schema_response(
     schema: pb.Schema | None = None,
     schema_version: bytes | None = None,
     error: pb.ServerError | None = None,
-    error_message: str | None = None,
+    message: str | None = None,
 ) -> pb.BaseCommand:
-    """GET_SCHEMA_RESPONSE; TopicNotFound with a message is how "no schema" is told."""
+    """GET_SCHEMA_RESPONSE; ``message`` goes to ``error_message``, like every error text."""
     cmd = pb.BaseCommand(type=Type.GET_SCHEMA_RESPONSE)
     out = cmd.getSchemaResponse
     out.request_id = _u64(request_id)
     if error is not None:
         out.error_code = error
-    if error_message is not None:
-        out.error_message = error_message
+    if message is not None:
+        out.error_message = message
     if schema is not None:
         out.schema.CopyFrom(schema)
     if schema_version is not None:
@@ -468,15 +471,15 @@ def get_or_create_schema_response(
     request_id: int,
     schema_version: bytes | None = None,
     error: pb.ServerError | None = None,
-    error_message: str | None = None,
+    message: str | None = None,
 ) -> pb.BaseCommand:
     cmd = pb.BaseCommand(type=Type.GET_OR_CREATE_SCHEMA_RESPONSE)
     out = cmd.getOrCreateSchemaResponse
     out.request_id = _u64(request_id)
     if error is not None:
         out.error_code = error
-    if error_message is not None:
-        out.error_message = error_message
+    if message is not None:
+        out.error_message = message
     if schema_version is not None:
         out.schema_version = schema_version
     return cmd

@@ -28,10 +28,12 @@ from dedup_broker.protocol.commands import command_name, sub_command_field
 MAGIC_CRC32C = 0x0E01
 MAGIC_BROKER_ENTRY_METADATA = 0x0E02
 
-#: Pulsar's default maxMessageSize, the starting limit before CONNECT negotiates one.
+#: Pulsar's default maxMessageSize (5 MiB), the default frame limit.
 DEFAULT_MAX_FRAME_SIZE = 5 * 1024 * 1024
-#: Room Pulsar allows a frame beyond maxMessageSize for the command and metadata.
-MESSAGE_SIZE_FRAME_PADDING = 10 * 1024
+#: Room Pulsar allows a frame beyond maxMessageSize for the command and metadata
+#: (Pulsar's MESSAGE_SIZE_FRAME_PADDING): a connection whose negotiated maxMessageSize is
+#: M decodes with ``FrameDecoder(M + FRAME_PADDING)``.
+FRAME_PADDING = 10 * 1024
 
 _PAYLOAD_TYPES = frozenset({pb.BaseCommand.SEND, pb.BaseCommand.MESSAGE})
 
@@ -83,6 +85,8 @@ def _decode_command(data: bytes) -> pb.BaseCommand:
 class FrameDecoder:
     """Turns the bytes of one connection into frames.
 
+    ``max_frame_size`` bounds ``totalSize`` (the frame after its 4-byte size field); it
+    may be changed at any time, e.g. once CONNECT has negotiated the message size.
     Partial frames are buffered across :meth:`feed` calls; a frame's size is checked
     from its 4-byte header before its body is buffered, so an oversized frame is refused
     without holding it in memory. After any error the decoder stays failed and every
@@ -92,15 +96,9 @@ class FrameDecoder:
     __slots__ = ("_buffer", "_failed", "max_frame_size")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
-        #: The negotiated maxMessageSize; frames may exceed it by the frame padding.
         self.max_frame_size = max_frame_size
         self._buffer = bytearray()
         self._failed = False
-
-    @property
-    def frame_limit(self) -> int:
-        """Largest frame accepted, counting its 4-byte size field, as Pulsar counts it."""
-        return self.max_frame_size + MESSAGE_SIZE_FRAME_PADDING
 
     @property
     def buffered(self) -> int:
@@ -140,13 +138,13 @@ class FrameDecoder:
                     break
                 frames.append(self._decode_frame(view[pos + 4 : pos + 4 + total]))
                 pos += 4 + total
-            remainder = bytes(view[pos:]) if source is not self._buffer and pos < end else b""
+            if source is not self._buffer and pos < end:
+                self._buffer = bytearray(view[pos:])
+                pos = end
         finally:
             view.release()
         if source is self._buffer:
             del self._buffer[:pos]
-        elif remainder:
-            self._buffer = bytearray(remainder)
         return frames
 
     def _check_total_size(self, total: int) -> None:
@@ -154,10 +152,9 @@ class FrameDecoder:
             raise ProtocolError(f"negative frame size {total}")
         if total < 4:
             raise ProtocolError(f"frame size {total} cannot hold a command size")
-        if total + 4 > self.frame_limit:
+        if total > self.max_frame_size:
             raise FrameTooLargeError(
-                f"frame of {total + 4} bytes exceeds the limit of {self.frame_limit} "
-                f"(max message size {self.max_frame_size})"
+                f"frame size {total} exceeds the limit of {self.max_frame_size} bytes"
             )
 
     @staticmethod

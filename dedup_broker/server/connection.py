@@ -422,12 +422,10 @@ class ClientConnection(asyncio.Protocol):
                 raise BrokerError("a subscription name is required")
             topic = await self.broker.get_topic(name, for_producer=False)
             start = None
-            inclusive = request.start_message_id_inclusive
             if request.HasField("start_message_id"):
+                # As Pulsar does: the reader's start entry itself is sent, and the client
+                # drops what lies at or before its start id (batch index, exclusivity).
                 start = _start_position(request.start_message_id)
-                # A start inside a batch: the entry is sent and the client skips the
-                # messages before the start index.
-                inclusive = inclusive or request.start_message_id.batch_index >= 0
             consumer = Consumer(
                 connection=self,
                 consumer_id=request.consumer_id,
@@ -443,7 +441,7 @@ class ClientConnection(asyncio.Protocol):
                 durable=durable,
                 initial_position=_INITIAL_POSITION.get(request.initialPosition, "latest"),
                 start=start,
-                start_inclusive=inclusive,
+                start_inclusive=True,
             )
             if self._closed:
                 topic.consumer_closed(consumer)
@@ -470,7 +468,19 @@ class ClientConnection(asyncio.Protocol):
 
     def _on_ack(self, frame: Frame) -> None:
         ack = frame.command.ack
-        consumer = self._consumer(ack.consumer_id)
+        consumer = self.consumers.get(ack.consumer_id)
+        if consumer is None:
+            # Acks flushed after a seek or a broker-side close refer to a consumer that is
+            # gone; the messages will be delivered again, so the ack is dropped.
+            if ack.HasField("request_id"):
+                self.send_command(
+                    commands.ack_response(
+                        ack.consumer_id, ack.request_id, error=pb.ConsumerNotFound,
+                        message=f"no consumer with id {ack.consumer_id} on this connection",
+                    )
+                )
+            log.debug("ack for unknown consumer %d ignored", ack.consumer_id)
+            return
         cumulative = ack.ack_type == pb.CommandAck.Cumulative
         positions = []
         for message_id in ack.message_id:
@@ -512,8 +522,8 @@ class ClientConnection(asyncio.Protocol):
                 position = ledger.next_position(ledger.last_confirmed)
         else:
             raise ProtocolError("SEEK needs a message id or a publish time")
-        self.send_command(commands.success(request.request_id))
         await subscription.reset_cursor(position)
+        self.send_command(commands.success(request.request_id))
 
     def _on_get_last_message_id(self, frame: Frame) -> Awaitable[None]:
         return self._get_last_message_id(frame.command.getLastMessageId)
@@ -596,7 +606,10 @@ class ClientConnection(asyncio.Protocol):
 
 
 def _start_position(message_id: pb.MessageIdData) -> Position:
-    return Position(message_id.ledgerId, message_id.entryId)
+    """Ids travel as uint64; ``MessageId.earliest`` is -1:-1 as Pulsar's signed longs."""
+    return Position(
+        commands.as_signed64(message_id.ledgerId), commands.as_signed64(message_id.entryId)
+    )
 
 
 class UnknownIdError(BrokerError):

@@ -197,15 +197,18 @@ class Subscription:
         self.trigger()
 
     async def reset_cursor(self, position: Position) -> None:
-        """SEEK: move the subscription, then disconnect consumers so they start over."""
+        """SEEK: disconnect consumers, then move the subscription (as Pulsar does).
+
+        Consumers go first so that acks the client flushes after the seek (for messages
+        before it) find no consumer and cannot move the reset cursor.
+        """
+        for consumer in list(self.consumers):
+            consumer.connection.close_consumer_by_broker(consumer)
         async with self._lock:
             await self.cursor.reset(position)
             self._replay.clear()
             self.redelivery_counts.clear()
             self._last_seek = time.monotonic()
-            consumers = list(self.consumers)
-        for consumer in consumers:
-            consumer.connection.close_consumer_by_broker(consumer)
 
     # --- dispatching ----------------------------------------------------------------
     def trigger(self) -> None:

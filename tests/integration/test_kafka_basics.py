@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     ConfigResource,
@@ -15,6 +15,9 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourceType,
 )
+
+Record = tuple[bytes | None, bytes | None, int | None]
+"""(key, value, offset) of one consumed record."""
 
 COMPACTION_CONFIGS = {
     "cleanup.policy": "compact",
@@ -55,11 +58,11 @@ def test_keyed_records_come_back_in_write_order(kafka_bootstrap: str, compacted_
     producer = Producer(
         {"bootstrap.servers": kafka_bootstrap, "acks": "all", "enable.idempotence": True}
     )
-    delivered: list[tuple[bytes, bytes, int]] = []
+    delivered: list[Record] = []
 
-    def on_delivery(err: KafkaError | None, msg: object) -> None:
+    def on_delivery(err: KafkaError | None, msg: Message) -> None:
         assert err is None, err
-        delivered.append((msg.key(), msg.value(), msg.offset()))  # type: ignore[attr-defined]
+        delivered.append((msg.key(), msg.value(), msg.offset()))
 
     for key, value in sent:
         producer.produce(compacted_topic, key=key, value=value, on_delivery=on_delivery)
@@ -76,7 +79,7 @@ def test_keyed_records_come_back_in_write_order(kafka_bootstrap: str, compacted_
     )
     try:
         consumer.assign([TopicPartition(compacted_topic, 0, 0)])
-        received: list[tuple[bytes, bytes, int]] = []
+        received: list[Record] = []
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             msg = consumer.poll(1.0)

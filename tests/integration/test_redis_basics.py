@@ -11,38 +11,38 @@ import redis
 
 
 @pytest.fixture
-def client(redis_url: str) -> Iterator[redis.Redis]:
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     connection = redis.Redis.from_url(redis_url, socket_timeout=5)
     yield connection
     connection.close()
 
 
 @pytest.fixture
-def prefix(client: redis.Redis, unique_name: Callable[[str], str]) -> Iterator[str]:
+def prefix(redis_client: redis.Redis, unique_name: Callable[[str], str]) -> Iterator[str]:
     name = unique_name("redis-basics")
     yield name
-    keys = list(client.scan_iter(match=f"{name}:*"))
+    keys = list(redis_client.scan_iter(match=f"{name}:*"))
     if keys:
-        client.delete(*keys)
+        redis_client.delete(*keys)
 
 
-def test_set_with_expiry_reads_back_then_expires(client: redis.Redis, prefix: str) -> None:
+def test_set_with_expiry_reads_back_then_expires(redis_client: redis.Redis, prefix: str) -> None:
     key = f"{prefix}:window"
-    assert client.set(key, b"\x00seen\xff", nx=True, px=400) is True
-    assert client.set(key, b"other", nx=True, px=400) is None
-    assert client.get(key) == b"\x00seen\xff"
-    assert 0 < client.pttl(key) <= 400
+    assert redis_client.set(key, b"\x00seen\xff", nx=True, px=400) is True
+    assert redis_client.set(key, b"other", nx=True, px=400) is None
+    assert redis_client.get(key) == b"\x00seen\xff"
+    assert 0 < redis_client.pttl(key) <= 400
     deadline = time.monotonic() + 5
-    while client.exists(key) and time.monotonic() < deadline:
+    while redis_client.exists(key) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert client.get(key) is None
-    assert client.set(key, b"again", nx=True, ex=60) is True
-    assert client.get(key) == b"again"
+    assert redis_client.get(key) is None
+    assert redis_client.set(key, b"again", nx=True, ex=60) is True
+    assert redis_client.get(key) == b"again"
 
 
-def test_pipelines_return_results_in_order(client: redis.Redis, prefix: str) -> None:
+def test_pipelines_return_results_in_order(redis_client: redis.Redis, prefix: str) -> None:
     counter, value = f"{prefix}:counter", f"{prefix}:value"
-    with client.pipeline(transaction=True) as pipe:
+    with redis_client.pipeline(transaction=True) as pipe:
         pipe.incr(counter)
         pipe.incrby(counter, 41)
         pipe.set(value, b"v1", px=60_000)
@@ -51,11 +51,11 @@ def test_pipelines_return_results_in_order(client: redis.Redis, prefix: str) -> 
         results = pipe.execute()
     assert results == [1, 42, True, b"v1", None]
 
-    with client.pipeline(transaction=False) as pipe:
+    with redis_client.pipeline(transaction=False) as pipe:
         for n in range(5):
             pipe.rpush(f"{prefix}:list", f"item-{n}")
         pipe.lrange(f"{prefix}:list", 0, -1)
         results = pipe.execute()
     assert results == [1, 2, 3, 4, 5, [f"item-{n}".encode() for n in range(5)]]
-    assert 0 < client.pttl(value) <= 60_000
-    assert client.ttl(counter) == -1
+    assert 0 < redis_client.pttl(value) <= 60_000
+    assert redis_client.ttl(counter) == -1

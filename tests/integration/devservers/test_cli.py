@@ -14,6 +14,7 @@ import pytest
 import redis
 from confluent_kafka.admin import AdminClient
 
+import dedup_broker
 from dedup_broker.devservers.process import (
     free_ports,
     pid_alive,
@@ -25,10 +26,16 @@ from dedup_broker.devservers.process import (
 pytestmark = pytest.mark.timeout(300)
 
 
-def dev(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+# The commands run in other directories; they must import the code under test.
+_SOURCE_ROOT = str(Path(dedup_broker.__file__).resolve().parents[1])
+
+
+def dev(*args: object, cwd: Path) -> subprocess.CompletedProcess[str]:
+    path = os.pathsep.join(filter(None, [_SOURCE_ROOT, os.environ.get("PYTHONPATH")]))
     return subprocess.run(
         [sys.executable, "-m", "dedup_broker.devservers.cli", "dev", *map(str, args)],
         cwd=cwd,
+        env={**os.environ, "PYTHONPATH": path},
         capture_output=True,
         text=True,
         timeout=180,
@@ -74,7 +81,9 @@ def test_kafka_up_status_down(workdir: Path) -> None:
     assert again.stdout == f"127.0.0.1:{port}\n"
     assert f"already running at 127.0.0.1:{port} (pid {pid})" in again.stderr
 
-    status = dev("status", "--kafka-data-dir", data_dir, "--redis-data-dir", workdir / "r", cwd=workdir)
+    status = dev(
+        "status", "--kafka-data-dir", data_dir, "--redis-data-dir", workdir / "r", cwd=workdir
+    )
     assert status.returncode == 0
     assert status.stdout.splitlines() == [
         f"Kafka: running at 127.0.0.1:{port} (pid {pid}, data {data_dir})",

@@ -15,6 +15,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from dedup_broker.devservers import NativeKafka, NativeRedis, unique_name
 from dedup_broker.devservers.process import pid_alive, port_accepts, port_bindable
 
+Record = tuple[bytes | None, bytes | None, int | None]
+"""(key, value, offset) of one consumed record."""
+
 pytestmark = pytest.mark.timeout(300)
 
 
@@ -52,7 +55,7 @@ def produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> N
     assert producer.flush(60) == 0
 
 
-def read_all(bootstrap: str, topic: str, expected: int) -> list[tuple[bytes, bytes, int]]:
+def read_all(bootstrap: str, topic: str, expected: int) -> list[Record]:
     """Every record of partition 0 from offset 0, stopping at end of partition (bounded)."""
     consumer = Consumer(
         {
@@ -62,7 +65,7 @@ def read_all(bootstrap: str, topic: str, expected: int) -> list[tuple[bytes, byt
             "enable.partition.eof": True,
         }
     )
-    received: list[tuple[bytes, bytes, int]] = []
+    received: list[Record] = []
     try:
         consumer.assign([TopicPartition(topic, 0, 0)])
         deadline = time.monotonic() + 60
@@ -88,12 +91,15 @@ def test_kafka_starts_serves_and_stops_without_leftovers(kafka: NativeKafka) -> 
     assert pid is not None and pid_alive(pid)
     assert kafka.bootstrap_servers == f"127.0.0.1:{kafka.port}"
     metadata = AdminClient({"bootstrap.servers": kafka.bootstrap_servers}).list_topics(timeout=10)
-    assert [(b.host, b.port) for b in metadata.brokers.values()] == [("127.0.0.1", kafka.port)]
+    assert [f"{b.host}:{b.port}" for b in metadata.brokers.values()] == [kafka.bootstrap_servers]
     topic = unique_name("launcher")
     create_topic(kafka.bootstrap_servers, topic)
-    assert topic in AdminClient({"bootstrap.servers": kafka.bootstrap_servers}).list_topics(
-        timeout=10
-    ).topics
+    assert (
+        topic
+        in AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+        .list_topics(timeout=10)
+        .topics
+    )
 
     kafka.stop()
 

@@ -52,6 +52,8 @@ def test_four_partitions_keep_per_key_order(broker: BrokerProcess, client: pulsa
     assert all(seqs == list(range(50)) for seqs in per_key.values())
     assert len(partitions_seen) == 4
     stats = json.loads(
-        _http("GET", f"{broker.http_url}/admin/v2/persistent/public/default/{name}/partitioned-stats")[1]
+        _http(
+            "GET", f"{broker.http_url}/admin/v2/persistent/public/default/{name}/partitioned-stats"
+        )[1]
     )
     assert stats["msgInCounter"] == 50 * len(keys)

@@ -22,9 +22,7 @@ def test_properties_keys_and_event_time_round_trip(client: pulsar.Client, topic:
     received = []
     for _ in range(20):
         msg = consumer.receive(RECEIVE_MS)
-        received.append(
-            (msg.data(), msg.properties(), msg.partition_key(), msg.event_timestamp())
-        )
+        received.append((msg.data(), msg.properties(), msg.partition_key(), msg.event_timestamp()))
         consumer.acknowledge(msg)
     assert received == [
         (f"m-{i}".encode(), {"i": str(i), "kind": "test"}, f"key-{i % 3}", 1_700_000_000_000 + i)

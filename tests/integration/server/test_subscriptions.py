@@ -64,13 +64,13 @@ def test_negative_ack_redelivers_with_growing_count(client: pulsar.Client, topic
 
 def test_ack_timeout_redelivers(client: pulsar.Client, topic: str) -> None:
     consumer = client.subscribe(
-        topic, "timeout", consumer_type=pulsar.ConsumerType.Shared, unacked_messages_timeout_ms=1000
+        topic, "timeout", consumer_type=pulsar.ConsumerType.Shared, unacked_messages_timeout_ms=10_500
     )
     producer = client.create_producer(topic)
     producer.send(b"late")
     first = consumer.receive(RECEIVE_MS)
     assert first.redelivery_count() == 0
-    second = consumer.receive(RECEIVE_MS)
+    second = consumer.receive(30_000)
     assert second.data() == b"late"
     assert second.redelivery_count() == 1
     consumer.acknowledge(second)

@@ -1,0 +1,322 @@
+"""A cursor: what one subscription has acknowledged, and where it reads next.
+
+Everything ``<=`` the mark-delete position is acknowledged, plus individually
+acknowledged ranges above it. Acknowledgements change memory at once; a durable cursor
+writes its state to the cursor topic at most ``managedLedgerDefaultMarkDeleteRateLimit``
+times per second, and a timer makes sure the latest state is always written eventually.
+After a crash a cursor is therefore at most one write interval behind, which means
+redelivery, never loss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+from typing import Protocol
+
+from dedup_broker.storage import formats
+from dedup_broker.storage.position import Entry, Position
+from dedup_broker.storage.range_set import PositionRangeSet
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BYTES = 5 * 1024 * 1024
+
+
+class CursorLedger(Protocol):
+    """What a cursor needs from its managed ledger."""
+
+    @property
+    def last_confirmed(self) -> Position: ...
+    def next_position(self, p: Position) -> Position: ...
+    def previous_position(self, p: Position) -> Position: ...
+    def is_valid_position(self, p: Position) -> bool: ...
+    def entries_between(self, start: Position, end: Position) -> int: ...
+    def normalize_position(self, p: Position) -> Position: ...
+    async def read_entries(
+        self, start: Position, max_entries: int, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> list[Entry]: ...
+
+
+class CursorStorage(Protocol):
+    """Where a durable cursor's state goes (the cursor topic)."""
+
+    async def write_cursor(self, name: str, data: bytes) -> None: ...
+
+
+class ManagedCursor:
+    def __init__(
+        self,
+        ledger: CursorLedger,
+        name: str,
+        mark_delete: Position,
+        *,
+        storage: CursorStorage | None = None,
+        individually_deleted: Iterable[tuple[Position, Position]] = (),
+        properties: dict[str, int] | None = None,
+        read_position: Position | None = None,
+        rate_limit: float = 1.0,
+        max_ranges_to_persist: int = 10000,
+        persisted: bool = False,
+        last_persisted_ms: int = 0,
+    ) -> None:
+        self.name = name
+        self.durable = storage is not None
+        self._ledger = ledger
+        self._storage = storage
+        self._mark_delete = mark_delete
+        self._ranges = PositionRangeSet()
+        for start, end in individually_deleted:
+            if start > mark_delete:
+                self._ranges.add_range(start, end)
+        self.properties: dict[str, int] = dict(properties or {})
+        self._read_position = read_position or ledger.next_position(mark_delete)
+        self._seek_epoch = 0
+        self._read_lock = asyncio.Lock()
+        # Persistence state (durable cursors only).
+        self._min_interval_s = 1.0 / rate_limit
+        self._max_ranges = max_ranges_to_persist
+        self.persisted_mark_delete_position = mark_delete if persisted else Position(-1, -1)
+        self.last_persisted_ms = last_persisted_ms
+        self._last_write_started = time.monotonic() if persisted else float("-inf")
+        # A durable cursor not yet stored is written by the first flush().
+        self._dirty = self.durable and not persisted
+        self._write_task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"ManagedCursor({self.name!r}, mark_delete={self._mark_delete})"
+
+    # --- state ----------------------------------------------------------------------
+    @property
+    def mark_delete_position(self) -> Position:
+        return self._mark_delete
+
+    @property
+    def read_position(self) -> Position:
+        return self._ledger.normalize_position(self._read_position)
+
+    def individually_deleted_ranges(self) -> list[tuple[Position, Position]]:
+        return list(self._ranges)
+
+    def is_acknowledged(self, p: Position) -> bool:
+        return p <= self._mark_delete or p in self._ranges
+
+    def backlog(self) -> int:
+        last = self._ledger.last_confirmed
+        start = self._ledger.next_position(self._mark_delete)
+        if start > last:
+            return 0
+        pending = self._ledger.entries_between(start, last)
+        return max(pending - self._ranges.count_between(start, last), 0)
+
+    def has_more_entries(self) -> bool:
+        return self._skip_acknowledged(self.read_position) <= self._ledger.last_confirmed
+
+    def _skip_acknowledged(self, p: Position) -> Position:
+        """The first position at or after ``p`` not acknowledged."""
+        if p <= self._mark_delete:
+            p = self._ledger.next_position(self._mark_delete)
+        while (acked := self._ranges.range_containing(p)) is not None:
+            p = self._ledger.next_position(acked[1])
+        return p
+
+    # --- reading --------------------------------------------------------------------
+    async def read_entries(
+        self, max_entries: int, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> list[Entry]:
+        """Entries from the read position on, skipping acknowledged ones.
+
+        The read position moves past what is returned, unless ``seek``/``rewind``/
+        ``reset`` moved it while the read was in progress (then theirs wins).
+        """
+        async with self._read_lock:
+            epoch = self._seek_epoch
+            result: list[Entry] = []
+            size = 0
+            position = self.read_position
+            done = max_entries <= 0
+            while not done:
+                position = self._skip_acknowledged(position)
+                if position > self._ledger.last_confirmed:
+                    break
+                remaining = max_bytes - size if result else max_bytes
+                wanted = max_entries - len(result)
+                acked = self._ranges.first_after(position)
+                if acked is not None and acked[0].ledger_id == position.ledger_id:
+                    # Stop before the next acknowledged run instead of reading it.
+                    wanted = min(wanted, acked[0].entry_id - position.entry_id)
+                batch = await self._ledger.read_entries(position, wanted, max(remaining, 1))
+                if not batch:
+                    break
+                for entry in batch:
+                    if self.is_acknowledged(entry.position):
+                        position = self._ledger.next_position(entry.position)
+                        continue
+                    if result and size + len(entry.data) > max_bytes:
+                        done = True
+                        break
+                    result.append(entry)
+                    size += len(entry.data)
+                    position = self._ledger.next_position(entry.position)
+                    if len(result) >= max_entries or size >= max_bytes:
+                        done = True
+                        break
+            if epoch == self._seek_epoch:
+                self._read_position = position
+            return result
+
+    def rewind(self) -> None:
+        """Read again from the first unacknowledged entry."""
+        self._read_position = self._ledger.next_position(self._mark_delete)
+        self._seek_epoch += 1
+
+    def seek(self, read_position: Position) -> None:
+        self._read_position = read_position
+        self._seek_epoch += 1
+
+    # --- acknowledging --------------------------------------------------------------
+    def mark_delete(self, p: Position, properties: dict[str, int] | None = None) -> None:
+        """Cumulative acknowledgement of everything up to ``p``."""
+        if p <= self._mark_delete:
+            return
+        if p > self._ledger.last_confirmed:
+            log.debug("cursor %s: ignoring mark-delete beyond the last entry: %s", self.name, p)
+            return
+        self._mark_delete = p
+        self.properties = dict(properties or {})
+        self._ranges.remove_up_to(p)
+        self._advance_over_ranges()
+        self._state_changed()
+
+    def delete(self, positions: Iterable[Position]) -> None:
+        """Individual acknowledgements."""
+        last = self._ledger.last_confirmed
+        changed = False
+        for p in positions:
+            if p <= self._mark_delete or p > last or not self._ledger.is_valid_position(p):
+                continue
+            changed |= self._ranges.add(p)
+        if changed:
+            self._advance_over_ranges()
+            self._state_changed()
+
+    def _advance_over_ranges(self) -> None:
+        """Move mark-delete over individually acknowledged runs that now follow it."""
+        while self._ranges:
+            first = self._ranges.first()
+            assert first is not None
+            if first[0] != self._ledger.next_position(self._mark_delete):
+                break
+            self._ranges.pop_first()
+            self._mark_delete = first[1]
+            # As in Pulsar: properties belong to an explicit mark-delete only.
+            self.properties = {}
+        if self._read_position <= self._mark_delete:
+            self._read_position = self._ledger.next_position(self._mark_delete)
+
+    async def reset(self, p: Position) -> None:
+        """Everything before ``p`` acknowledged, nothing from ``p`` on; stored before
+        returning."""
+        self._mark_delete = self._ledger.previous_position(p)
+        self._ranges.clear()
+        self.properties = {}
+        self._read_position = p
+        self._seek_epoch += 1
+        if self.durable:
+            self._dirty = True
+            await self.flush()
+
+    # --- persistence ----------------------------------------------------------------
+    def _record(self) -> formats.CursorRecord:
+        ranges = list(self._ranges)[: self._max_ranges]
+        return formats.CursorRecord(
+            mark_delete=self._mark_delete,
+            individually_deleted=ranges,
+            properties=dict(self.properties),
+            last_active_ms=int(time.time() * 1000),
+        )
+
+    def _state_changed(self) -> None:
+        if not self.durable or self._closed:
+            return
+        self._dirty = True
+        self._schedule_write()
+
+    def _schedule_write(self) -> None:
+        if self._write_task is not None or self._timer is not None or self._closed:
+            return
+        wait = self._last_write_started + self._min_interval_s - time.monotonic()
+        if wait <= 0:
+            self._start_write()
+        else:
+            self._timer = asyncio.get_running_loop().call_later(wait, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self._dirty:
+            self._schedule_write()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _start_write(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._write())
+        self._write_task = task
+        task.add_done_callback(self._write_done)
+
+    async def _write(self) -> None:
+        assert self._storage is not None
+        self._dirty = False
+        self._last_write_started = time.monotonic()
+        record = self._record()
+        try:
+            await self._storage.write_cursor(self.name, formats.encode_cursor_info(record))
+        except BaseException:
+            self._dirty = True
+            raise
+        self.persisted_mark_delete_position = record.mark_delete
+        self.last_persisted_ms = record.last_active_ms
+
+    def _write_done(self, task: asyncio.Task[None]) -> None:
+        if self._write_task is task:
+            self._write_task = None
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("cursor %s: storing its position failed: %s", self.name, task.exception())
+        if self._dirty and not self._closed:
+            self._schedule_write()
+
+    async def flush(self) -> None:
+        """Store the current state now if it changed (raises StorageError on failure)."""
+        if not self.durable:
+            return
+        if self._write_task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._write_task)
+        if self._write_task is None and self._dirty:
+            self._cancel_timer()
+            self._start_write()
+        if self._write_task is not None:
+            await asyncio.shield(self._write_task)
+
+    async def close(self) -> None:
+        """Store the latest state and stop writing (used when the ledger closes)."""
+        try:
+            await self.flush()
+        finally:
+            self._closed = True
+            self._cancel_timer()
+
+    async def discard(self) -> None:
+        """Stop writing without storing more; waits for a write in progress (deletion)."""
+        self._closed = True
+        self._cancel_timer()
+        if self._write_task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._write_task)

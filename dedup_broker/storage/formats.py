@@ -1,0 +1,172 @@
+"""Encoding of the storage layer's Kafka records, so protobuf stays in one file.
+
+Keys of the compacted topics and the record layout of ledger topics are defined here
+too; ``docs/storage.md`` describes the same formats for people.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from dedup_broker.storage import storage_pb2 as pb
+from dedup_broker.storage.position import LedgerInfo, Position
+
+LEDGER_HEADER_KEY = "dedup-broker-ledger-metadata"
+"""Record header marking offset 0 of a ledger topic as the ledger's metadata."""
+LEDGER_HEADER_VALUE = b"1"
+
+CURSOR_KEY_SEPARATOR = "\x00"
+
+_SIZE = struct.Struct(">q")
+
+
+# --- ledger topics --------------------------------------------------------------
+def ledger_topic(cluster_name: str, ledger_id: int) -> str:
+    return f"{cluster_name}.ledger.{ledger_id}"
+
+
+def encode_entry_key(cumulative_size: int) -> bytes:
+    """Key of an entry record: bytes of entry data in the ledger up to and including it.
+
+    Lets a recovering broker learn a ledger's size from its last record alone (the way
+    BookKeeper keeps a running length in each entry).
+    """
+    return _SIZE.pack(cumulative_size)
+
+
+def decode_entry_key(key: bytes | None) -> int | None:
+    if key is None or len(key) != _SIZE.size:
+        return None
+    return int(_SIZE.unpack(key)[0])
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerMetadata:
+    """What the header record of a ledger topic says about the ledger."""
+
+    ledger_id: int
+    managed_ledger_name: str
+    component: str  # "MANAGED_LEDGER", "MANAGED_CURSOR" or "SCHEMA_STORAGE"
+    cursor_name: str
+    created_ms: int
+    created_by: str
+
+
+def encode_ledger_metadata(meta: LedgerMetadata) -> bytes:
+    return pb.LedgerMetadata(
+        ledger_id=meta.ledger_id,
+        managed_ledger_name=meta.managed_ledger_name,
+        component=meta.component,
+        cursor_name=meta.cursor_name,
+        created_ms=meta.created_ms,
+        created_by=meta.created_by,
+    ).SerializeToString()
+
+
+def decode_ledger_metadata(data: bytes) -> LedgerMetadata:
+    msg = pb.LedgerMetadata.FromString(data)
+    return LedgerMetadata(
+        ledger_id=msg.ledger_id,
+        managed_ledger_name=msg.managed_ledger_name,
+        component=pb.LedgerComponent.Name(msg.component),
+        cursor_name=msg.cursor_name,
+        created_ms=msg.created_ms,
+        created_by=msg.created_by,
+    )
+
+
+def encode_ledger_id_allocation(allocated_by: str, allocated_ms: int, purpose: str) -> bytes:
+    return pb.LedgerIdAllocation(
+        allocated_by=allocated_by, allocated_ms=allocated_ms, managed_ledger_name=purpose
+    ).SerializeToString()
+
+
+# --- managed ledger info --------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ManagedLedgerRecord:
+    ledgers: list[LedgerInfo]
+    properties: dict[str, str] = field(default_factory=dict)
+
+
+def encode_managed_ledger_info(record: ManagedLedgerRecord) -> bytes:
+    msg = pb.ManagedLedgerInfo()
+    for info in record.ledgers:
+        ledger = msg.ledgerInfo.add(ledgerId=info.ledger_id, entries=info.entries)
+        if not info.is_open:
+            ledger.size = info.size
+            ledger.timestamp = info.timestamp_ms
+    for key, value in sorted(record.properties.items()):
+        msg.properties.add(key=key, value=value)
+    return msg.SerializeToString()
+
+
+def decode_managed_ledger_info(data: bytes) -> ManagedLedgerRecord:
+    msg = pb.ManagedLedgerInfo.FromString(data)
+    ledgers = []
+    for ledger in msg.ledgerInfo:
+        entries = ledger.entries if ledger.HasField("entries") else -1
+        if entries < 0:
+            ledgers.append(LedgerInfo(ledger.ledgerId, -1, 0, 0))
+        else:
+            ledgers.append(LedgerInfo(ledger.ledgerId, entries, ledger.size, ledger.timestamp))
+    return ManagedLedgerRecord(ledgers, {kv.key: kv.value for kv in msg.properties})
+
+
+# --- cursors --------------------------------------------------------------------
+def cursor_key(managed_ledger_name: str, cursor_name: str) -> str:
+    return managed_ledger_name + CURSOR_KEY_SEPARATOR + cursor_name
+
+
+def cursor_key_prefix(managed_ledger_name: str) -> str:
+    return managed_ledger_name + CURSOR_KEY_SEPARATOR
+
+
+@dataclass(frozen=True, slots=True)
+class CursorRecord:
+    """A durable cursor's stored state."""
+
+    mark_delete: Position
+    individually_deleted: list[tuple[Position, Position]]
+    """Inclusive ranges above the mark-delete position, each within one ledger."""
+    properties: dict[str, int]
+    last_active_ms: int
+
+
+def encode_cursor_info(record: CursorRecord) -> bytes:
+    msg = pb.ManagedCursorInfo(
+        cursorsLedgerId=-1,
+        markDeleteLedgerId=record.mark_delete.ledger_id,
+        markDeleteEntryId=record.mark_delete.entry_id,
+        lastActive=record.last_active_ms,
+    )
+    for start, end in record.individually_deleted:
+        rng = msg.individualDeletedMessages.add()
+        # Stored as Pulsar does: (lower, upper] with lower just before the first entry.
+        rng.lowerEndpoint.ledgerId = start.ledger_id
+        rng.lowerEndpoint.entryId = start.entry_id - 1
+        rng.upperEndpoint.ledgerId = end.ledger_id
+        rng.upperEndpoint.entryId = end.entry_id
+    for name, value in sorted(record.properties.items()):
+        msg.properties.add(name=name, value=value)
+    return msg.SerializeToString()
+
+
+def decode_cursor_info(data: bytes) -> CursorRecord:
+    msg = pb.ManagedCursorInfo.FromString(data)
+    ranges = []
+    for rng in msg.individualDeletedMessages:
+        lower, upper = rng.lowerEndpoint, rng.upperEndpoint
+        if lower.ledgerId == upper.ledgerId and lower.entryId < upper.entryId:
+            ranges.append(
+                (
+                    Position(lower.ledgerId, lower.entryId + 1),
+                    Position(upper.ledgerId, upper.entryId),
+                )
+            )
+    return CursorRecord(
+        mark_delete=Position(msg.markDeleteLedgerId, msg.markDeleteEntryId),
+        individually_deleted=ranges,
+        properties={prop.name: prop.value for prop in msg.properties},
+        last_active_ms=msg.lastActive,
+    )

@@ -1,0 +1,134 @@
+"""Kafka admin operations the storage layer needs, as coroutines.
+
+The admin client resolves its futures from librdkafka's own background thread, so
+awaiting them (``asyncio.wrap_future``) never blocks the event loop and needs no worker
+thread of ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+# These names are public API; the package's stubs merely do not re-export them.
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    OffsetSpec,
+)
+
+from dedup_broker.config import BrokerConfig
+from dedup_broker.storage.kafka_producer import storage_error
+
+log = logging.getLogger(__name__)
+
+SEALED_MAX_MESSAGE_BYTES = "0"
+"""``max.message.bytes`` of a sealed ledger topic: Kafka rejects every further write."""
+
+
+def _error_code(exc: BaseException) -> int | None:
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return int(exc.args[0].code())
+    return None
+
+
+class KafkaAdmin:
+    def __init__(self, config: BrokerConfig) -> None:
+        self._timeout_s = config.kafka_request_timeout_ms / 1000
+        self._replication_factor = config.kafka_replication_factor
+        self._client = AdminClient(
+            {
+                "bootstrap.servers": config.kafka_bootstrap_servers,
+                "client.id": f"{config.cluster_name}.broker-admin",
+                "allow.auto.create.topics": False,
+            }
+        )
+
+    async def _wait(self, what: str, future: concurrent.futures.Future[Any]) -> Any:
+        try:
+            return await asyncio.wrap_future(future)
+        except KafkaException as exc:
+            raise storage_error(what, exc) from exc
+
+    async def create_topic(
+        self, topic: str, config: Mapping[str, str], partitions: int = 1
+    ) -> bool:
+        """Create ``topic``; False if it already existed."""
+        new = NewTopic(topic, partitions, self._replication_factor, config=dict(config))
+        futures = self._client.create_topics(
+            [new], operation_timeout=self._timeout_s, request_timeout=self._timeout_s
+        )
+        try:
+            await asyncio.wrap_future(futures[topic])
+        except KafkaException as exc:
+            if _error_code(exc) == KafkaError.TOPIC_ALREADY_EXISTS:
+                return False
+            raise storage_error(f"create topic {topic}", exc) from exc
+        return True
+
+    async def delete_topics(self, topics: list[str]) -> None:
+        """Delete ``topics``; ones that do not exist are not an error."""
+        if not topics:
+            return
+        futures = self._client.delete_topics(
+            topics, operation_timeout=self._timeout_s, request_timeout=self._timeout_s
+        )
+        for topic, future in futures.items():
+            try:
+                await asyncio.wrap_future(future)
+            except KafkaException as exc:
+                if _error_code(exc) != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise storage_error(f"delete topic {topic}", exc) from exc
+
+    async def high_watermark(self, topic: str, partition: int = 0) -> int:
+        """The partition's end offset: one past the last record readers may see."""
+        tp = TopicPartition(topic, partition)
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        futures = self._client.list_offsets({tp: latest}, request_timeout=self._timeout_s)
+        result = await self._wait(f"end offset of {topic}", next(iter(futures.values())))
+        return int(result.offset)
+
+    async def offsets_for_time(self, topics: list[str], timestamp_ms: int) -> dict[str, int]:
+        """Per topic (partition 0): offset of the first record with timestamp >= the
+        given one, or -1 if there is none."""
+        if not topics:
+            return {}
+        request = {
+            TopicPartition(topic, 0): OffsetSpec.for_timestamp(timestamp_ms) for topic in topics
+        }
+        futures = self._client.list_offsets(request, request_timeout=self._timeout_s)
+        result: dict[str, int] = {}
+        for tp, future in futures.items():
+            info = await self._wait(f"offset by time in {tp.topic}", future)
+            result[tp.topic] = int(info.offset)
+        return result
+
+    async def seal_topic(self, topic: str) -> None:
+        """Make Kafka refuse every further write to ``topic`` (reads are unaffected).
+
+        A broker that recovers a ledger another process may still be writing seals it
+        first, so that writer fails instead of adding records past the recorded end.
+        """
+        resource = ConfigResource(
+            ConfigResource.Type.TOPIC,
+            topic,
+            incremental_configs=[
+                ConfigEntry(
+                    "max.message.bytes",
+                    SEALED_MAX_MESSAGE_BYTES,
+                    incremental_operation=AlterConfigOpType.SET,
+                )
+            ],
+        )
+        futures = self._client.incremental_alter_configs(
+            [resource], request_timeout=self._timeout_s
+        )
+        await self._wait(f"seal {topic}", next(iter(futures.values())))

@@ -1,0 +1,182 @@
+"""Reading records back from Kafka: a small pool of consumers, each used by one thread.
+
+The consumers never join a group nor commit: a read assigns the partition at an exact
+offset, consumes up to a known end offset and hands the records back. The calls block,
+so they run in the pool's own worker threads, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import queue
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+from dedup_broker.config import BrokerConfig
+from dedup_broker.errors import StorageError
+from dedup_broker.storage.kafka_producer import max_record_bytes, storage_error
+
+log = logging.getLogger(__name__)
+
+_CONSUME_WAIT_S = 0.1
+_MAX_KNOWN_TOPICS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedRecord:
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+    headers: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(slots=True)
+class _PooledConsumer:
+    consumer: Consumer
+    known_topics: set[str] = field(default_factory=set)
+
+
+def _headers(msg: Message) -> tuple[tuple[str, bytes], ...]:
+    headers = msg.headers() or ()
+    pairs = headers.items() if isinstance(headers, dict) else headers
+    return tuple((name, value) for name, value in pairs if isinstance(value, bytes))
+
+
+class KafkaReader:
+    def __init__(self, config: BrokerConfig) -> None:
+        size = max(1, config.kafka_reader_pool_size)
+        self._timeout_s = config.kafka_request_timeout_ms / 1000
+        fetch_bytes = 2 * max_record_bytes(config)
+        self._conf: dict[str, Any] = {
+            "bootstrap.servers": config.kafka_bootstrap_servers,
+            "client.id": f"{config.cluster_name}.broker-reader",
+            # Required by the client, never used: no subscribe, no commit.
+            "group.id": f"{config.cluster_name}.broker-reader",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "error",
+            "enable.partition.eof": True,
+            "allow.auto.create.topics": False,
+            # A consumer has one fetch in flight per broker; a long wait at the end of one
+            # read would delay the next read's first fetch.
+            "fetch.wait.max.ms": 10,
+            "fetch.max.bytes": fetch_bytes,
+            "receive.message.max.bytes": fetch_bytes + 1024 * 1024,
+            "queued.max.messages.kbytes": fetch_bytes // 1024,
+        }
+        self._idle: queue.SimpleQueue[_PooledConsumer] = queue.SimpleQueue()
+        self._consumers: list[_PooledConsumer] = []
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=size, thread_name_prefix="kafka-reader"
+        )
+
+    async def fetch(
+        self,
+        topic: str,
+        start: int,
+        end: int,
+        max_bytes: int | None = None,
+        partition: int = 0,
+    ) -> list[FetchedRecord]:
+        """Records with ``start <= offset < end`` in offset order.
+
+        Stops early once ``max_bytes`` of values were read (at least one record is always
+        returned) or at the partition's end; offsets missing because of compaction are
+        simply skipped.
+        """
+        if end <= start:
+            return []
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor, self._fetch_blocking, topic, partition, start, end, max_bytes
+        )
+
+    def _take(self) -> _PooledConsumer:
+        try:
+            return self._idle.get_nowait()
+        except queue.Empty:
+            pooled = _PooledConsumer(Consumer(self._conf))
+            self._consumers.append(pooled)
+            return pooled
+
+    def _fetch_blocking(
+        self, topic: str, partition: int, start: int, end: int, max_bytes: int | None
+    ) -> list[FetchedRecord]:
+        pooled = self._take()
+        try:
+            if topic not in pooled.known_topics:
+                # Without this the client learns a new topic's leader only on its next
+                # periodic metadata scan, up to a second later.
+                pooled.consumer.list_topics(topic, timeout=self._timeout_s)
+                if len(pooled.known_topics) > _MAX_KNOWN_TOPICS:
+                    pooled.known_topics.clear()
+                pooled.known_topics.add(topic)
+            return self._read(pooled.consumer, topic, partition, start, end, max_bytes)
+        finally:
+            self._idle.put(pooled)
+
+    def _read(
+        self,
+        consumer: Consumer,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+        max_bytes: int | None,
+    ) -> list[FetchedRecord]:
+        consumer.assign([TopicPartition(topic, partition, start)])
+        records: list[FetchedRecord] = []
+        size = 0
+        next_offset = start
+        deadline = time.monotonic() + self._timeout_s
+        try:
+            while next_offset < end:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise StorageError(
+                        f"read {topic}[{start}, {end}): timed out at offset {next_offset}"
+                    )
+                wanted = min(end - next_offset, 10_000)
+                for msg in consumer.consume(wanted, min(remaining, _CONSUME_WAIT_S)):
+                    error = msg.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF:
+                            return records
+                        raise storage_error(f"read {topic} at offset {next_offset}", error)
+                    offset = msg.offset()
+                    if offset is None or offset < next_offset:
+                        continue
+                    if offset >= end:
+                        return records
+                    value = msg.value()
+                    records.append(
+                        FetchedRecord(
+                            offset,
+                            msg.key(),
+                            value,
+                            msg.timestamp()[1],
+                            _headers(msg),
+                        )
+                    )
+                    next_offset = offset + 1
+                    size += len(value or b"")
+                    if max_bytes is not None and size >= max_bytes:
+                        return records
+            return records
+        finally:
+            consumer.unassign()
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+        for pooled in self._consumers:
+            try:
+                pooled.consumer.close()
+            except Exception:
+                log.debug("closing a reader consumer failed", exc_info=True)
+        self._consumers.clear()

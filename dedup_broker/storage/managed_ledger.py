@@ -1,0 +1,746 @@
+"""A managed ledger: one topic's ordered list of ledgers, its append path and its reads.
+
+Append path: ``append`` hands the record to the shared producer at once, so call order
+is storage order. Delivery reports come back in batches; futures resolve strictly in
+call order, each after Kafka acknowledged its record (``acks=all``) at the expected
+offset.
+
+Failure rule: after a failed, timed-out or misplaced write nothing is guessed. The
+managed ledger is "Fenced": every in-flight and new append fails. A recovery task waits
+for every outstanding delivery report, seals the ledger topic, closes the ledger at the
+end Kafka really has (records that landed although their report failed become visible
+entries), opens a fresh ledger and tells ``on_write_failure_resolved`` what happened.
+
+The ``ManagedLedgerInfo`` record is written only when ledgers are created or closed.
+Before each such write the stored record is compared with the last one this instance
+wrote: if another broker changed it, this instance stops ("Closed") instead of
+overwriting the newer state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+
+from confluent_kafka import KafkaError
+
+from dedup_broker.errors import (
+    CursorNotFoundError,
+    EntryNotFoundError,
+    LedgerFencedError,
+    ManagedLedgerClosedError,
+    ManagedLedgerFencedError,
+    StorageError,
+)
+from dedup_broker.storage import formats
+from dedup_broker.storage.context import StorageContext
+from dedup_broker.storage.cursor import DEFAULT_MAX_BYTES, ManagedCursor
+from dedup_broker.storage.kafka_producer import storage_error
+from dedup_broker.storage.ledger_list import LedgerList
+from dedup_broker.storage.ledger_store import FIRST_ENTRY_OFFSET, now_ms
+from dedup_broker.storage.position import Entry, LedgerInfo, Position
+
+log = logging.getLogger(__name__)
+
+OPEN, FENCED, CLOSED = "Open", "Fenced", "Closed"
+_RETRY_MIN_S, _RETRY_MAX_S = 0.1, 5.0
+
+
+class _Append:
+    """One append between the call and its settlement."""
+
+    __slots__ = (
+        "data",
+        "entry_id",
+        "error",
+        "future",
+        "ledger",
+        "ledger_id",
+        "reported",
+        "settled",
+        "timestamp_ms",
+    )
+
+    def __init__(
+        self,
+        ledger: ManagedLedger,
+        data: bytes,
+        timestamp_ms: int,
+        future: asyncio.Future[Position],
+    ) -> None:
+        self.ledger = ledger
+        self.data = data
+        self.timestamp_ms = timestamp_ms
+        self.future = future
+        self.ledger_id = -1
+        self.entry_id = -1
+        self.reported = False
+        self.settled = False
+        self.error: BaseException | None = None
+
+    def on_delivery(self, error: KafkaError | None, offset: int) -> None:
+        self.ledger._on_delivered(self, error, offset)
+
+
+class ManagedLedger:
+    def __init__(
+        self, name: str, ctx: StorageContext, on_closed: Callable[[ManagedLedger], None]
+    ) -> None:
+        self.name = name
+        self._ctx = ctx
+        self._on_closed = on_closed
+        self._loop = asyncio.get_running_loop()
+        self._ledgers = LedgerList()
+        self._last_confirmed = Position(-1, -1)
+        self._properties: dict[str, str] = {}
+        self._state = OPEN
+        self._closing = False
+        self._close_error: Exception | None = None
+        # Append pipeline.
+        self._inflight: deque[_Append] = deque()
+        self._queued: deque[_Append] = deque()
+        self._unreported = 0
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._topic = ""
+        self._next_entry_id = 0
+        self._produced_size = 0
+        self._ledger_started = time.monotonic()
+        self._rolling = False
+        self._roll_task: asyncio.Task[None] | None = None
+        self._recovery_task: asyncio.Task[None] | None = None
+        self._rollover_timer: asyncio.TimerHandle | None = None
+        # Metadata record: what this instance last wrote (or tried to, outcome unknown).
+        self._info_lock = asyncio.Lock()
+        self._last_info: bytes | None = None
+        self._unknown_info: bytes | None = None
+        # Cursors and listeners.
+        self._cursors: dict[str, ManagedCursor] = {}
+        self._cursor_lock = asyncio.Lock()
+        self._listeners: list[Callable[[], None]] = []
+        self._notify_scheduled = False
+        self.entries_added = 0
+        self.on_write_failure_resolved: Callable[[Position, Position], None] | None = None
+
+    def __repr__(self) -> str:
+        return f"ManagedLedger({self.name!r}, {self._state}, last={self._last_confirmed})"
+
+    # --- opening --------------------------------------------------------------------
+    @classmethod
+    async def open(
+        cls, name: str, ctx: StorageContext, on_closed: Callable[[ManagedLedger], None]
+    ) -> ManagedLedger:
+        """Recover the stored state (closing a ledger left open by a crash at its true
+        end) and start a fresh ledger for appends."""
+        ledger = cls(name, ctx, on_closed)
+        await ledger._initialize()
+        return ledger
+
+    async def _initialize(self) -> None:
+        stored = self._ctx.managed_ledger_infos.get(self.name)
+        self._last_info = stored
+        record = (
+            formats.decode_managed_ledger_info(stored)
+            if stored is not None
+            else formats.ManagedLedgerRecord([])
+        )
+        ledgers = list(record.ledgers)
+        if ledgers and ledgers[-1].is_open:
+            ledgers[-1] = await self._ctx.ledgers.close_at_true_end(ledgers[-1].ledger_id)
+        # Empty ledgers at the end hold nothing; drop them rather than pile them up.
+        empty = []
+        while ledgers and ledgers[-1].entries == 0:
+            empty.append(ledgers.pop().ledger_id)
+        new_id = await self._ctx.ledgers.create(self.name)
+        ledgers.append(LedgerInfo(new_id, -1, 0, 0))
+        await self._write_info(ledgers, record.properties)
+        self._properties = dict(record.properties)
+        self._ledgers = LedgerList(ledgers)
+        self._last_confirmed = self._ledgers.last_confirmed()
+        self._start_ledger(new_id)
+        if empty:
+            try:
+                await self._ctx.ledgers.delete(empty)
+            except StorageError as exc:
+                log.warning("%s: deleting empty ledgers %s failed: %s", self.name, empty, exc)
+
+    def _start_ledger(self, ledger_id: int) -> None:
+        self._topic = self._ctx.ledgers.topic(ledger_id)
+        self._next_entry_id = 0
+        self._produced_size = 0
+        self._ledger_started = time.monotonic()
+        self._arm_rollover_timer()
+
+    # --- metadata record ------------------------------------------------------------
+    async def _write_info(
+        self, ledgers: list[LedgerInfo], properties: dict[str, str] | None = None
+    ) -> None:
+        table = self._ctx.managed_ledger_infos
+        async with self._info_lock:
+            await table.refresh()
+            stored = table.get(self.name)
+            if stored != self._last_info and (
+                self._unknown_info is None or stored != self._unknown_info
+            ):
+                raise ManagedLedgerFencedError(
+                    f"managed ledger {self.name} was changed by another broker"
+                )
+            props = self._properties if properties is None else properties
+            data = formats.encode_managed_ledger_info(formats.ManagedLedgerRecord(ledgers, props))
+            self._unknown_info = data
+            await table.put(self.name, data)
+            self._last_info, self._unknown_info = data, None
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return dict(self._properties)
+
+    async def set_properties(self, properties: dict[str, str]) -> None:
+        """Replace the managed ledger's properties (stored with its ledger list)."""
+        self._check_open()
+        await self._write_info(self._ledgers.infos(), dict(properties))
+        self._properties = dict(properties)
+
+    # --- appending ------------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        return self._state
+
+    def append(self, data: bytes, timestamp_ms: int) -> asyncio.Future[Position]:
+        """Queue ``data``; the future gives its position once Kafka acknowledged it."""
+        future: asyncio.Future[Position] = self._loop.create_future()
+        if self._state != OPEN or self._closing:
+            future.set_exception(self._not_writable())
+            return future
+        op = _Append(self, data, timestamp_ms if timestamp_ms > 0 else now_ms(), future)
+        if self._rolling or self._queued:
+            self._queued.append(op)
+        elif self._rollover_due():
+            self._queued.append(op)
+            self._begin_rollover()
+        else:
+            self._send(op)
+        return future
+
+    def _not_writable(self) -> Exception:
+        if self._state == FENCED:
+            return LedgerFencedError(
+                f"managed ledger {self.name} is recovering from a failed write"
+            )
+        if self._close_error is not None:
+            return self._close_error
+        return ManagedLedgerClosedError(f"managed ledger {self.name} is closed")
+
+    def _send(self, op: _Append) -> None:
+        op.ledger_id = self._ledgers.last_id
+        op.entry_id = self._next_entry_id
+        size = self._produced_size + len(op.data)
+        try:
+            self._ctx.producer.produce(
+                self._topic,
+                op.data,
+                op,
+                key=formats.encode_entry_key(size),
+                timestamp_ms=op.timestamp_ms,
+            )
+        except StorageError as exc:
+            # It precedes every queued append: it must fail before them, in call order.
+            self._queued.appendleft(op)
+            self._fence(exc, culprit=op)
+            return
+        self._next_entry_id += 1
+        self._produced_size = size
+        self._inflight.append(op)
+        self._unreported += 1
+        self._drained.clear()
+
+    def _on_delivered(self, op: _Append, error: KafkaError | None, offset: int) -> None:
+        self._unreported -= 1
+        if self._unreported == 0:
+            self._drained.set()
+        if op.settled:
+            return
+        op.reported = True
+        if error is not None:
+            op.error = storage_error(f"append to {self.name}", error)
+        elif offset != op.entry_id + FIRST_ENTRY_OFFSET:
+            op.error = StorageError(
+                f"append to {self.name}: entry {op.ledger_id}:{op.entry_id} was stored at "
+                f"offset {offset}, expected {op.entry_id + FIRST_ENTRY_OFFSET}"
+            )
+        self._settle()
+
+    def _settle(self) -> None:
+        """Resolve acknowledged appends from the head of the queue, in call order."""
+        confirmed = False
+        while self._inflight and self._inflight[0].reported:
+            op = self._inflight[0]
+            if op.error is not None:
+                self._fence(op.error, culprit=op)
+                return
+            self._inflight.popleft()
+            op.settled = True
+            position = Position(op.ledger_id, op.entry_id)
+            self._ledgers.add_confirmed(len(op.data))
+            self._last_confirmed = position
+            self.entries_added += 1
+            self._ctx.cache.put(Entry(position, op.data, op.timestamp_ms))
+            if not op.future.done():
+                op.future.set_result(position)
+            confirmed = True
+        if confirmed:
+            self._schedule_notify()
+        if self._rolling and not self._inflight and self._roll_task is None and not self._closing:
+            self._roll_task = self._loop.create_task(self._roll())
+
+    # --- failures -------------------------------------------------------------------
+    def _fence(self, error: BaseException, culprit: _Append | None = None) -> None:
+        """Stop writing: fail every pending append (in call order; ``culprit``, the append
+        that failed, with its own error) and find out what Kafka really has."""
+        for op in (*self._inflight, *self._queued):
+            op.settled = True
+            if not op.future.done():
+                op.future.set_exception(
+                    error
+                    if op is culprit
+                    else LedgerFencedError(
+                        f"managed ledger {self.name} fenced after a failed write: {error}"
+                    )
+                )
+        self._inflight.clear()
+        self._queued.clear()
+        self._rolling = False
+        if self._state != OPEN:
+            return
+        told = self._last_confirmed
+        self._state = FENCED
+        self._writable.clear()
+        self._cancel_rollover_timer()
+        log.warning("%s fenced after a failed write: %s", self.name, error)
+        if not self._closing:
+            self._recovery_task = self._loop.create_task(self._recover(told))
+
+    async def _recover(self, told: Position) -> None:
+        delay = _RETRY_MIN_S
+        await self._drained.wait()
+        closed: LedgerInfo | None = None
+        new_id: int | None = None
+        current_id = self._ledgers.last_id
+        while True:
+            try:
+                if closed is None:
+                    closed = await self._ctx.ledgers.close_at_true_end(current_id)
+                if new_id is None:
+                    new_id = await self._ctx.ledgers.create(self.name)
+                infos = [*self._ledgers.infos()[:-1], closed, LedgerInfo(new_id, -1, 0, 0)]
+                await self._write_info(infos)
+                break
+            except ManagedLedgerFencedError as exc:
+                await self._shutdown(exc)
+                return
+            except Exception as exc:
+                log.warning("%s: recovery failed, retrying in %.1fs: %s", self.name, delay, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _RETRY_MAX_S)
+        confirmed = self._ledgers.current_entries
+        if closed.entries < confirmed:
+            log.error(
+                "%s: Kafka holds %d entries of ledger %d, %d were acknowledged",
+                self.name,
+                closed.entries,
+                current_id,
+                confirmed,
+            )
+        self.entries_added += max(closed.entries - confirmed, 0)
+        self._ledgers.close_current(closed.entries, closed.size, closed.timestamp_ms)
+        self._ledgers.add_open_ledger(new_id)
+        self._last_confirmed = self._ledgers.last_confirmed()
+        self._start_ledger(new_id)
+        self._recovery_task = None
+        self._state = OPEN
+        self._writable.set()
+        truth = self._last_confirmed
+        log.info("%s writable again: told up to %s, stored up to %s", self.name, told, truth)
+        if truth != told:
+            self._schedule_notify()
+        if self.on_write_failure_resolved is not None:
+            try:
+                self.on_write_failure_resolved(told, truth)
+            except Exception:
+                log.exception("%s: on_write_failure_resolved failed", self.name)
+
+    async def wait_writable(self) -> None:
+        """Return once the managed ledger is not Fenced."""
+        await self._writable.wait()
+
+    # --- rollover -------------------------------------------------------------------
+    def _age_ms(self) -> float:
+        return (time.monotonic() - self._ledger_started) * 1000
+
+    def _rollover_due(self) -> bool:
+        return self._ctx.rollover.should_rollover(
+            self._next_entry_id, self._produced_size, self._age_ms()
+        )
+
+    def _arm_rollover_timer(self) -> None:
+        self._cancel_rollover_timer()
+        wait_ms = self._ctx.rollover.next_check_in_ms(self._age_ms())
+        if wait_ms is not None:
+            self._rollover_timer = self._loop.call_later(wait_ms / 1000, self._on_rollover_timer)
+
+    def _cancel_rollover_timer(self) -> None:
+        if self._rollover_timer is not None:
+            self._rollover_timer.cancel()
+            self._rollover_timer = None
+
+    def _on_rollover_timer(self) -> None:
+        self._rollover_timer = None
+        if self._state != OPEN or self._closing or self._rolling:
+            return
+        if self._rollover_due():
+            self._begin_rollover()
+        else:
+            self._arm_rollover_timer()
+
+    def _begin_rollover(self) -> None:
+        self._rolling = True
+        self._cancel_rollover_timer()
+        if not self._inflight and self._roll_task is None:
+            self._roll_task = self._loop.create_task(self._roll())
+
+    async def _roll(self) -> None:
+        """Close the current ledger (everything in it is acknowledged) and open the next."""
+        try:
+            closed = LedgerInfo(
+                self._ledgers.last_id,
+                self._ledgers.current_entries,
+                self._ledgers.current_size,
+                now_ms(),
+            )
+            new_id = await self._ctx.ledgers.create(self.name)
+            await self._write_info(
+                [*self._ledgers.infos()[:-1], closed, LedgerInfo(new_id, -1, 0, 0)]
+            )
+        except ManagedLedgerFencedError as exc:
+            self._roll_task = None
+            await self._shutdown(exc)
+            return
+        except Exception as exc:
+            self._roll_task = None
+            self._fence(exc)
+            return
+        self._ledgers.close_current(closed.entries, closed.size, closed.timestamp_ms)
+        self._ledgers.add_open_ledger(new_id)
+        self._start_ledger(new_id)
+        self._roll_task = None
+        self._rolling = False
+        log.debug("%s rolled over to ledger %d", self.name, new_id)
+        while self._queued and self._state == OPEN and not self._rolling:
+            if self._rollover_due():
+                self._begin_rollover()
+                break
+            self._send(self._queued.popleft())
+
+    # --- positions ------------------------------------------------------------------
+    @property
+    def last_confirmed(self) -> Position:
+        return self._last_confirmed
+
+    def first_position(self) -> Position:
+        return self._ledgers.first_position()
+
+    def next_position(self, p: Position) -> Position:
+        return self._ledgers.next_position(p)
+
+    def previous_position(self, p: Position) -> Position:
+        return self._ledgers.previous_position(p)
+
+    def normalize_position(self, p: Position) -> Position:
+        """The first position at or after ``p`` that exists or will be written next."""
+        return self._ledgers.normalize(p)
+
+    def is_valid_position(self, p: Position) -> bool:
+        """True if an entry exists at ``p``."""
+        return self._ledgers.exists(p)
+
+    def number_of_entries(self) -> int:
+        return self._ledgers.number_of_entries()
+
+    def entries_between(self, start: Position, end: Position) -> int:
+        return self._ledgers.entries_between(start, end)
+
+    def ledgers(self) -> list[LedgerInfo]:
+        return self._ledgers.infos()
+
+    @property
+    def total_size(self) -> int:
+        return self._ledgers.total_size()
+
+    # --- reading --------------------------------------------------------------------
+    async def read_entries(
+        self, start: Position, max_entries: int, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> list[Entry]:
+        """Entries from ``start`` on, up to ``last_confirmed``, across ledgers."""
+        self._check_readable()
+        result: list[Entry] = []
+        size = 0
+        position = self._ledgers.normalize(start)
+        cache = self._ctx.cache
+        while len(result) < max_entries and position <= self._last_confirmed:
+            if result and size >= max_bytes:
+                break
+            entry = cache.get(position)
+            batch = (
+                [entry]
+                if entry is not None
+                else await self._fetch(position, max_entries - len(result), max_bytes - size)
+            )
+            for entry in batch:
+                if result and size + len(entry.data) > max_bytes:
+                    return result
+                result.append(entry)
+                size += len(entry.data)
+                position = self._ledgers.next_position(entry.position)
+        return result
+
+    async def _fetch(self, position: Position, max_entries: int, max_bytes: int) -> list[Entry]:
+        """A run of entries of one ledger from Kafka, kept in the cache for the next reader."""
+        count = self._ledgers.count(position.ledger_id) or 0
+        wanted = min(count - position.entry_id, max_entries)
+        entries = await self._ctx.ledgers.read(
+            position.ledger_id, position.entry_id, wanted, max(max_bytes, 1)
+        )
+        if not entries or entries[0].position != position:
+            raise StorageError(f"{self.name}: entry {position} could not be read from Kafka")
+        for entry in entries:
+            self._ctx.cache.put(entry)
+        return entries
+
+    async def read_entry(self, position: Position) -> Entry:
+        if not self._ledgers.exists(position) or position > self._last_confirmed:
+            raise EntryNotFoundError(f"{self.name}: no entry at {position}")
+        entries = await self.read_entries(position, 1)
+        if not entries or entries[0].position != position:
+            raise EntryNotFoundError(f"{self.name}: no entry at {position}")
+        return entries[0]
+
+    async def find_position_by_time(self, timestamp_ms: int) -> Position:
+        """The first entry whose timestamp is >= ``timestamp_ms`` (timestamps are assumed
+        not to decrease along the managed ledger, as publish times do not)."""
+        self._check_readable()
+        candidates = [
+            info.ledger_id
+            for info in self._ledgers.infos()
+            if (self._ledgers.count(info.ledger_id) or 0) > 0
+        ]
+        found = await self._ctx.ledgers.first_offsets_at_or_after(candidates, timestamp_ms)
+        for ledger_id in candidates:
+            entry_id = found.get(ledger_id, -1)
+            if 0 <= entry_id < (self._ledgers.count(ledger_id) or 0):
+                return Position(ledger_id, entry_id)
+        return self._ledgers.next_position(self._last_confirmed)
+
+    def add_entries_listener(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """``callback`` runs (on the loop) whenever ``last_confirmed`` advances."""
+        self._listeners.append(callback)
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):
+                self._listeners.remove(callback)
+
+        return unsubscribe
+
+    def _schedule_notify(self) -> None:
+        if not self._notify_scheduled:
+            self._notify_scheduled = True
+            self._loop.call_soon(self._notify)
+
+    def _notify(self) -> None:
+        self._notify_scheduled = False
+        for callback in list(self._listeners):
+            try:
+                callback()
+            except Exception:
+                log.exception("%s: entries listener failed", self.name)
+
+    # --- cursors --------------------------------------------------------------------
+    async def open_cursor(self, name: str, initial_position: str = "latest") -> ManagedCursor:
+        """The durable cursor ``name``: its stored state, or a new one stored first."""
+        if initial_position not in ("latest", "earliest"):
+            raise ValueError(
+                f"initial position must be 'latest' or 'earliest', not {initial_position!r}"
+            )
+        self._check_open()
+        async with self._cursor_lock:
+            cursor = self._cursors.get(name)
+            if cursor is not None:
+                return cursor
+            table = self._ctx.cursor_infos
+            stored = table.get(formats.cursor_key(self.name, name))
+            if stored is None:
+                await table.refresh()
+                stored = table.get(formats.cursor_key(self.name, name))
+            if stored is not None:
+                record = formats.decode_cursor_info(stored)
+                cursor = self._durable_cursor(
+                    name,
+                    record.mark_delete,
+                    individually_deleted=record.individually_deleted,
+                    properties=record.properties,
+                    persisted=True,
+                    last_persisted_ms=record.last_active_ms,
+                )
+            else:
+                start = (
+                    self._last_confirmed
+                    if initial_position == "latest"
+                    else self._ledgers.before_first()
+                )
+                cursor = self._durable_cursor(name, start)
+                await cursor.flush()
+            self._cursors[name] = cursor
+            return cursor
+
+    def _durable_cursor(
+        self,
+        name: str,
+        mark_delete: Position,
+        *,
+        individually_deleted: list[tuple[Position, Position]] | None = None,
+        properties: dict[str, int] | None = None,
+        persisted: bool = False,
+        last_persisted_ms: int = 0,
+    ) -> ManagedCursor:
+        config = self._ctx.config
+        return ManagedCursor(
+            self,
+            name,
+            mark_delete,
+            storage=self,
+            individually_deleted=individually_deleted or (),
+            properties=properties,
+            rate_limit=config.managed_ledger_default_mark_delete_rate_limit,
+            max_ranges_to_persist=config.managed_ledger_max_unacked_ranges_to_persist,
+            persisted=persisted,
+            last_persisted_ms=last_persisted_ms,
+        )
+
+    async def write_cursor(self, name: str, data: bytes) -> None:
+        """Store a durable cursor's state (called by the cursor, rate-limited there)."""
+        if self._close_error is not None:
+            raise self._close_error
+        await self._ctx.cursor_infos.put(formats.cursor_key(self.name, name), data)
+
+    def new_non_durable_cursor(
+        self, start: Position | None, inclusive: bool = False, name: str = ""
+    ) -> ManagedCursor:
+        """A cursor kept in memory only (readers)."""
+        last = self._last_confirmed
+        if start is None:
+            mark_delete = last
+        elif start < self._ledgers.first_position():
+            mark_delete = self._ledgers.before_first()
+        elif inclusive:
+            mark_delete = self._ledgers.previous_position(start)
+        else:
+            mark_delete = start
+        return ManagedCursor(self, name, min(mark_delete, last))
+
+    async def delete_cursor(self, name: str) -> None:
+        async with self._cursor_lock:
+            key = formats.cursor_key(self.name, name)
+            cursor = self._cursors.pop(name, None)
+            if cursor is None and self._ctx.cursor_infos.get(key) is None:
+                raise CursorNotFoundError(f"no cursor {name!r} on {self.name}")
+            if cursor is not None:
+                await cursor.discard()
+            await self._ctx.cursor_infos.delete(key)
+
+    def cursors(self) -> dict[str, ManagedCursor]:
+        return dict(self._cursors)
+
+    def cursor_exists(self, name: str) -> bool:
+        key = formats.cursor_key(self.name, name)
+        return name in self._cursors or self._ctx.cursor_infos.get(key) is not None
+
+    def stored_cursor_names(self) -> list[str]:
+        prefix = formats.cursor_key_prefix(self.name)
+        stored = {key[len(prefix) :] for key, _ in self._ctx.cursor_infos.items(prefix)}
+        return sorted(stored | set(self._cursors))
+
+    # --- closing --------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._state == CLOSED:
+            raise self._not_writable()
+        if self._closing:
+            raise ManagedLedgerClosedError(f"managed ledger {self.name} is closing")
+
+    def _check_readable(self) -> None:
+        if self._state == CLOSED:
+            raise self._not_writable()
+
+    async def close(self) -> None:
+        """Stop accepting appends, let pending ones settle, record the current ledger as
+        closed and store every cursor's latest state."""
+        if self._state == CLOSED or self._closing:
+            return
+        self._closing = True
+        self._rolling = False
+        self._cancel_rollover_timer()
+        for op in self._queued:
+            op.settled = True
+            op.future.set_exception(ManagedLedgerClosedError(f"managed ledger {self.name} closed"))
+        self._queued.clear()
+        for task in (self._recovery_task, self._roll_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+        self._recovery_task = self._roll_task = None
+        timeout = self._ctx.config.kafka_delivery_timeout_ms / 1000 + 5
+        try:
+            await asyncio.wait_for(self._drained.wait(), timeout)
+        except TimeoutError:
+            log.warning("%s: appends still unacknowledged at close", self.name)
+        if self._state == OPEN and self._ledgers.current is not None:
+            closed = LedgerInfo(
+                self._ledgers.last_id,
+                self._ledgers.current_entries,
+                self._ledgers.current_size,
+                now_ms(),
+            )
+            try:
+                await self._write_info([*self._ledgers.infos()[:-1], closed])
+                self._ledgers.close_current(closed.entries, closed.size, closed.timestamp_ms)
+            except Exception as exc:
+                log.warning(
+                    "%s: recording the closed ledger failed (recovered on open): %s", self.name, exc
+                )
+        for cursor in list(self._cursors.values()):
+            try:
+                await cursor.close()
+            except Exception as exc:
+                log.warning("%s: storing cursor %s failed: %s", self.name, cursor.name, exc)
+        self._finish_close()
+
+    async def _shutdown(self, error: Exception) -> None:
+        """Another broker took over: stop at once, write nothing more."""
+        log.error("%s: %s; closing without writing", self.name, error)
+        self._close_error = error
+        self._closing = True
+        self._fence(error)
+        self._cancel_rollover_timer()
+        for cursor in list(self._cursors.values()):
+            await cursor.discard()
+        self._finish_close()
+
+    def _finish_close(self) -> None:
+        self._state = CLOSED
+        self._writable.set()
+        self._on_closed(self)

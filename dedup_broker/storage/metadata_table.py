@@ -1,0 +1,86 @@
+"""A compacted Kafka topic held in memory as a key -> value table.
+
+The topic is the truth and the dictionary a view of it: writes go to Kafka first and
+show in the view once Kafka acknowledged them; :meth:`MetadataTable.refresh` reads
+whatever other writers (other broker processes) added since. Each key remembers the
+offset of the record it came from, so a record can never replace a newer one, whichever
+way (own write or refresh) it reaches the view first. A null value (tombstone) deletes.
+
+One partition: every broker loads the whole table anyway, and one partition keeps a
+single order of writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from dedup_broker.storage.kafka_admin import KafkaAdmin
+from dedup_broker.storage.kafka_producer import SharedProducer
+from dedup_broker.storage.kafka_reader import KafkaReader
+
+TABLE_PARTITION = 0
+
+
+class MetadataTable:
+    def __init__(
+        self, topic: str, producer: SharedProducer, admin: KafkaAdmin, reader: KafkaReader
+    ) -> None:
+        self.topic = topic
+        self._producer = producer
+        self._admin = admin
+        self._reader = reader
+        self._values: dict[str, bytes] = {}
+        self._offsets: dict[str, int] = {}
+        self._next_offset = 0
+        self._refresh_lock = asyncio.Lock()
+
+    # --- reads ----------------------------------------------------------------------
+    def get(self, key: str) -> bytes | None:
+        return self._values.get(key)
+
+    def items(self, prefix: str = "") -> list[tuple[str, bytes]]:
+        """Current entries whose key starts with ``prefix``, sorted by key."""
+        return sorted((k, v) for k, v in self._values.items() if k.startswith(prefix))
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    # --- writes ---------------------------------------------------------------------
+    async def put(self, key: str, value: bytes) -> None:
+        """Store ``value``; returns once Kafka acknowledged it (raises StorageError if not)."""
+        offset = await self._producer.send(
+            self.topic, value, key=key.encode("utf-8"), partition=TABLE_PARTITION
+        )
+        self._apply(key, value, offset)
+
+    async def delete(self, key: str) -> None:
+        """Write a tombstone for ``key``; returns once Kafka acknowledged it."""
+        offset = await self._producer.send(
+            self.topic, None, key=key.encode("utf-8"), partition=TABLE_PARTITION
+        )
+        self._apply(key, None, offset)
+
+    async def refresh(self) -> None:
+        """Read the topic from where this view stopped to its current end."""
+        async with self._refresh_lock:
+            end = await self._admin.high_watermark(self.topic, TABLE_PARTITION)
+            while self._next_offset < end:
+                records = await self._reader.fetch(
+                    self.topic, self._next_offset, end, partition=TABLE_PARTITION
+                )
+                if not records:
+                    break
+                for record in records:
+                    if record.key is not None:
+                        self._apply(record.key.decode("utf-8"), record.value, record.offset)
+                self._next_offset = records[-1].offset + 1
+            self._next_offset = max(self._next_offset, end)
+
+    def _apply(self, key: str, value: bytes | None, offset: int) -> None:
+        if offset <= self._offsets.get(key, -1):
+            return
+        self._offsets[key] = offset
+        if value is None:
+            self._values.pop(key, None)
+        else:
+            self._values[key] = value

@@ -1,0 +1,203 @@
+"""The storage layer's entry point: Kafka clients, metadata tables and open managed ledgers.
+
+One instance per broker process. It creates the internal topics when missing, loads
+the compacted metadata topics to their end, and hands out managed ledgers (one open
+instance per name; concurrent opens of the same name share it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+from dedup_broker.config import BrokerConfig
+from dedup_broker.errors import StorageError, TopicNotFoundError
+from dedup_broker.storage import formats
+from dedup_broker.storage.context import StorageContext
+from dedup_broker.storage.entry_cache import EntryCache
+from dedup_broker.storage.kafka_admin import KafkaAdmin
+from dedup_broker.storage.kafka_producer import SharedProducer, max_record_bytes
+from dedup_broker.storage.kafka_reader import KafkaReader
+from dedup_broker.storage.ledger_store import LedgerStore
+from dedup_broker.storage.managed_ledger import ManagedLedger
+from dedup_broker.storage.metadata_table import MetadataTable
+from dedup_broker.storage.rollover import RolloverPolicy
+
+log = logging.getLogger(__name__)
+
+
+def internal_topics(config: BrokerConfig) -> dict[str, dict[str, str]]:
+    """The broker's own topics and their configuration."""
+    cluster = config.cluster_name
+    compacted = {"cleanup.policy": "compact", "max.message.bytes": str(max_record_bytes(config))}
+    return {
+        f"{cluster}.ledger-ids": {
+            "cleanup.policy": "delete",
+            "retention.ms": "-1",
+            "retention.bytes": "-1",
+        },
+        f"{cluster}.managed-ledgers": compacted,
+        f"{cluster}.cursors": compacted,
+        f"{cluster}.policies": compacted,
+    }
+
+
+class StorageService:
+    """Use :meth:`start` to create one."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        admin: KafkaAdmin,
+        producer: SharedProducer,
+        reader: KafkaReader,
+    ) -> None:
+        cluster = config.cluster_name
+        self.config = config
+        self.broker_id = f"{config.advertised_address}:{config.broker_service_port}/{os.getpid()}"
+        self._admin = admin
+        self._producer = producer
+        self._reader = reader
+        self.ledger_store = LedgerStore(config, self.broker_id, producer, admin, reader)
+        self.entry_cache = EntryCache(config.managed_ledger_cache_size_mb * 1024 * 1024)
+        self._managed_ledger_infos = MetadataTable(
+            f"{cluster}.managed-ledgers", producer, admin, reader
+        )
+        self._cursor_infos = MetadataTable(f"{cluster}.cursors", producer, admin, reader)
+        self.policies = MetadataTable(f"{cluster}.policies", producer, admin, reader)
+        self._ctx = StorageContext(
+            config=config,
+            producer=producer,
+            ledgers=self.ledger_store,
+            cache=self.entry_cache,
+            managed_ledger_infos=self._managed_ledger_infos,
+            cursor_infos=self._cursor_infos,
+            rollover=RolloverPolicy.from_config(config),
+        )
+        self._open: dict[str, ManagedLedger] = {}
+        self._name_locks: dict[str, asyncio.Lock] = {}
+        self._closed = False
+
+    @classmethod
+    async def start(cls, config: BrokerConfig) -> StorageService:
+        """Create missing internal topics and load the metadata tables."""
+        admin = KafkaAdmin(config)
+        topics = internal_topics(config)
+        await asyncio.gather(
+            *(admin.create_topic(topic, topic_config) for topic, topic_config in topics.items())
+        )
+        producer = SharedProducer(config, asyncio.get_running_loop())
+        reader = KafkaReader(config)
+        service = cls(config, admin, producer, reader)
+        try:
+            await asyncio.gather(
+                service._managed_ledger_infos.refresh(),
+                service._cursor_infos.refresh(),
+                service.policies.refresh(),
+            )
+        except BaseException:
+            await producer.close()
+            await asyncio.to_thread(reader.close)
+            raise
+        log.info(
+            "storage started on %s: %d managed ledgers, %d cursors",
+            config.kafka_bootstrap_servers,
+            len(service._managed_ledger_infos),
+            len(service._cursor_infos),
+        )
+        return service
+
+    async def close(self) -> None:
+        """Close every open managed ledger (storing cursors), then the Kafka clients."""
+        if self._closed:
+            return
+        self._closed = True
+        results = await asyncio.gather(
+            *(ledger.close() for ledger in list(self._open.values())), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                log.warning("closing a managed ledger failed: %s", result)
+        await self._producer.close()
+        await asyncio.to_thread(self._reader.close)
+
+    # --- managed ledgers ------------------------------------------------------------
+    def _lock(self, name: str) -> asyncio.Lock:
+        return self._name_locks.setdefault(name, asyncio.Lock())
+
+    def _check_running(self) -> None:
+        if self._closed:
+            raise StorageError("the storage service is closed")
+
+    async def open_managed_ledger(self, name: str, create: bool = True) -> ManagedLedger:
+        """The open managed ledger ``name``, opening (and, if allowed, creating) it."""
+        self._check_running()
+        if not name or formats.CURSOR_KEY_SEPARATOR in name:
+            raise ValueError(f"invalid managed ledger name {name!r}")
+        ledger = self._open.get(name)
+        if ledger is not None:
+            return ledger
+        async with self._lock(name):
+            ledger = self._open.get(name)
+            if ledger is not None:
+                return ledger
+            self._check_running()
+            # Another broker may have written since this one loaded the tables.
+            await asyncio.gather(self._managed_ledger_infos.refresh(), self._cursor_infos.refresh())
+            if not create and self._managed_ledger_infos.get(name) is None:
+                raise TopicNotFoundError(f"managed ledger {name} does not exist")
+            ledger = await ManagedLedger.open(name, self._ctx, self._ledger_closed)
+            self._open[name] = ledger
+            return ledger
+
+    def _ledger_closed(self, ledger: ManagedLedger) -> None:
+        if self._open.get(ledger.name) is ledger:
+            del self._open[ledger.name]
+
+    def managed_ledger_exists(self, name: str) -> bool:
+        return name in self._open or self._managed_ledger_infos.get(name) is not None
+
+    def list_managed_ledgers(self) -> list[str]:
+        stored = {name for name, _ in self._managed_ledger_infos.items()}
+        return sorted(stored | set(self._open))
+
+    async def delete_managed_ledger(self, name: str) -> None:
+        """Close ``name``, remove its info and cursors, then delete its ledger topics."""
+        self._check_running()
+        async with self._lock(name):
+            ledger = self._open.get(name)
+            if ledger is not None:
+                await ledger.close()
+            await asyncio.gather(self._managed_ledger_infos.refresh(), self._cursor_infos.refresh())
+            stored = self._managed_ledger_infos.get(name)
+            cursor_keys = [
+                key for key, _ in self._cursor_infos.items(formats.cursor_key_prefix(name))
+            ]
+            if stored is None and not cursor_keys:
+                raise TopicNotFoundError(f"managed ledger {name} does not exist")
+            ledger_ids = (
+                [info.ledger_id for info in formats.decode_managed_ledger_info(stored).ledgers]
+                if stored is not None
+                else []
+            )
+            for key in cursor_keys:
+                await self._cursor_infos.delete(key)
+            if stored is not None:
+                await self._managed_ledger_infos.delete(name)
+            self.entry_cache.invalidate_ledgers(ledger_ids)
+            await self.ledger_store.delete(ledger_ids)
+            log.info("deleted managed ledger %s and ledgers %s", name, ledger_ids)
+
+    # --- for tools and tests --------------------------------------------------------
+    @property
+    def open_managed_ledgers(self) -> dict[str, ManagedLedger]:
+        return dict(self._open)
+
+    async def refresh(self) -> None:
+        """Re-read every metadata table to its current end."""
+        await asyncio.gather(
+            self._managed_ledger_infos.refresh(),
+            self._cursor_infos.refresh(),
+            self.policies.refresh(),
+        )

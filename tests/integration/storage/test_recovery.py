@@ -1,0 +1,211 @@
+"""Failed writes and unclean stops: what Kafka holds decides, nothing acknowledged is lost."""
+
+from __future__ import annotations
+
+import asyncio
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+)
+
+from dedup_broker.errors import (
+    LedgerFencedError,
+    ManagedLedgerFencedError,
+    StorageError,
+)
+from dedup_broker.storage import Position, StorageService, formats
+from tests.integration.storage.helpers import ConfigFactory, run, wait_until
+
+
+def seal(admin: AdminClient, topic: str) -> None:
+    """Make Kafka refuse further writes to ``topic`` (as a recovering broker does)."""
+    entry = ConfigEntry("max.message.bytes", "0", incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result()
+
+
+def test_reopen_after_an_unclean_stop(make_config: ConfigFactory) -> None:
+    config = make_config()
+
+    async def scenario() -> None:
+        crashed = await StorageService.start(config)
+        ml = await crashed.open_managed_ledger("crashy")
+        acked = [await ml.append(f"c{i}".encode(), 0) for i in range(10)]
+        cursor = await ml.open_cursor("sub", "earliest")
+        cursor.mark_delete(acked[3])
+        await cursor.flush()
+        old_ledger = acked[0].ledger_id
+        # The first broker never closes: a second one takes over from what is stored.
+        successor = await StorageService.start(config)
+        try:
+            ml2 = await successor.open_managed_ledger("crashy")
+            infos = ml2.ledgers()
+            assert [(i.ledger_id, i.entries) for i in infos[:-1]] == [(old_ledger, 10)]
+            assert infos[0].size == sum(len(f"c{i}".encode()) for i in range(10))
+            assert infos[-1].entries == -1 and infos[-1].ledger_id > old_ledger
+            assert ml2.last_confirmed == acked[-1]
+            entries = await ml2.read_entries(ml2.first_position(), 20)
+            assert [e.data for e in entries] == [f"c{i}".encode() for i in range(10)]
+            resumed = await ml2.open_cursor("sub")
+            assert resumed.mark_delete_position == acked[3]
+            nxt = await ml2.append(b"after", 0)
+            assert nxt == Position(infos[-1].ledger_id, 0)
+
+            # The old instance's ledger is sealed: its writes fail, and it notices the
+            # takeover instead of overwriting the successor's metadata.
+            failed = ml.append(b"zombie", 0)
+            try:
+                await failed
+            except StorageError:
+                pass
+            else:
+                raise AssertionError("a write to a sealed ledger must fail")
+            await wait_until(lambda: ml.state == "Closed", timeout=30)
+            late = ml.append(b"late", 0)
+            try:
+                await late
+            except ManagedLedgerFencedError:
+                pass
+            else:
+                raise AssertionError("the taken-over ledger must refuse appends")
+            await successor.refresh()
+            stored = successor._managed_ledger_infos.get("crashy")
+            assert stored is not None
+            stored_ledgers = formats.decode_managed_ledger_info(stored).ledgers
+            assert [(i.ledger_id, i.entries) for i in stored_ledgers] == [
+                (i.ledger_id, i.entries) for i in ml2.ledgers()
+            ]
+        finally:
+            await successor.close()
+            await crashed.close()
+
+    run(scenario)
+
+
+def test_records_that_landed_despite_a_failure_become_entries(
+    make_config: ConfigFactory, kafka_bootstrap: str
+) -> None:
+    config = make_config()
+
+    async def scenario() -> None:
+        storage = await StorageService.start(config)
+        try:
+            ml = await storage.open_managed_ledger("landed")
+            resolved: list[tuple[Position, Position]] = []
+            ml.on_write_failure_resolved = lambda told, true: resolved.append((told, true))
+            told = [await ml.append(f"ok{i}".encode(), 0) for i in range(3)]
+            ledger = told[0].ledger_id
+            # Records this broker did not write land in its ledger (as records of a
+            # write whose report failed would): the next append sees the wrong offset.
+            outsider = Producer({"bootstrap.servers": kafka_bootstrap})
+            for name in (b"stray-1", b"stray-2"):
+                outsider.produce(storage.ledger_store.topic(ledger), name)
+            assert outsider.flush(10) == 0
+            failed = ml.append(b"mine", 0)
+            try:
+                await failed
+            except StorageError as exc:
+                assert "offset 6" in str(exc)
+            else:
+                raise AssertionError("a misplaced write must fail")
+            assert ml.state == "Fenced"
+            refused = ml.append(b"while-fenced", 0)
+            try:
+                await refused
+            except LedgerFencedError:
+                pass
+            else:
+                raise AssertionError("appends must fail while fenced")
+            await asyncio.wait_for(ml.wait_writable(), 30)
+            assert ml.state == "Open"
+            truth = Position(ledger, 5)
+            assert resolved == [(told[-1], truth)]
+            assert ml.last_confirmed == truth
+            assert [(i.ledger_id, i.entries) for i in ml.ledgers()[:-1]] == [(ledger, 6)]
+            entries = await ml.read_entries(told[0], 10)
+            assert [e.data for e in entries] == [
+                b"ok0",
+                b"ok1",
+                b"ok2",
+                b"stray-1",
+                b"stray-2",
+                b"mine",
+            ]
+            after = await ml.append(b"next", 0)
+            assert after == Position(ml.ledgers()[-1].ledger_id, 0)
+        finally:
+            await storage.close()
+
+    run(scenario)
+
+
+def test_a_failed_write_fails_everything_in_flight_in_order(
+    make_config: ConfigFactory, admin: AdminClient
+) -> None:
+    config = make_config()
+
+    async def scenario() -> None:
+        storage = await StorageService.start(config)
+        try:
+            ml = await storage.open_managed_ledger("refused")
+            resolved: list[tuple[Position, Position]] = []
+            ml.on_write_failure_resolved = lambda told, true: resolved.append((told, true))
+            kept = [await ml.append(b"kept", 0) for _ in range(2)]
+            await asyncio.to_thread(seal, admin, storage.ledger_store.topic(kept[0].ledger_id))
+            futures = [ml.append(f"lost{i}".encode(), 0) for i in range(20)]
+            order: list[tuple[int, str]] = []
+            for i, future in enumerate(futures):
+                future.add_done_callback(
+                    lambda f, i=i: order.append((i, type(f.exception()).__name__))
+                )
+            await asyncio.gather(*futures, return_exceptions=True)
+            assert [i for i, _ in order] == list(range(20))
+            assert order[0] == (0, "StorageError")
+            assert {kind for _, kind in order[1:]} == {"LedgerFencedError"}
+            await asyncio.wait_for(ml.wait_writable(), 30)
+            assert resolved == [(kept[-1], kept[-1])]
+            assert [(i.ledger_id, i.entries) for i in ml.ledgers()[:-1]] == [(kept[0].ledger_id, 2)]
+            fresh = await ml.append(b"fresh", 0)
+            assert fresh == Position(ml.ledgers()[-1].ledger_id, 0)
+            assert [e.data for e in await ml.read_entries(kept[0], 10)] == [
+                b"kept",
+                b"kept",
+                b"fresh",
+            ]
+        finally:
+            await storage.close()
+
+    run(scenario)
+
+
+def test_clean_close_then_reopen_keeps_everything(make_config: ConfigFactory) -> None:
+    config = make_config()
+
+    async def scenario() -> None:
+        storage = await StorageService.start(config)
+        ml = await storage.open_managed_ledger("clean")
+        first = [await ml.append(b"1", 0) for _ in range(3)]
+        await ml.close()
+        assert ml.state == "Closed"
+        try:
+            await ml.append(b"x", 0)
+        except Exception as exc:
+            assert type(exc).__name__ == "ManagedLedgerClosedError"
+        reopened = await storage.open_managed_ledger("clean")
+        assert reopened is not ml
+        assert [(i.ledger_id, i.entries) for i in reopened.ledgers()[:-1]] == [
+            (first[0].ledger_id, 3)
+        ]
+        # An empty ledger left at the end is dropped on the next open.
+        await reopened.close()
+        third = await storage.open_managed_ledger("clean")
+        assert [i.entries for i in third.ledgers()] == [3, -1]
+        assert third.ledgers()[-1].ledger_id > reopened.ledgers()[-1].ledger_id
+        await storage.close()
+
+    run(scenario)

@@ -1,0 +1,65 @@
+"""The records the storage layer writes to Kafka."""
+
+from __future__ import annotations
+
+from dedup_broker.storage import formats
+from dedup_broker.storage import storage_pb2 as pb
+from dedup_broker.storage.position import LedgerInfo, Position
+
+
+def test_entry_key_is_eight_byte_big_endian_running_size() -> None:
+    assert formats.encode_entry_key(258) == b"\x00\x00\x00\x00\x00\x00\x01\x02"
+    assert formats.decode_entry_key(b"\x00\x00\x00\x00\x00\x00\x01\x02") == 258
+    assert formats.decode_entry_key(None) is None
+    assert formats.decode_entry_key(b"abc") is None
+
+
+def test_topic_and_key_names() -> None:
+    assert formats.ledger_topic("prod", 42) == "prod.ledger.42"
+    assert (
+        formats.cursor_key("public/default/persistent/t", "sub")
+        == "public/default/persistent/t\x00sub"
+    )
+
+
+def test_managed_ledger_info_round_trip_and_wire_fields() -> None:
+    record = formats.ManagedLedgerRecord(
+        [LedgerInfo(3, 10, 100, 1700), LedgerInfo(8, -1, 0, 0)], {"b": "2", "a": "1"}
+    )
+    data = formats.encode_managed_ledger_info(record)
+    assert formats.decode_managed_ledger_info(data) == record
+    msg = pb.ManagedLedgerInfo.FromString(data)
+    assert [(li.ledgerId, li.entries) for li in msg.ledgerInfo] == [(3, 10), (8, -1)]
+    assert not msg.ledgerInfo[1].HasField("size")
+    assert [(kv.key, kv.value) for kv in msg.properties] == [("a", "1"), ("b", "2")]
+
+
+def test_cursor_info_uses_pulsar_open_closed_ranges() -> None:
+    record = formats.CursorRecord(
+        mark_delete=Position(5, 3),
+        individually_deleted=[(Position(5, 6), Position(5, 8)), (Position(7, 0), Position(7, 0))],
+        properties={"seq": 41, "other": -2},
+        last_active_ms=1234,
+    )
+    data = formats.encode_cursor_info(record)
+    msg = pb.ManagedCursorInfo.FromString(data)
+    assert msg.cursorsLedgerId == -1
+    assert (msg.markDeleteLedgerId, msg.markDeleteEntryId) == (5, 3)
+    assert [
+        (
+            r.lowerEndpoint.ledgerId,
+            r.lowerEndpoint.entryId,
+            r.upperEndpoint.ledgerId,
+            r.upperEndpoint.entryId,
+        )
+        for r in msg.individualDeletedMessages
+    ] == [(5, 5, 5, 8), (7, -1, 7, 0)]
+    assert [(p.name, p.value) for p in msg.properties] == [("other", -2), ("seq", 41)]
+    assert formats.decode_cursor_info(data) == record
+
+
+def test_ledger_metadata_round_trip() -> None:
+    meta = formats.LedgerMetadata(9, "t", "MANAGED_CURSOR", "sub", 1700, "host:6650/1")
+    data = formats.encode_ledger_metadata(meta)
+    assert pb.LedgerMetadata.FromString(data).component == pb.MANAGED_CURSOR
+    assert formats.decode_ledger_metadata(data) == meta
