@@ -176,9 +176,7 @@ def _coerce(name: str, value: Any) -> Any:
         if kind == "float":
             return float(text)
     except ValueError:
-        raise ConfigError(
-            f"{camel_case(name)}: expected {kind}, got {value!r}"
-        ) from None
+        raise ConfigError(f"{camel_case(name)}: expected {kind}, got {value!r}") from None
     return text
 
 

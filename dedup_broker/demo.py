@@ -117,7 +117,7 @@ def _pipeline(broker: BrokerProcess, total: int) -> int:
         print(f"  messages stored:  {sum(counts.values())}")
         print(f"  duplicates:       {duplicates}")
         print(f"  missing:          {missing}")
-        print(f"  broker crashes:   1 (kill -9)")
+        print("  broker crashes:   1 (kill -9)")
         print(f"  elapsed:          {elapsed:.1f}s")
         return 0 if duplicates == 0 and missing == 0 else 1
     finally:

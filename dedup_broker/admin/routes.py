@@ -15,6 +15,7 @@ from dedup_broker.admin.http import (
     text_response,
 )
 from dedup_broker.errors import BrokerError, InvalidTopicNameError, TopicNotFoundError
+from dedup_broker.server.policies import DEDUP
 from dedup_broker.server.topic_name import TopicName
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 
 TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
 NAMESPACE = "/admin/v2/persistent/{tenant}/{namespace}"
+NAMESPACES = "/admin/v2/namespaces/{tenant}/{namespace}"
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -46,6 +48,12 @@ def build_router(broker: BrokerService) -> Router:
         ("GET", TOPIC + "/partitioned-stats", api.partitioned_stats),
         ("GET", TOPIC + "/subscriptions", api.list_subscriptions),
         ("DELETE", TOPIC + "/subscription/{subscription}", api.delete_subscription),
+        ("GET", NAMESPACES + "/deduplication", api.get_namespace_dedup),
+        ("POST", NAMESPACES + "/deduplication", api.set_namespace_dedup),
+        ("DELETE", NAMESPACES + "/deduplication", api.remove_namespace_dedup),
+        ("GET", TOPIC + "/deduplicationEnabled", api.get_topic_dedup),
+        ("POST", TOPIC + "/deduplicationEnabled", api.set_topic_dedup),
+        ("DELETE", TOPIC + "/deduplicationEnabled", api.remove_topic_dedup),
     ]
     for method, pattern, handler in routes:
         router.add(method, pattern, _translating_errors(handler))
@@ -56,7 +64,7 @@ def _translating_errors(handler: Handler) -> Handler:
     async def wrapped(request: Request) -> Response:
         try:
             return await handler(request)
-        except (TopicNotFoundError, _NotFound) as exc:
+        except (TopicNotFoundError, _NotFoundError) as exc:
             raise HttpError(404, str(exc)) from None
         except InvalidTopicNameError as exc:
             raise HttpError(412, str(exc)) from None
@@ -72,7 +80,7 @@ def _translating_errors(handler: Handler) -> Handler:
 _CONFLICTS = {"TopicExistsError", "TopicBusyError", "ConsumerStillConnectedError"}
 
 
-class _NotFound(BrokerError):
+class _NotFoundError(BrokerError):
     pass
 
 
@@ -83,6 +91,17 @@ def _topic(request: Request) -> TopicName:
 
 def _flag(request: Request, name: str) -> bool:
     return request.query.get(name, ["false"])[-1].lower() in ("true", "1", "yes")
+
+
+def _bool_body(request: Request) -> bool:
+    text = request.text().strip().lower()
+    if text not in ("true", "false"):
+        raise HttpError(400, f"expected true or false as the body, got {text!r}")
+    return text == "true"
+
+
+def _namespace(request: Request) -> str:
+    return f"{request.params['tenant']}/{request.params['namespace']}"
 
 
 def _int_body(request: Request) -> int:
@@ -154,7 +173,7 @@ class AdminApi:
         name = _topic(request)
         partitions = self.broker.partitions_of(name)
         if not partitions:
-            raise _NotFound(f"partitioned topic {name} does not exist")
+            raise _NotFoundError(f"partitioned topic {name} does not exist")
         result: dict[str, object] = {"metadata": {"partitions": partitions}, "partitions": {}}
         totals = {"msgInCounter": 0, "bytesInCounter": 0, "msgOutCounter": 0}
         per_partition: dict[str, object] = {}
@@ -184,4 +203,33 @@ class AdminApi:
             for consumer in list(subscription.consumers):
                 consumer.connection.close_consumer_by_broker(consumer)
         await topic.unsubscribe(name)
+        return no_content()
+
+    # --- deduplication policies (namespace and topic level) ----------------------------
+    async def get_namespace_dedup(self, request: Request) -> Response:
+        return json_response(self.broker.policies.namespace_value(_namespace(request), DEDUP))
+
+    async def set_namespace_dedup(self, request: Request) -> Response:
+        await self.broker.policies.set_namespace_value(
+            _namespace(request), DEDUP, _bool_body(request)
+        )
+        await self.broker.apply_policies()
+        return no_content()
+
+    async def remove_namespace_dedup(self, request: Request) -> Response:
+        await self.broker.policies.set_namespace_value(_namespace(request), DEDUP, None)
+        await self.broker.apply_policies()
+        return no_content()
+
+    async def get_topic_dedup(self, request: Request) -> Response:
+        return json_response(self.broker.policies.topic_value(_topic(request), DEDUP))
+
+    async def set_topic_dedup(self, request: Request) -> Response:
+        await self.broker.policies.set_topic_value(_topic(request), DEDUP, _bool_body(request))
+        await self.broker.apply_policies()
+        return no_content()
+
+    async def remove_topic_dedup(self, request: Request) -> Response:
+        await self.broker.policies.set_topic_value(_topic(request), DEDUP, None)
+        await self.broker.apply_policies()
         return no_content()

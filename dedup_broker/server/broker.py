@@ -13,6 +13,7 @@ from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import BrokerError, InvalidTopicNameError, TopicNotFoundError
 from dedup_broker.server.connection import ClientConnection
 from dedup_broker.server.metrics import BrokerMetrics
+from dedup_broker.server.policies import Policies
 from dedup_broker.server.topic import Topic
 from dedup_broker.server.topic_name import TopicName
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PARTITIONS_KEY = "partitioned-topics/"
+PERIODIC_SECONDS = 5.0
 
 
 class PartitionedTopicError(BrokerError):
@@ -33,6 +35,8 @@ class BrokerService:
         self.config = config
         self.storage = storage
         self.metrics = BrokerMetrics(self)
+        self.policies = Policies(storage.policies, config)
+        self._timer: asyncio.Task[None] | None = None
         self.topics: dict[str, Topic] = {}
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         self.connections: set[ClientConnection] = set()
@@ -51,9 +55,12 @@ class BrokerService:
             reuse_address=True,
         )
         self.port = self._server.sockets[0].getsockname()[1]
+        self._timer = loop.create_task(self._periodic())
         log.info("serving the Pulsar protocol on %s:%d", self.config.bind_address, self.port)
 
     async def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
         if self._server is not None:
             self._server.close()
         for connection in list(self.connections):
@@ -66,6 +73,23 @@ class BrokerService:
         self.topics.clear()
         if self._server is not None:
             await self._server.wait_closed()
+
+    async def _periodic(self) -> None:
+        """Housekeeping: quiet-topic snapshots, idle producers, failed recoveries."""
+        while True:
+            await asyncio.sleep(PERIODIC_SECONDS)
+            for topic in list(self.topics.values()):
+                try:
+                    topic.dedup.on_timer()
+                    if topic.dedup.status == "Failed":
+                        await topic.dedup.apply_policy()
+                except BrokerError as exc:
+                    log.warning("housekeeping on %s: %s", topic.name, exc)
+
+    async def apply_policies(self) -> None:
+        """Policies changed at runtime: every loaded topic follows them now."""
+        for topic in list(self.topics.values()):
+            await topic.dedup.apply_policy()
 
     @property
     def service_url(self) -> str:
@@ -129,7 +153,7 @@ class BrokerService:
             if ledger_name.startswith(prefix):
                 from urllib.parse import unquote
 
-                names.append(f"persistent://{namespace}/{unquote(ledger_name[len(prefix):])}")
+                names.append(f"persistent://{namespace}/{unquote(ledger_name[len(prefix) :])}")
         return sorted(names)
 
     def topics_of_namespace(self, namespace: str) -> list[str]:

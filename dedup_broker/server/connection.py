@@ -65,7 +65,7 @@ class ClientConnection(asyncio.Protocol):
         self._ping_outstanding = False
         self._keepalive: asyncio.TimerHandle | None = None
         self._closed = False
-        self._handlers: dict[int, Callable[[Frame], None | Awaitable[None]]] = {
+        self._handlers: dict[int, Callable[[Frame], Awaitable[None] | None]] = {
             _BASE.CONNECT: self._on_connect,
             _BASE.PING: self._on_ping,
             _BASE.PONG: self._on_pong,
@@ -189,7 +189,8 @@ class ClientConnection(asyncio.Protocol):
         command = frame.command
         if not self.connected and command.type != _BASE.CONNECT:
             self._send_error_and_close(
-                f"{commands.command_name(command)} before CONNECT: the first command must be CONNECT"
+                f"{commands.command_name(command)} before CONNECT: "
+                "the first command must be CONNECT"
             )
             return
         handler = self._handlers.get(command.type)
@@ -227,7 +228,9 @@ class ClientConnection(asyncio.Protocol):
         request_id = commands.request_id_of(command)
         if command.type == _BASE.SEND:
             send = command.send
-            self.send_command(commands.send_error(send.producer_id, send.sequence_id, code, str(exc)))
+            self.send_command(
+                commands.send_error(send.producer_id, send.sequence_id, code, str(exc))
+            )
         elif command.type == _BASE.PARTITIONED_METADATA:
             self.send_command(
                 commands.partitioned_metadata_response(
@@ -242,9 +245,7 @@ class ClientConnection(asyncio.Protocol):
             )
         else:
             self.send_command(commands.error(request_id or 0, code, str(exc)))
-        log.info(
-            "%s from %s refused: %s", commands.command_name(command), self.remote_address, exc
-        )
+        log.info("%s from %s refused: %s", commands.command_name(command), self.remote_address, exc)
 
     # --- connection-level commands ---------------------------------------------------
     def _on_connect(self, frame: Frame) -> None:
@@ -279,9 +280,7 @@ class ClientConnection(asyncio.Protocol):
     def _on_lookup(self, frame: Frame) -> None:
         request = frame.command.lookupTopic
         self._topic_name(request.topic)
-        self.send_command(
-            commands.lookup_response(request.request_id, self.broker.service_url)
-        )
+        self.send_command(commands.lookup_response(request.request_id, self.broker.service_url))
 
     def _on_get_topics_of_namespace(self, frame: Frame) -> None:
         request = frame.command.getTopicsOfNamespace
@@ -316,7 +315,7 @@ class ClientConnection(asyncio.Protocol):
             return
         key = ("producer", request.producer_id)
         if key in self._creating:
-            raise ServiceNotReady(f"producer {request.producer_id} is being created")
+            raise CreationInProgressError(f"producer {request.producer_id} is being created")
         self._creating[key] = asyncio.get_running_loop().create_future()
         try:
             if request.producer_access_mode not in (0,):
@@ -362,11 +361,15 @@ class ClientConnection(asyncio.Protocol):
             self.broker.metrics.checksum_errors.inc()
             self.send_command(
                 commands.send_error(
-                    send.producer_id, send.sequence_id, pb.ChecksumError,
+                    send.producer_id,
+                    send.sequence_id,
+                    pb.ChecksumError,
                     "message checksum (CRC32C) does not match its content",
                 )
             )
-            log.warning("checksum mismatch from producer %s (%s)", producer.name, self.remote_address)
+            log.warning(
+                "checksum mismatch from producer %s (%s)", producer.name, self.remote_address
+            )
             return
         metadata = parse_metadata_only(entry)
         producer.topic.publish(producer, send, entry, metadata)
@@ -412,7 +415,7 @@ class ClientConnection(asyncio.Protocol):
             return
         key = ("consumer", request.consumer_id)
         if key in self._creating:
-            raise ServiceNotReady(f"consumer {request.consumer_id} is being created")
+            raise CreationInProgressError(f"consumer {request.consumer_id} is being created")
         self._creating[key] = asyncio.get_running_loop().create_future()
         try:
             sub_type = SubscriptionType(request.subType)
@@ -475,7 +478,9 @@ class ClientConnection(asyncio.Protocol):
             if ack.HasField("request_id"):
                 self.send_command(
                     commands.ack_response(
-                        ack.consumer_id, ack.request_id, error=pb.ConsumerNotFound,
+                        ack.consumer_id,
+                        ack.request_id,
+                        error=pb.ConsumerNotFound,
                         message=f"no consumer with id {ack.consumer_id} on this connection",
                     )
                 )
@@ -489,7 +494,9 @@ class ClientConnection(asyncio.Protocol):
                 # Part of a batch is still unacknowledged: only a cumulative ack may move
                 # up to the entry before it.
                 if cumulative:
-                    positions.append(consumer.subscription.topic.managed_ledger.previous_position(position))
+                    positions.append(
+                        consumer.subscription.topic.managed_ledger.previous_position(position)
+                    )
                 continue
             positions.append(position)
         if positions:
@@ -616,7 +623,7 @@ class UnknownIdError(BrokerError):
     """A command names a producer or consumer id this connection does not have."""
 
 
-class ServiceNotReady(BrokerError):
+class CreationInProgressError(BrokerError):
     """The same producer or consumer is still being created; the client retries."""
 
     retriable = True

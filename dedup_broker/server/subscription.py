@@ -74,14 +74,11 @@ class Subscription:
         if sub_type != self.type:
             if self.consumers:
                 raise ConsumerBusyError(
-                    f"subscription {self.name!r} is of type {self.type.name}, "
-                    f"not {sub_type.name}"
+                    f"subscription {self.name!r} is of type {self.type.name}, not {sub_type.name}"
                 )
             self.type = sub_type
         if self.type == SubscriptionType.EXCLUSIVE and self.consumers:
-            raise ConsumerBusyError(
-                f"exclusive subscription {self.name!r} already has a consumer"
-            )
+            raise ConsumerBusyError(f"exclusive subscription {self.name!r} already has a consumer")
         self.consumers.append(consumer)
         if self._unlisten is None:
             self._unlisten = self.topic.managed_ledger.add_entries_listener(self.trigger)
@@ -124,9 +121,7 @@ class Subscription:
         if self.type == SubscriptionType.FAILOVER and previous is not self._active:
             for consumer in self.consumers:
                 consumer.connection.send_command(
-                    commands.active_consumer_change(
-                        consumer.consumer_id, consumer is self._active
-                    )
+                    commands.active_consumer_change(consumer.consumer_id, consumer is self._active)
                 )
             if previous is not None and previous in self.consumers:
                 moved = previous.take_pending()

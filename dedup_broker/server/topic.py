@@ -7,10 +7,12 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from dedup_broker.dedup.sequence import Verdict
 from dedup_broker.errors import BrokerError, ProtocolError, RetriableError
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import parse_metadata_only
+from dedup_broker.server.deduplication import TopicDeduplication
 from dedup_broker.server.producer import Producer
 from dedup_broker.server.subscription import Subscription, SubscriptionType
 from dedup_broker.server.topic_name import TopicName
@@ -44,6 +46,7 @@ class Topic:
         self.msgs_in = 0
         self.bytes_in = 0
         self._last_entry_batch: tuple[Position, int] | None = None
+        self.dedup = TopicDeduplication(self)
         self.closed = False
 
     @classmethod
@@ -57,6 +60,7 @@ class Topic:
             topic.subscriptions[cursor_name] = Subscription(
                 topic, cursor_name, cursor, SubscriptionType.EXCLUSIVE, durable=True
             )
+        await topic.dedup.apply_policy()
         return topic
 
     # --- producers ----------------------------------------------------------------
@@ -67,14 +71,16 @@ class Topic:
                 f"producer {producer.name!r} is already connected to topic {self.name}"
             )
         self.producers[producer.name] = producer
+        self.dedup.producer_connected(producer.name)
 
     def remove_producer(self, producer: Producer) -> None:
         producer.closed = True
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
+            self.dedup.producer_disconnected(producer.name)
 
     def last_sequence_id(self, producer_name: str) -> int:
-        return -1
+        return self.dedup.last_sequence_id(producer_name)
 
     def publish(
         self,
@@ -91,8 +97,17 @@ class Topic:
         started = time.monotonic()
         timestamp = metadata.publish_time or int(time.time() * 1000)
         try:
+            verdict, dedup_name, highest_seen = self.dedup.check(send, entry, metadata)
+        except BrokerError as exc:
+            self._send_error(producer, sequence_id, exc)
+            return
+        if verdict is not Verdict.NOT_DUP:
+            self._answer_duplicate(producer, sequence_id, highest, verdict)
+            return
+        try:
             future = self.managed_ledger.append(entry, timestamp)
         except BrokerError as exc:
+            self.dedup.write_failed()
             self._send_error(producer, sequence_id, exc)
             return
         producer.pending_sends += 1
@@ -104,9 +119,11 @@ class Topic:
             exc = done.exception() if not done.cancelled() else RetriableError("cancelled")
             if exc is not None:
                 self.broker.metrics.kafka_write_errors.inc()
+                self.dedup.write_failed()
                 self._send_error(producer, sequence_id, exc)
                 return
             position = done.result()
+            self.dedup.persisted(dedup_name, highest_seen, position)
             self._last_entry_batch = (position, in_batch)
             self.msgs_in += count
             self.bytes_in += len(entry)
@@ -125,6 +142,29 @@ class Topic:
                 )
 
         future.add_done_callback(written)
+
+    def _answer_duplicate(
+        self, producer: Producer, sequence_id: int, highest: int | None, verdict: Verdict
+    ) -> None:
+        """Dup: a normal receipt with id -1:-1. Unknown: an error the client resends after."""
+        self.broker.metrics.dedup_verdicts.labels(verdict=verdict.value).inc()
+        if producer.closed:
+            return
+        if verdict is Verdict.DUP:
+            producer.connection.send_command(
+                commands.send_receipt(
+                    producer.producer_id, sequence_id, -1, -1, highest_sequence_id=highest
+                )
+            )
+        else:
+            producer.connection.send_command(
+                commands.send_error(
+                    producer.producer_id,
+                    sequence_id,
+                    pb.PersistenceError,
+                    "an earlier copy of this message is still being written; resend later",
+                )
+            )
 
     def _send_error(self, producer: Producer, sequence_id: int, exc: BaseException) -> None:
         if isinstance(exc, ProtocolError):
@@ -149,7 +189,9 @@ class Topic:
     ) -> Subscription:
         name = consumer.subscription_name
         if name.startswith(SYSTEM_CURSOR_PREFIX):
-            raise BrokerError(f"subscription names starting with {SYSTEM_CURSOR_PREFIX!r} are reserved")
+            raise BrokerError(
+                f"subscription names starting with {SYSTEM_CURSOR_PREFIX!r} are reserved"
+            )
         subscription = self.subscriptions.get(name)
         if subscription is not None and subscription.durable != durable:
             raise BrokerError(f"subscription {name!r} exists with another durability")
@@ -175,7 +217,10 @@ class Topic:
     def consumer_closed(self, consumer: Consumer) -> None:
         subscription = consumer.subscription
         subscription.remove_consumer(consumer)
-        if subscription.should_expire() and self.subscriptions.get(subscription.name) is subscription:
+        if (
+            subscription.should_expire()
+            and self.subscriptions.get(subscription.name) is subscription
+        ):
             del self.subscriptions[subscription.name]
             asyncio.get_running_loop().create_task(subscription.close())
 
@@ -211,6 +256,7 @@ class Topic:
     # --- lifecycle and stats --------------------------------------------------------
     async def close(self) -> None:
         self.closed = True
+        await self.dedup.close()
         for producer in list(self.producers.values()):
             producer.connection.close_producer_by_broker(producer)
         for subscription in list(self.subscriptions.values()):
@@ -226,6 +272,7 @@ class Topic:
             "msgOutCounter": sum(s.msgs_out for s in self.subscriptions.values()),
             "bytesOutCounter": sum(s.bytes_out for s in self.subscriptions.values()),
             "storageSize": self.managed_ledger.total_size,
+            "deduplicationStatus": self.dedup.status,
             "publishers": [p.stats() for p in self.producers.values()],
             "subscriptions": {n: s.stats() for n, s in self.subscriptions.items()},
         }
@@ -261,6 +308,7 @@ class Topic:
                 for info in ledger.ledgers()
             ],
             "cursors": cursors,
+            "deduplication": self.dedup.stats(),
         }
 
 

@@ -32,9 +32,7 @@ class TopicName:
         if "://" in raw:
             domain, _, raw = raw.partition("://")
             if domain == "non-persistent":
-                raise InvalidTopicNameError(
-                    f"non-persistent topics are not supported: {text!r}"
-                )
+                raise InvalidTopicNameError(f"non-persistent topics are not supported: {text!r}")
             if domain != "persistent":
                 raise InvalidTopicNameError(f"unknown topic domain {domain!r} in {text!r}")
             parts = raw.split("/", 2)
@@ -83,9 +81,7 @@ class TopicName:
         return TopicName(self.tenant, self.namespace, base, self.domain)
 
     def partition(self, index: int) -> TopicName:
-        return TopicName(
-            self.tenant, self.namespace, f"{self.local_name}{PARTITION_SUFFIX}{index}"
-        )
+        return TopicName(self.tenant, self.namespace, f"{self.local_name}{PARTITION_SUFFIX}{index}")
 
     @property
     def managed_ledger_name(self) -> str:

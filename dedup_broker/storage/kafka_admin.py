@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -88,13 +89,35 @@ class KafkaAdmin:
                 if _error_code(exc) != KafkaError.UNKNOWN_TOPIC_OR_PART:
                     raise storage_error(f"delete topic {topic}", exc) from exc
 
+    async def _list_offsets(self, request: dict[TopicPartition, Any], what: str) -> dict[str, int]:
+        """Offsets per topic for ``request`` (partition -> OffsetSpec)."""
+        topics = sorted({tp.topic for tp in request})
+        for attempt in (1, 2):
+            futures = self._client.list_offsets(request, request_timeout=self._timeout_s)
+            try:
+                return {
+                    tp.topic: int((await asyncio.wrap_future(future)).offset)
+                    for tp, future in futures.items()
+                }
+            except KafkaException as exc:
+                if attempt == 2:
+                    raise storage_error(what, exc) from exc
+                # The client sends these from cached metadata (leader, leader epoch) and
+                # does not refresh it when they fail, e.g. after a broker restart.
+                log.debug("%s failed (%s); refreshing metadata of %s", what, exc, topics)
+                await asyncio.to_thread(self._refresh_metadata, topics)
+        raise AssertionError("unreachable")
+
+    def _refresh_metadata(self, topics: list[str]) -> None:
+        for topic in topics:
+            with contextlib.suppress(KafkaException):
+                self._client.list_topics(topic, timeout=self._timeout_s)
+
     async def high_watermark(self, topic: str, partition: int = 0) -> int:
         """The partition's end offset: one past the last record readers may see."""
-        tp = TopicPartition(topic, partition)
         latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-        futures = self._client.list_offsets({tp: latest}, request_timeout=self._timeout_s)
-        result = await self._wait(f"end offset of {topic}", next(iter(futures.values())))
-        return int(result.offset)
+        request = {TopicPartition(topic, partition): latest}
+        return (await self._list_offsets(request, f"end offset of {topic}"))[topic]
 
     async def offsets_for_time(self, topics: list[str], timestamp_ms: int) -> dict[str, int]:
         """Per topic (partition 0): offset of the first record with timestamp >= the
@@ -104,12 +127,7 @@ class KafkaAdmin:
         request = {
             TopicPartition(topic, 0): OffsetSpec.for_timestamp(timestamp_ms) for topic in topics
         }
-        futures = self._client.list_offsets(request, request_timeout=self._timeout_s)
-        result: dict[str, int] = {}
-        for tp, future in futures.items():
-            info = await self._wait(f"offset by time in {tp.topic}", future)
-            result[tp.topic] = int(info.offset)
-        return result
+        return await self._list_offsets(request, f"offsets by time in {len(topics)} ledgers")
 
     async def seal_topic(self, topic: str) -> None:
         """Make Kafka refuse every further write to ``topic`` (reads are unaffected).

@@ -64,7 +64,9 @@ class BrokerProcess:
             "web_service_port": self.http_port,
         } | self.settings
         for name, value in values.items():
-            env[ENV_PREFIX + name.upper()] = str(value).lower() if isinstance(value, bool) else str(value)
+            env[ENV_PREFIX + name.upper()] = (
+                str(value).lower() if isinstance(value, bool) else str(value)
+            )
         return env
 
     def start(self, timeout: float = 60.0) -> None:
@@ -87,9 +89,7 @@ class BrokerProcess:
         while time.monotonic() < deadline:
             assert self.process is not None
             if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"broker exited with {self.process.returncode}:\n{self.tail()}"
-                )
+                raise RuntimeError(f"broker exited with {self.process.returncode}:\n{self.tail()}")
             try:
                 with urllib.request.urlopen(
                     self.http_url + "/admin/v2/brokers/health", timeout=2

@@ -64,7 +64,10 @@ def test_negative_ack_redelivers_with_growing_count(client: pulsar.Client, topic
 
 def test_ack_timeout_redelivers(client: pulsar.Client, topic: str) -> None:
     consumer = client.subscribe(
-        topic, "timeout", consumer_type=pulsar.ConsumerType.Shared, unacked_messages_timeout_ms=10_500
+        topic,
+        "timeout",
+        consumer_type=pulsar.ConsumerType.Shared,
+        unacked_messages_timeout_ms=10_500,
     )
     producer = client.create_producer(topic)
     producer.send(b"late")

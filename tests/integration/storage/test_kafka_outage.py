@@ -74,3 +74,78 @@ def test_writes_during_a_kafka_outage_fence_then_recover(native_kafka: KafkaServ
             await again.close()
 
     run(scenario, timeout=240)
+
+
+@pytest.mark.chaos
+@pytest.mark.parametrize("outage", ["stop", "kill"])
+def test_no_acknowledged_entry_is_lost_while_kafka_dies_mid_stream(
+    native_kafka: KafkaService, outage: str
+) -> None:
+    config = BrokerConfig(
+        cluster_name=f"stream-{uuid.uuid4().hex[:8]}",
+        kafka_bootstrap_servers=native_kafka.bootstrap_servers,
+        kafka_delivery_timeout_ms=4000,
+        kafka_request_timeout_ms=3000,
+        managed_ledger_max_entries_per_ledger=300,
+        managed_ledger_min_ledger_rollover_time_minutes=0,
+    )
+    acked: dict[Position, bytes] = {}
+    failures: list[BaseException] = []
+
+    async def writer(ml: object, stop: asyncio.Event) -> None:
+        from dedup_broker.storage import ManagedLedger
+
+        assert isinstance(ml, ManagedLedger)
+        sequence = 0
+        while not stop.is_set():
+            await ml.wait_writable()
+            batch = []
+            for _ in range(20):
+                data = f"s{sequence}".encode()
+                sequence += 1
+                batch.append((data, ml.append(data, 0)))
+            for data, future in batch:
+                try:
+                    acked[await future] = data
+                except (StorageError, LedgerFencedError) as exc:
+                    failures.append(exc)
+            await asyncio.sleep(0.005)
+
+    async def scenario() -> None:
+        storage = await StorageService.start(config)
+        try:
+            ml = await storage.open_managed_ledger("stream")
+            stop = asyncio.Event()
+            task = asyncio.create_task(writer(ml, stop))
+            await wait_until(lambda: len(acked) >= 500, 30)
+            await asyncio.to_thread(getattr(native_kafka, outage))
+            await wait_until(lambda: ml.state == "Fenced", 30)
+            before = len(acked)
+            await asyncio.sleep(1)
+            await asyncio.to_thread(native_kafka.start)
+            await wait_until(lambda: len(acked) >= before + 500, 90)
+            stop.set()
+            await asyncio.wait_for(task, 60)
+            assert failures
+            assert list(acked) == sorted(acked)
+        finally:
+            await storage.close()
+
+        again = await StorageService.start(config)
+        try:
+            ml2 = await again.open_managed_ledger("stream")
+            stored = {}
+            position = ml2.first_position()
+            while position <= ml2.last_confirmed:
+                entries = await ml2.read_entries(position, 1000)
+                stored.update((e.position, e.data) for e in entries)
+                position = ml2.next_position(entries[-1].position)
+            missing = [p for p in acked if stored.get(p) != acked[p]]
+            assert missing == []
+            # Stored order is the order of the writes: sequence numbers only increase.
+            sequence = [int(data[1:]) for _, data in sorted(stored.items())]
+            assert sequence == sorted(sequence)
+        finally:
+            await again.close()
+
+    run(scenario, timeout=240)

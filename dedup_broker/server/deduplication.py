@@ -1,0 +1,147 @@
+"""PIP-6 on one topic: turns a SEND into a verdict and keeps the state machine fed.
+
+The state machine itself (pushed/persisted maps, snapshots, recovery) lives in
+``dedup_broker.dedup.sequence``; this module knows the protocol side: where a SEND's
+sequence range comes from, chunked messages, and reading back what landed after a
+failed Kafka write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from dedup_broker.dedup.sequence import DedupStatus, MessageDeduplication, Verdict
+from dedup_broker.errors import BrokerError
+from dedup_broker.protocol import pulsar_api_pb2 as pb
+from dedup_broker.protocol.batch import batch_sequence_range
+from dedup_broker.protocol.commands import as_signed64
+from dedup_broker.protocol.framing import parse_message
+
+if TYPE_CHECKING:
+    from dedup_broker.server.topic import Topic
+    from dedup_broker.storage.position import Position
+
+log = logging.getLogger(__name__)
+
+FAILURE_READ_CHUNK = 500
+
+
+class TopicDeduplication:
+    def __init__(self, topic: Topic) -> None:
+        self.topic = topic
+        self.state: MessageDeduplication | None = None
+        self._change = asyncio.Lock()
+        topic.managed_ledger.on_write_failure_resolved = self._failure_resolved
+
+    @property
+    def enabled(self) -> bool:
+        return self.state is not None
+
+    @property
+    def status(self) -> str:
+        return self.state.status.value if self.state else DedupStatus.DISABLED.value
+
+    async def apply_policy(self) -> None:
+        """Enable (recovering first) or disable according to the effective policy."""
+        async with self._change:
+            wanted = self.topic.broker.policies.deduplication_enabled(self.topic.name)
+            if wanted and self.state is None:
+                state = MessageDeduplication(self.topic.broker.config, self.topic.managed_ledger)
+                self.state = state
+                for producer in self.topic.producers.values():
+                    state.producer_connected(producer.name)
+                await state.enable()
+                log.info("deduplication enabled on %s: %s", self.topic.name, state.stats())
+            elif wanted and self.state is not None and self.state.status == DedupStatus.FAILED:
+                await self.state.enable()
+            elif not wanted and self.state is not None:
+                state, self.state = self.state, None
+                await state.disable()
+                log.info("deduplication disabled on %s", self.topic.name)
+
+    def check(
+        self, send: pb.CommandSend, entry: bytes, metadata: pb.MessageMetadata
+    ) -> tuple[Verdict, str, int]:
+        """The verdict for one SEND, with the producer name and highest sequence id."""
+        state = self.state
+        name = metadata.producer_name
+        lowest = as_signed64(send.sequence_id)
+        if state is None:
+            return Verdict.NOT_DUP, name, lowest
+        chunks = metadata.num_chunks_from_msg if metadata.HasField("num_chunks_from_msg") else 1
+        if chunks > 1 and metadata.chunk_id < chunks - 1:
+            # Only the last chunk completes a message; earlier chunks pass through.
+            return Verdict.NOT_DUP, "", lowest
+        highest = lowest
+        if send.HasField("highest_sequence_id") and as_signed64(send.highest_sequence_id) >= lowest:
+            highest = as_signed64(send.highest_sequence_id)
+        elif metadata.HasField("num_messages_in_batch"):
+            parsed = parse_message(entry)
+            highest = max(lowest, batch_sequence_range(parsed.metadata, parsed.payload)[1])
+        return state.check(name, lowest, highest), name, highest
+
+    def persisted(self, name: str, highest: int, position: Position) -> None:
+        if self.state is not None and name:
+            self.state.on_persisted(name, highest, position)
+
+    def write_failed(self) -> None:
+        if self.state is not None:
+            self.state.on_write_failed()
+
+    def last_sequence_id(self, name: str) -> int:
+        return self.state.last_sequence_id(name) if self.state is not None else -1
+
+    def producer_connected(self, name: str) -> None:
+        if self.state is not None:
+            self.state.producer_connected(name)
+
+    def producer_disconnected(self, name: str) -> None:
+        if self.state is not None:
+            self.state.producer_disconnected(name)
+
+    def on_timer(self) -> None:
+        if self.state is not None:
+            self.state.maybe_snapshot_on_timer()
+
+    def stats(self) -> dict[str, object]:
+        if self.state is None:
+            return {"status": DedupStatus.DISABLED.value}
+        return self.state.stats()
+
+    async def close(self) -> None:
+        if self.state is not None:
+            await self.state.close()
+
+    # --- after a failed Kafka write -------------------------------------------------
+    def _failure_resolved(self, told: Position, truth: Position) -> None:
+        if self.state is not None:
+            asyncio.get_running_loop().create_task(self._replay_landed(told, truth))
+
+    async def _replay_landed(self, told: Position, truth: Position) -> None:
+        """Feed the state machine what Kafka really stored beyond what we were told."""
+        state = self.state
+        if state is None:
+            return
+        ledger = self.topic.managed_ledger
+        landed = []
+        position = ledger.next_position(told)
+        try:
+            while told < truth and position <= truth:
+                chunk = await ledger.read_entries(position, FAILURE_READ_CHUNK)
+                chunk = [e for e in chunk if e.position <= truth]
+                if not chunk:
+                    break
+                landed.extend(chunk)
+                position = ledger.next_position(chunk[-1].position)
+            await state.resolve_after_failure(landed)
+            log.info(
+                "%s: after a failed write, %d entr(ies) had landed up to %s",
+                self.topic.name,
+                len(landed),
+                truth,
+            )
+        except BrokerError as exc:
+            log.warning("%s: cannot read back landed entries yet (%s); retrying", ledger.name, exc)
+            asyncio.get_running_loop().call_later(1.0, lambda: self._failure_resolved(told, truth))

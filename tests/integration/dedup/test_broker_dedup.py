@@ -1,0 +1,155 @@
+"""PIP-6 through the broker with the official client: exactly once, across restarts."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import pulsar
+import pytest
+
+from dedup_broker.testing.broker_process import BrokerProcess
+from tests.integration.conftest import make_broker
+
+RECEIVE_MS = 10_000
+
+
+@pytest.fixture
+def dedup_broker(kafka_bootstrap: str, tmp_path: Path):  # type: ignore[no-untyped-def]
+    process = make_broker(
+        kafka_bootstrap,
+        tmp_path,
+        broker_deduplication_enabled=True,
+        broker_deduplication_entries_interval=50,
+    )
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def _stored(client: pulsar.Client, topic: str) -> list[bytes]:
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    out = []
+    while reader.has_message_available():
+        out.append(reader.read_next(RECEIVE_MS).data())
+    reader.close()
+    return out
+
+
+def _http(method: str, url: str, body: bytes | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, data=body, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_explicit_resends_are_dropped_with_receipt_minus_one(
+    dedup_broker: BrokerProcess, topic: str
+) -> None:
+    client = pulsar.Client(dedup_broker.service_url)
+    try:
+        producer = client.create_producer(topic, producer_name="app-1", batching_enabled=False)
+        first = [producer.send(f"m{i}".encode(), sequence_id=i * 10) for i in range(5)]
+        assert all(m.entry_id() >= 0 for m in first)
+        again = producer.send(b"m2-again", sequence_id=20)
+        assert (again.ledger_id(), again.entry_id()) == (-1, -1)
+        # Holes act as a high-water mark: 35 is below the highest stored id (40).
+        assert producer.send(b"hole", sequence_id=35).entry_id() == -1
+        assert producer.send(b"next", sequence_id=41).entry_id() >= 0
+        assert producer.last_sequence_id() == 41
+        assert _stored(client, topic) == [b"m0", b"m1", b"m2", b"m3", b"m4", b"next"]
+    finally:
+        client.close()
+
+
+def test_sequence_continuity_after_reconnect_and_restart(
+    dedup_broker: BrokerProcess, topic: str
+) -> None:
+    client = pulsar.Client(dedup_broker.service_url)
+    producer = client.create_producer(topic, producer_name="app-2", batching_enabled=False)
+    for i in range(120):
+        producer.send(f"{i}".encode())
+    assert producer.last_sequence_id() == 119
+    producer.close()
+    producer = client.create_producer(topic, producer_name="app-2", batching_enabled=False)
+    assert producer.last_sequence_id() == 119
+    client.close()
+    dedup_broker.kill()
+    dedup_broker.start()
+    client = pulsar.Client(dedup_broker.service_url)
+    try:
+        producer = client.create_producer(topic, producer_name="app-2", batching_enabled=False)
+        assert producer.last_sequence_id() == 119
+        # Resending old ids after the crash stores nothing.
+        for i in range(110, 120):
+            assert producer.send(f"{i}".encode(), sequence_id=i).entry_id() == -1
+        producer.send(b"120", sequence_id=120)
+        assert _stored(client, topic) == [f"{i}".encode() for i in range(121)]
+    finally:
+        client.close()
+
+
+def test_batched_sends_with_external_ids_across_restart(
+    dedup_broker: BrokerProcess, topic: str
+) -> None:
+    client = pulsar.Client(dedup_broker.service_url)
+    producer = client.create_producer(
+        topic, producer_name="batcher", batching_enabled=True, batching_max_messages=10
+    )
+    for i in range(100):
+        producer.send_async(f"{i}".encode(), None, sequence_id=i)
+    producer.flush()
+    assert producer.last_sequence_id() == 99
+    client.close()
+    dedup_broker.kill()
+    dedup_broker.start()
+    client = pulsar.Client(dedup_broker.service_url)
+    try:
+        producer = client.create_producer(
+            topic, producer_name="batcher", batching_enabled=True, batching_max_messages=10
+        )
+        assert producer.last_sequence_id() == 99
+        for i in range(50, 150):  # half of them are replays
+            producer.send_async(f"{i}".encode(), None, sequence_id=i)
+        producer.flush()
+        assert _stored(client, topic) == [f"{i}".encode() for i in range(150)]
+    finally:
+        client.close()
+
+
+def test_policies_precedence_and_runtime_switch(kafka_bootstrap: str, tmp_path: Path) -> None:
+    broker = make_broker(kafka_bootstrap, tmp_path)  # broker default: off
+    broker.start()
+    client = pulsar.Client(broker.service_url)
+    try:
+        name = "policy-topic"
+        topic = f"persistent://public/default/{name}"
+        ns_url = f"{broker.http_url}/admin/v2/namespaces/public/default/deduplication"
+        topic_url = (
+            f"{broker.http_url}/admin/v2/persistent/public/default/{name}/deduplicationEnabled"
+        )
+        stats_url = f"{broker.http_url}/admin/v2/persistent/public/default/{name}/stats"
+        producer = client.create_producer(topic, producer_name="p", batching_enabled=False)
+        producer.send(b"a", sequence_id=1)
+        assert producer.send(b"a-again", sequence_id=1).entry_id() >= 0  # dedup off: stored
+        assert _http("POST", ns_url, b"true")[0] == 204
+        assert json.loads(_http("GET", ns_url)[1]) is True
+        assert json.loads(_http("GET", stats_url)[1])["deduplicationStatus"] == "Enabled"
+        producer.send(b"b", sequence_id=5)
+        assert producer.send(b"b-again", sequence_id=5).entry_id() == -1
+        assert _http("POST", topic_url, b"false")[0] == 204  # topic beats namespace
+        assert json.loads(_http("GET", stats_url)[1])["deduplicationStatus"] == "Disabled"
+        assert producer.send(b"b-third", sequence_id=5).entry_id() >= 0
+        assert _http("DELETE", topic_url)[0] == 204  # back to the namespace's true
+        assert json.loads(_http("GET", stats_url)[1])["deduplicationStatus"] == "Enabled"
+        assert producer.send(b"c", sequence_id=6).entry_id() >= 0
+        assert producer.send(b"c-again", sequence_id=6).entry_id() == -1
+        assert _stored(client, topic) == [b"a", b"a-again", b"b", b"b-third", b"c"]
+    finally:
+        client.close()
+        broker.stop()
