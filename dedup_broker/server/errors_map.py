@@ -10,7 +10,7 @@ from dedup_broker import errors
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 
 
-def server_error_of(exc: BaseException) -> int:
+def server_error_of(exc: BaseException) -> pb.ServerError:
     # Imported here: these classes live in modules that import this one indirectly.
     from dedup_broker.server.connection import UnknownIdError
     from dedup_broker.server.subscription import ConsumerBusyError
@@ -20,7 +20,7 @@ def server_error_of(exc: BaseException) -> int:
         SubscriptionNotFoundError,
     )
 
-    table: tuple[tuple[type[BaseException], int], ...] = (
+    table: tuple[tuple[type[BaseException], pb.ServerError], ...] = (
         (errors.ChecksumError, pb.ChecksumError),
         (errors.InvalidTopicNameError, pb.InvalidTopicName),
         (errors.TopicNotFoundError, pb.TopicNotFound),

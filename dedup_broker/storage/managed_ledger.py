@@ -25,11 +25,11 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from confluent_kafka import KafkaError
 
 from dedup_broker.errors import (
-    CursorNotFoundError,
     EntryNotFoundError,
     LedgerFencedError,
     ManagedLedgerClosedError,
@@ -39,6 +39,8 @@ from dedup_broker.errors import (
 from dedup_broker.storage import formats
 from dedup_broker.storage.context import StorageContext
 from dedup_broker.storage.cursor import DEFAULT_MAX_BYTES, ManagedCursor
+from dedup_broker.storage.cursor_registry import CursorRegistry
+from dedup_broker.storage.entry_reader import EntryReader
 from dedup_broker.storage.kafka_producer import storage_error
 from dedup_broker.storage.ledger_list import LedgerList
 from dedup_broker.storage.ledger_store import FIRST_ENTRY_OFFSET, now_ms
@@ -50,37 +52,19 @@ OPEN, FENCED, CLOSED = "Open", "Fenced", "Closed"
 _RETRY_MIN_S, _RETRY_MAX_S = 0.1, 5.0
 
 
+@dataclass(slots=True, eq=False)
 class _Append:
     """One append between the call and its settlement."""
 
-    __slots__ = (
-        "data",
-        "entry_id",
-        "error",
-        "future",
-        "ledger",
-        "ledger_id",
-        "reported",
-        "settled",
-        "timestamp_ms",
-    )
-
-    def __init__(
-        self,
-        ledger: ManagedLedger,
-        data: bytes,
-        timestamp_ms: int,
-        future: asyncio.Future[Position],
-    ) -> None:
-        self.ledger = ledger
-        self.data = data
-        self.timestamp_ms = timestamp_ms
-        self.future = future
-        self.ledger_id = -1
-        self.entry_id = -1
-        self.reported = False
-        self.settled = False
-        self.error: BaseException | None = None
+    ledger: ManagedLedger
+    data: bytes
+    timestamp_ms: int
+    future: asyncio.Future[Position]
+    ledger_id: int = -1
+    entry_id: int = -1
+    reported: bool = False
+    settled: bool = False
+    error: BaseException | None = None
 
     def on_delivery(self, error: KafkaError | None, offset: int) -> None:
         self.ledger._on_delivered(self, error, offset)
@@ -120,9 +104,9 @@ class ManagedLedger:
         self._info_lock = asyncio.Lock()
         self._last_info: bytes | None = None
         self._unknown_info: bytes | None = None
-        # Cursors and listeners.
-        self._cursors: dict[str, ManagedCursor] = {}
-        self._cursor_lock = asyncio.Lock()
+        # Reads, cursors and listeners.
+        self._reader = EntryReader(name, ctx.ledgers, ctx.cache)
+        self._cursors = CursorRegistry(name, self, ctx.cursor_infos, ctx.config)
         self._listeners: list[Callable[[], None]] = []
         self._notify_scheduled = False
         self.entries_added = 0
@@ -486,41 +470,12 @@ class ManagedLedger:
     async def read_entries(
         self, start: Position, max_entries: int, max_bytes: int = DEFAULT_MAX_BYTES
     ) -> list[Entry]:
-        """Entries from ``start`` on, up to ``last_confirmed``, across ledgers."""
+        """Entries from ``start`` on, never beyond ``last_confirmed``, across ledgers; at
+        least one (if any is available) even when larger than ``max_bytes``."""
         self._check_readable()
-        result: list[Entry] = []
-        size = 0
-        position = self._ledgers.normalize(start)
-        cache = self._ctx.cache
-        while len(result) < max_entries and position <= self._last_confirmed:
-            if result and size >= max_bytes:
-                break
-            entry = cache.get(position)
-            batch = (
-                [entry]
-                if entry is not None
-                else await self._fetch(position, max_entries - len(result), max_bytes - size)
-            )
-            for entry in batch:
-                if result and size + len(entry.data) > max_bytes:
-                    return result
-                result.append(entry)
-                size += len(entry.data)
-                position = self._ledgers.next_position(entry.position)
-        return result
-
-    async def _fetch(self, position: Position, max_entries: int, max_bytes: int) -> list[Entry]:
-        """A run of entries of one ledger from Kafka, kept in the cache for the next reader."""
-        count = self._ledgers.count(position.ledger_id) or 0
-        wanted = min(count - position.entry_id, max_entries)
-        entries = await self._ctx.ledgers.read(
-            position.ledger_id, position.entry_id, wanted, max(max_bytes, 1)
+        return await self._reader.read(
+            self._ledgers, self._last_confirmed, start, max_entries, max_bytes
         )
-        if not entries or entries[0].position != position:
-            raise StorageError(f"{self.name}: entry {position} could not be read from Kafka")
-        for entry in entries:
-            self._ctx.cache.put(entry)
-        return entries
 
     async def read_entry(self, position: Position) -> Entry:
         if not self._ledgers.exists(position) or position > self._last_confirmed:
@@ -531,20 +486,10 @@ class ManagedLedger:
         return entries[0]
 
     async def find_position_by_time(self, timestamp_ms: int) -> Position:
-        """The first entry whose timestamp is >= ``timestamp_ms`` (timestamps are assumed
-        not to decrease along the managed ledger, as publish times do not)."""
+        """The first entry whose timestamp is >= ``timestamp_ms``, else the position
+        after ``last_confirmed`` (timestamps are assumed not to decrease)."""
         self._check_readable()
-        candidates = [
-            info.ledger_id
-            for info in self._ledgers.infos()
-            if (self._ledgers.count(info.ledger_id) or 0) > 0
-        ]
-        found = await self._ctx.ledgers.first_offsets_at_or_after(candidates, timestamp_ms)
-        for ledger_id in candidates:
-            entry_id = found.get(ledger_id, -1)
-            if 0 <= entry_id < (self._ledgers.count(ledger_id) or 0):
-                return Position(ledger_id, entry_id)
-        return self._ledgers.next_position(self._last_confirmed)
+        return await self._reader.find_by_time(self._ledgers, self._last_confirmed, timestamp_ms)
 
     def add_entries_listener(self, callback: Callable[[], None]) -> Callable[[], None]:
         """``callback`` runs (on the loop) whenever ``last_confirmed`` advances."""
@@ -571,108 +516,33 @@ class ManagedLedger:
 
     # --- cursors --------------------------------------------------------------------
     async def open_cursor(self, name: str, initial_position: str = "latest") -> ManagedCursor:
-        """The durable cursor ``name``: its stored state, or a new one stored first."""
-        if initial_position not in ("latest", "earliest"):
-            raise ValueError(
-                f"initial position must be 'latest' or 'earliest', not {initial_position!r}"
-            )
+        """The durable cursor ``name``: its stored state if it exists, else a new one at
+        ``"latest"`` (mark-delete = last_confirmed) or ``"earliest"`` (just before the
+        first entry), stored before this returns."""
         self._check_open()
-        async with self._cursor_lock:
-            cursor = self._cursors.get(name)
-            if cursor is not None:
-                return cursor
-            table = self._ctx.cursor_infos
-            stored = table.get(formats.cursor_key(self.name, name))
-            if stored is None:
-                await table.refresh()
-                stored = table.get(formats.cursor_key(self.name, name))
-            if stored is not None:
-                record = formats.decode_cursor_info(stored)
-                cursor = self._durable_cursor(
-                    name,
-                    record.mark_delete,
-                    individually_deleted=record.individually_deleted,
-                    properties=record.properties,
-                    persisted=True,
-                    last_persisted_ms=record.last_active_ms,
-                )
-            else:
-                start = (
-                    self._last_confirmed
-                    if initial_position == "latest"
-                    else self._ledgers.before_first()
-                )
-                cursor = self._durable_cursor(name, start)
-                await cursor.flush()
-            self._cursors[name] = cursor
-            return cursor
-
-    def _durable_cursor(
-        self,
-        name: str,
-        mark_delete: Position,
-        *,
-        individually_deleted: list[tuple[Position, Position]] | None = None,
-        properties: dict[str, int] | None = None,
-        persisted: bool = False,
-        last_persisted_ms: int = 0,
-    ) -> ManagedCursor:
-        config = self._ctx.config
-        return ManagedCursor(
-            self,
-            name,
-            mark_delete,
-            storage=self,
-            individually_deleted=individually_deleted or (),
-            properties=properties,
-            rate_limit=config.managed_ledger_default_mark_delete_rate_limit,
-            max_ranges_to_persist=config.managed_ledger_max_unacked_ranges_to_persist,
-            persisted=persisted,
-            last_persisted_ms=last_persisted_ms,
-        )
-
-    async def write_cursor(self, name: str, data: bytes) -> None:
-        """Store a durable cursor's state (called by the cursor, rate-limited there)."""
-        if self._close_error is not None:
-            raise self._close_error
-        await self._ctx.cursor_infos.put(formats.cursor_key(self.name, name), data)
+        return await self._cursors.open(name, initial_position)
 
     def new_non_durable_cursor(
         self, start: Position | None, inclusive: bool = False, name: str = ""
     ) -> ManagedCursor:
-        """A cursor kept in memory only (readers)."""
-        last = self._last_confirmed
-        if start is None:
-            mark_delete = last
-        elif start < self._ledgers.first_position():
-            mark_delete = self._ledgers.before_first()
-        elif inclusive:
-            mark_delete = self._ledgers.previous_position(start)
-        else:
-            mark_delete = start
-        return ManagedCursor(self, name, min(mark_delete, last))
+        """A cursor kept in memory only (readers). ``start`` None: after last_confirmed; a
+        position before the first entry: from the first entry; else from ``start`` if
+        ``inclusive``, otherwise from the entry after it."""
+        return self._cursors.new_non_durable(start, inclusive, name)
 
     async def delete_cursor(self, name: str) -> None:
-        async with self._cursor_lock:
-            key = formats.cursor_key(self.name, name)
-            cursor = self._cursors.pop(name, None)
-            if cursor is None and self._ctx.cursor_infos.get(key) is None:
-                raise CursorNotFoundError(f"no cursor {name!r} on {self.name}")
-            if cursor is not None:
-                await cursor.discard()
-            await self._ctx.cursor_infos.delete(key)
+        await self._cursors.delete(name)
 
     def cursors(self) -> dict[str, ManagedCursor]:
-        return dict(self._cursors)
+        """The durable cursors opened on this instance."""
+        return self._cursors.opened()
 
     def cursor_exists(self, name: str) -> bool:
-        key = formats.cursor_key(self.name, name)
-        return name in self._cursors or self._ctx.cursor_infos.get(key) is not None
+        """True for a durable cursor that is stored (opened here or not)."""
+        return self._cursors.exists(name)
 
     def stored_cursor_names(self) -> list[str]:
-        prefix = formats.cursor_key_prefix(self.name)
-        stored = {key[len(prefix) :] for key, _ in self._ctx.cursor_infos.items(prefix)}
-        return sorted(stored | set(self._cursors))
+        return self._cursors.stored_names()
 
     # --- closing --------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -722,11 +592,8 @@ class ManagedLedger:
                 log.warning(
                     "%s: recording the closed ledger failed (recovered on open): %s", self.name, exc
                 )
-        for cursor in list(self._cursors.values()):
-            try:
-                await cursor.close()
-            except Exception as exc:
-                log.warning("%s: storing cursor %s failed: %s", self.name, cursor.name, exc)
+        for cursor_name, error in await self._cursors.close_all():
+            log.warning("%s: storing cursor %s failed: %s", self.name, cursor_name, error)
         self._finish_close()
 
     async def _shutdown(self, error: Exception) -> None:
@@ -736,8 +603,8 @@ class ManagedLedger:
         self._closing = True
         self._fence(error)
         self._cancel_rollover_timer()
-        for cursor in list(self._cursors.values()):
-            await cursor.discard()
+        self._cursors.write_error = error
+        await self._cursors.discard_all()
         self._finish_close()
 
     def _finish_close(self) -> None:

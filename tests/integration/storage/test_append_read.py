@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
 from dedup_broker.storage import Entry, LedgerInfo, Position, StorageService, formats
+from dedup_broker.storage import storage_pb2 as pb
 from tests.integration.storage.helpers import ConfigFactory, read_topic, run, wait_until
 
 SMALL_LEDGERS = {
@@ -23,8 +25,12 @@ def test_round_trip_in_order_across_ledgers(make_config: ConfigFactory) -> None:
             ml = await storage.open_managed_ledger("tenant/ns/persistent/orders")
             futures = [ml.append(f"entry-{i}".encode(), 1_000_000 + i) for i in range(23)]
             completion: list[int] = []
+
+            def record(index: int) -> Callable[[asyncio.Future[Position]], None]:
+                return lambda _f: completion.append(index)
+
             for i, future in enumerate(futures):
-                future.add_done_callback(lambda _f, i=i: completion.append(i))
+                future.add_done_callback(record(i))
             positions = await asyncio.gather(*futures)
             assert completion == list(range(23))
 
@@ -207,22 +213,23 @@ def test_ledger_topics_headers_keys_and_ids(
     make_config: ConfigFactory, kafka_bootstrap: str, admin: AdminClient
 ) -> None:
     config = make_config(**SMALL_LEDGERS)
-    result: dict[str, object] = {}
+    ledgers: list[int] = []
+    broker: list[str] = []
 
     async def scenario() -> None:
         storage = await StorageService.start(config)
         try:
             ml = await storage.open_managed_ledger("headed")
             positions = [await ml.append(b"abc" * (i + 1), 7000 + i) for i in range(7)]
-            result["ledgers"] = sorted({p.ledger_id for p in positions})
-            result["broker_id"] = storage.broker_id
+            ledgers.extend(sorted({p.ledger_id for p in positions}))
+            broker.append(storage.broker_id)
             meta = await storage.ledger_store.read_metadata(positions[0].ledger_id)
             assert meta.managed_ledger_name == "headed"
         finally:
             await storage.close()
 
     run(scenario)
-    first, second = result["ledgers"]  # type: ignore[misc]
+    first, second = ledgers
     topic = f"{config.cluster_name}.ledger.{first}"
     records = read_topic(kafka_bootstrap, topic)
     header = records[0]
@@ -234,7 +241,7 @@ def test_ledger_topics_headers_keys_and_ids(
         "headed",
         "MANAGED_LEDGER",
     )
-    assert meta.created_by == result["broker_id"] and meta.cursor_name == ""
+    assert meta.created_by == broker[0] and meta.cursor_name == ""
     assert abs(meta.created_ms - time.time() * 1000) < 120_000
     entries = records[1:]
     assert [m.value() for m in entries] == [b"abc" * (i + 1) for i in range(5)]
@@ -244,8 +251,6 @@ def test_ledger_topics_headers_keys_and_ids(
     # One partition and the retention the broker relies on.
     metadata = admin.list_topics(topic, timeout=10)
     assert len(metadata.topics[topic].partitions) == 1
-    from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
-
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     settings = admin.describe_configs([resource])[resource].result()
     assert settings["cleanup.policy"].value == "delete"
@@ -255,11 +260,9 @@ def test_ledger_topics_headers_keys_and_ids(
     # The ids are offsets of allocation records naming who allocated them.
     allocations = read_topic(kafka_bootstrap, f"{config.cluster_name}.ledger-ids")
     by_offset = {m.offset(): m for m in allocations}
-    from dedup_broker.storage import storage_pb2 as pb
-
     for ledger_id in (first, second):
         record = pb.LedgerIdAllocation.FromString(by_offset[ledger_id].value() or b"")
-        assert record.allocated_by == result["broker_id"]
+        assert record.allocated_by == broker[0]
         assert record.managed_ledger_name == "headed"
 
 

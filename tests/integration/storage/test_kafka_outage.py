@@ -10,7 +10,7 @@ import pytest
 from dedup_broker.config import BrokerConfig
 from dedup_broker.devservers import KafkaService
 from dedup_broker.errors import LedgerFencedError, StorageError
-from dedup_broker.storage import Position, StorageService
+from dedup_broker.storage import ManagedLedger, Position, StorageService
 from tests.integration.storage.helpers import run, wait_until
 
 
@@ -92,10 +92,7 @@ def test_no_acknowledged_entry_is_lost_while_kafka_dies_mid_stream(
     acked: dict[Position, bytes] = {}
     failures: list[BaseException] = []
 
-    async def writer(ml: object, stop: asyncio.Event) -> None:
-        from dedup_broker.storage import ManagedLedger
-
-        assert isinstance(ml, ManagedLedger)
+    async def writer(ml: ManagedLedger, stop: asyncio.Event) -> None:
         sequence = 0
         while not stop.is_set():
             await ml.wait_writable()
@@ -134,7 +131,7 @@ def test_no_acknowledged_entry_is_lost_while_kafka_dies_mid_stream(
         again = await StorageService.start(config)
         try:
             ml2 = await again.open_managed_ledger("stream")
-            stored = {}
+            stored: dict[Position, bytes] = {}
             position = ml2.first_position()
             while position <= ml2.last_confirmed:
                 entries = await ml2.read_entries(position, 1000)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
@@ -159,10 +160,12 @@ def test_a_failed_write_fails_everything_in_flight_in_order(
             await asyncio.to_thread(seal, admin, storage.ledger_store.topic(kept[0].ledger_id))
             futures = [ml.append(f"lost{i}".encode(), 0) for i in range(20)]
             order: list[tuple[int, str]] = []
+
+            def record(index: int) -> Callable[[asyncio.Future[Position]], None]:
+                return lambda f: order.append((index, type(f.exception()).__name__))
+
             for i, future in enumerate(futures):
-                future.add_done_callback(
-                    lambda f, i=i: order.append((i, type(f.exception()).__name__))
-                )
+                future.add_done_callback(record(i))
             await asyncio.gather(*futures, return_exceptions=True)
             assert [i for i, _ in order] == list(range(20))
             assert order[0] == (0, "StorageError")

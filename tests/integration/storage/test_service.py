@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
 from dedup_broker.errors import TopicNotFoundError
 from dedup_broker.storage import StorageService
@@ -21,8 +21,6 @@ def test_internal_topics_are_created_compacted(
         await storage.close()
 
     run(scenario)
-    from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
-
     cluster = config.cluster_name
     expected = {
         f"{cluster}.managed-ledgers": "compact",

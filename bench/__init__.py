@@ -1,0 +1,1 @@
+"""Benchmarks: the broker next to a direct Kafka baseline measured in the same run."""

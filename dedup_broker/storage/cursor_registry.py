@@ -1,0 +1,154 @@
+"""The cursors of one managed ledger: opening, creating, deleting, and where they are stored.
+
+Durable cursors live in the compacted cursor topic under
+``managed ledger name + "\\0" + cursor name``; this registry is their
+:class:`~dedup_broker.storage.cursor.CursorStorage`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from dedup_broker.config import BrokerConfig
+from dedup_broker.errors import CursorNotFoundError
+from dedup_broker.storage import formats
+from dedup_broker.storage.cursor import CursorLedger, ManagedCursor
+from dedup_broker.storage.metadata_table import MetadataTable
+from dedup_broker.storage.position import Position
+
+INITIAL_POSITIONS = ("latest", "earliest")
+
+
+class CursorRegistry:
+    def __init__(
+        self,
+        managed_ledger_name: str,
+        ledger: CursorLedger,
+        table: MetadataTable,
+        config: BrokerConfig,
+    ) -> None:
+        self._name = managed_ledger_name
+        self._ledger = ledger
+        self._table = table
+        self._config = config
+        self._open: dict[str, ManagedCursor] = {}
+        self._lock = asyncio.Lock()
+        self.write_error: Exception | None = None
+        """Once set (the managed ledger was taken over), every write fails with it."""
+
+    def _key(self, cursor_name: str) -> str:
+        return formats.cursor_key(self._name, cursor_name)
+
+    async def open(self, name: str, initial_position: str) -> ManagedCursor:
+        """The durable cursor ``name``: its stored state, or a new one stored first."""
+        if initial_position not in INITIAL_POSITIONS:
+            raise ValueError(f"initial position must be one of {INITIAL_POSITIONS}")
+        async with self._lock:
+            cursor = self._open.get(name)
+            if cursor is not None:
+                return cursor
+            stored = self._table.get(self._key(name))
+            if stored is None:
+                await self._table.refresh()
+                stored = self._table.get(self._key(name))
+            if stored is not None:
+                record = formats.decode_cursor_info(stored)
+                cursor = self._durable(
+                    name,
+                    record.mark_delete,
+                    individually_deleted=record.individually_deleted,
+                    properties=record.properties,
+                    persisted=True,
+                    last_persisted_ms=record.last_active_ms,
+                )
+            else:
+                if initial_position == "latest":
+                    start = self._ledger.last_confirmed
+                else:
+                    start = self._before_first()
+                cursor = self._durable(name, start)
+                await cursor.flush()
+            self._open[name] = cursor
+            return cursor
+
+    def _before_first(self) -> Position:
+        first = self._ledger.normalize_position(Position(-1, -1))
+        return self._ledger.previous_position(first)
+
+    def _durable(
+        self,
+        name: str,
+        mark_delete: Position,
+        *,
+        individually_deleted: list[tuple[Position, Position]] | None = None,
+        properties: dict[str, int] | None = None,
+        persisted: bool = False,
+        last_persisted_ms: int = 0,
+    ) -> ManagedCursor:
+        return ManagedCursor(
+            self._ledger,
+            name,
+            mark_delete,
+            storage=self,
+            individually_deleted=individually_deleted or (),
+            properties=properties,
+            rate_limit=self._config.managed_ledger_default_mark_delete_rate_limit,
+            max_ranges_to_persist=self._config.managed_ledger_max_unacked_ranges_to_persist,
+            persisted=persisted,
+            last_persisted_ms=last_persisted_ms,
+        )
+
+    async def write_cursor(self, name: str, data: bytes) -> None:
+        """Store a durable cursor's state (called by the cursor, rate-limited there)."""
+        if self.write_error is not None:
+            raise self.write_error
+        await self._table.put(self._key(name), data)
+
+    def new_non_durable(self, start: Position | None, inclusive: bool, name: str) -> ManagedCursor:
+        """A cursor kept in memory only (readers); see ``ManagedLedger``."""
+        last = self._ledger.last_confirmed
+        first = self._ledger.normalize_position(Position(-1, -1))
+        if start is None:
+            mark_delete = last
+        elif start < first:
+            mark_delete = self._ledger.previous_position(first)
+        elif inclusive:
+            mark_delete = self._ledger.previous_position(start)
+        else:
+            mark_delete = start
+        return ManagedCursor(self._ledger, name, min(mark_delete, last))
+
+    async def delete(self, name: str) -> None:
+        """Forget the cursor: wait for a write in progress, then store a tombstone."""
+        async with self._lock:
+            cursor = self._open.pop(name, None)
+            if cursor is None and self._table.get(self._key(name)) is None:
+                raise CursorNotFoundError(f"no cursor {name!r} on {self._name}")
+            if cursor is not None:
+                await cursor.discard()
+            await self._table.delete(self._key(name))
+
+    def opened(self) -> dict[str, ManagedCursor]:
+        return dict(self._open)
+
+    def exists(self, name: str) -> bool:
+        return name in self._open or self._table.get(self._key(name)) is not None
+
+    def stored_names(self) -> list[str]:
+        prefix = formats.cursor_key_prefix(self._name)
+        stored = {key[len(prefix) :] for key, _ in self._table.items(prefix)}
+        return sorted(stored | set(self._open))
+
+    async def close_all(self) -> list[tuple[str, BaseException]]:
+        """Store every cursor's latest state; returns the failures."""
+        cursors = list(self._open.values())
+        results = await asyncio.gather(*(c.close() for c in cursors), return_exceptions=True)
+        return [
+            (cursor.name, result)
+            for cursor, result in zip(cursors, results, strict=True)
+            if isinstance(result, BaseException)
+        ]
+
+    async def discard_all(self) -> None:
+        for cursor in list(self._open.values()):
+            await cursor.discard()

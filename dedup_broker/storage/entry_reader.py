@@ -1,0 +1,82 @@
+"""Reading a managed ledger's entries: from the broker-wide cache, else from Kafka."""
+
+from __future__ import annotations
+
+from dedup_broker.errors import StorageError
+from dedup_broker.storage.entry_cache import EntryCache
+from dedup_broker.storage.ledger_list import LedgerList
+from dedup_broker.storage.ledger_store import LedgerStore
+from dedup_broker.storage.position import Entry, Position
+
+
+class EntryReader:
+    def __init__(self, name: str, store: LedgerStore, cache: EntryCache) -> None:
+        self._name = name
+        self._store = store
+        self._cache = cache
+
+    async def read(
+        self,
+        ledgers: LedgerList,
+        last: Position,
+        start: Position,
+        max_entries: int,
+        max_bytes: int,
+    ) -> list[Entry]:
+        """Entries from ``start`` on, up to ``last``, across ledgers; at least one entry
+        (if any is available) even when it alone exceeds ``max_bytes``."""
+        result: list[Entry] = []
+        size = 0
+        position = ledgers.normalize(start)
+        while len(result) < max_entries and position <= last:
+            if result and size >= max_bytes:
+                break
+            entry = self._cache.get(position)
+            batch = (
+                [entry]
+                if entry is not None
+                else await self._fetch(
+                    ledgers, position, max_entries - len(result), max_bytes - size
+                )
+            )
+            for entry in batch:
+                if result and size + len(entry.data) > max_bytes:
+                    return result
+                result.append(entry)
+                size += len(entry.data)
+                position = ledgers.next_position(entry.position)
+        return result
+
+    async def _fetch(
+        self, ledgers: LedgerList, position: Position, max_entries: int, max_bytes: int
+    ) -> list[Entry]:
+        """A run of entries of one ledger from Kafka, kept in the cache for the next reader."""
+        count = ledgers.count(position.ledger_id) or 0
+        wanted = min(count - position.entry_id, max_entries)
+        entries = await self._store.read(
+            position.ledger_id, position.entry_id, wanted, max(max_bytes, 1)
+        )
+        if not entries or entries[0].position != position:
+            raise StorageError(f"{self._name}: entry {position} could not be read from Kafka")
+        for entry in entries:
+            self._cache.put(entry)
+        return entries
+
+    async def find_by_time(
+        self, ledgers: LedgerList, last: Position, timestamp_ms: int
+    ) -> Position:
+        """The first entry whose timestamp is >= ``timestamp_ms``, else ``next(last)``.
+
+        Timestamps are assumed not to decrease along the managed ledger (publish times do
+        not); each ledger answers from Kafka's time index in one request for all of them.
+        """
+        candidates = [
+            info.ledger_id for info in ledgers.infos() if (ledgers.count(info.ledger_id) or 0) > 0
+        ]
+        found = await self._store.first_offsets_at_or_after(candidates, timestamp_ms)
+        for ledger_id in candidates:
+            entry_id = found.get(ledger_id, -1)
+            position = Position(ledger_id, entry_id)
+            if 0 <= entry_id < (ledgers.count(ledger_id) or 0) and position <= last:
+                return position
+        return ledgers.next_position(last)
