@@ -25,9 +25,9 @@ from dedup_broker.testing.broker_process import BrokerProcess
 
 def direct_kafka(bootstrap: str, count: int, size: int) -> dict[str, float]:
     topic = f"bench-direct-{uuid.uuid4().hex[:8]}"
-    AdminClient({"bootstrap.servers": bootstrap}).create_topics(
-        [NewTopic(topic, 1, 1)]
-    )[topic].result(30)
+    AdminClient({"bootstrap.servers": bootstrap}).create_topics([NewTopic(topic, 1, 1)])[
+        topic
+    ].result(30)
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -50,7 +50,9 @@ def direct_kafka(bootstrap: str, count: int, size: int) -> dict[str, float]:
         t0 = time.perf_counter()
         while True:
             try:
-                producer.produce(topic, payload, on_delivery=lambda e, m, t0=t0: delivered(e, m, t0))
+                producer.produce(
+                    topic, payload, on_delivery=lambda e, m, t0=t0: delivered(e, m, t0)
+                )
                 break
             except BufferError:
                 producer.poll(0.01)
