@@ -25,9 +25,8 @@ from dedup_broker.testing.broker_process import BrokerProcess
 
 def direct_kafka(bootstrap: str, count: int, size: int) -> dict[str, float]:
     topic = f"bench-direct-{uuid.uuid4().hex[:8]}"
-    AdminClient({"bootstrap.servers": bootstrap}).create_topics([NewTopic(topic, 1, 1)])[
-        topic
-    ].result(30)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
