@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser(
         "demo", help="start Kafka, Redis and the broker, run the demo pipeline, stop"
     )
-    demo.add_argument("--messages", type=int, default=20000)
+    demo.add_argument("--messages", type=int, default=50_000)
     demo.set_defaults(func=_demo)
 
     from dedup_broker.devservers.cli import add_dev_commands

@@ -56,19 +56,29 @@ def _pipeline(broker: BrokerProcess, total: int) -> int:
             topic, "demo-results", initial_position=pulsar.InitialPosition.Earliest
         )
         producer = client.create_producer(
-            topic, producer_name="demo-source", send_timeout_millis=0, batching_enabled=True
+            topic,
+            producer_name="demo-source",
+            send_timeout_millis=0,
+            batching_enabled=True,
+            max_pending_messages=2000,
+            block_if_queue_full=True,
         )
         sent = 0
-        failures: list[BaseException] = []
+        failures: list[str] = []
+        all_sent = threading.Event()
+
+        def acknowledged(result: pulsar.Result, _message_id: pulsar.MessageId) -> None:
+            nonlocal sent
+            if result != pulsar.Result.Ok:
+                failures.append(str(result))
+            sent += 1
+            if sent == total:
+                all_sent.set()
 
         def publish() -> None:
-            nonlocal sent
-            try:
-                for i in range(total):
-                    producer.send(f"event-{i}".encode(), sequence_id=i)
-                    sent = i + 1
-            except BaseException as exc:
-                failures.append(exc)
+            for i in range(total):
+                producer.send_async(f"event-{i}".encode(), acknowledged, sequence_id=i)
+            all_sent.wait()
 
         started = time.monotonic()
         worker = threading.Thread(target=publish, daemon=True)
