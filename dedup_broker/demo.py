@@ -95,40 +95,57 @@ def _pipeline(broker: BrokerProcess, total: int) -> int:
         if failures:
             print(f"  publishing failed: {failures[0]}")
             return 1
-        counts: dict[str, int] = {}
-        received = 0
-        while received < total:
-            try:
-                msg = consumer.receive(RECEIVE_MS)
-            except pulsar.Timeout:
-                break
-            key = msg.data().decode()
-            counts[key] = counts.get(key, 0) + 1
-            received += 1
-            consumer.acknowledge(msg)
-            if received % 5000 == 0:
-                print(f"  consumed {received}")
-        # Drain anything beyond the expected count (duplicates would show up here).
-        while True:
-            try:
-                msg = consumer.receive(2000)
-            except pulsar.Timeout:
-                break
-            key = msg.data().decode()
-            counts[key] = counts.get(key, 0) + 1
-            consumer.acknowledge(msg)
+        applied, redelivered = _consume_once(consumer, total)
+        stored = _read_topic(client, topic)
         expected = {f"event-{i}" for i in range(total)}
-        duplicates = sum(n - 1 for n in counts.values() if n > 1)
-        missing = len(expected - counts.keys())
+        duplicates = len(stored) - len(set(stored))
+        missing = len(expected - set(stored))
         elapsed = time.monotonic() - started
         print()
         print("summary")
         print(f"  events in:        {total}")
-        print(f"  messages stored:  {sum(counts.values())}")
+        print(f"  messages stored:  {len(stored)}")
         print(f"  duplicates:       {duplicates}")
         print(f"  missing:          {missing}")
+        print(f"  results applied:  {len(applied)}")
+        print(f"  redeliveries skipped by message id: {redelivered}")
         print("  broker crashes:   1 (kill -9)")
         print(f"  elapsed:          {elapsed:.1f}s")
+        if applied != expected:
+            return 1
         return 0 if duplicates == 0 and missing == 0 else 1
     finally:
         client.close()
+
+
+def _consume_once(consumer: pulsar.Consumer, total: int) -> tuple[set[str], int]:
+    """Apply each message once: a redelivery (same message id) is recognised and skipped."""
+    applied: set[str] = set()
+    seen_ids: set[tuple[int, int, int]] = set()
+    redelivered = 0
+    while len(applied) < total:
+        try:
+            msg = consumer.receive(RECEIVE_MS)
+        except pulsar.Timeout:
+            break
+        mid = msg.message_id()
+        key = (mid.ledger_id(), mid.entry_id(), mid.batch_index())
+        if key in seen_ids:
+            redelivered += 1
+        else:
+            seen_ids.add(key)
+            applied.add(msg.data().decode())
+            if len(applied) % 5000 == 0:
+                print(f"  consumed {len(applied)}")
+        consumer.acknowledge(msg)
+    return applied, redelivered
+
+
+def _read_topic(client: pulsar.Client, topic: str) -> list[str]:
+    """Everything the topic holds, read back from the start."""
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    stored = []
+    while reader.has_message_available():
+        stored.append(reader.read_next(RECEIVE_MS).data().decode())
+    reader.close()
+    return stored
