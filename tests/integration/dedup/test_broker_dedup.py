@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import urllib.request
 from pathlib import Path
 
 import pulsar
 import pytest
 
+from dedup_broker.testing.admin_http import http_request
 from dedup_broker.testing.broker_process import BrokerProcess
 from tests.integration.conftest import make_broker
 
@@ -37,15 +37,6 @@ def _stored(client: pulsar.Client, topic: str) -> list[bytes]:
         out.append(reader.read_next(RECEIVE_MS).data())
     reader.close()
     return out
-
-
-def _http(method: str, url: str, body: bytes | None = None) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, data=body, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
 
 
 def test_explicit_resends_are_dropped_with_receipt_minus_one(
@@ -137,16 +128,16 @@ def test_policies_precedence_and_runtime_switch(kafka_bootstrap: str, tmp_path: 
         producer = client.create_producer(topic, producer_name="p", batching_enabled=False)
         producer.send(b"a", sequence_id=1)
         assert producer.send(b"a-again", sequence_id=1).entry_id() >= 0  # dedup off: stored
-        assert _http("POST", ns_url, b"true")[0] == 204
-        assert json.loads(_http("GET", ns_url)[1]) is True
-        assert json.loads(_http("GET", stats_url)[1])["deduplicationStatus"] == "Enabled"
+        assert http_request("POST", ns_url, b"true")[0] == 204
+        assert json.loads(http_request("GET", ns_url)[1]) is True
+        assert json.loads(http_request("GET", stats_url)[1])["deduplicationStatus"] == "Enabled"
         producer.send(b"b", sequence_id=5)
         assert producer.send(b"b-again", sequence_id=5).entry_id() == -1
-        assert _http("POST", topic_url, b"false")[0] == 204  # topic beats namespace
-        assert json.loads(_http("GET", stats_url)[1])["deduplicationStatus"] == "Disabled"
+        assert http_request("POST", topic_url, b"false")[0] == 204  # topic beats namespace
+        assert json.loads(http_request("GET", stats_url)[1])["deduplicationStatus"] == "Disabled"
         assert producer.send(b"b-third", sequence_id=5).entry_id() >= 0
-        assert _http("DELETE", topic_url)[0] == 204  # back to the namespace's true
-        assert json.loads(_http("GET", stats_url)[1])["deduplicationStatus"] == "Enabled"
+        assert http_request("DELETE", topic_url)[0] == 204  # back to the namespace's true
+        assert json.loads(http_request("GET", stats_url)[1])["deduplicationStatus"] == "Enabled"
         assert producer.send(b"c", sequence_id=6).entry_id() >= 0
         assert producer.send(b"c-again", sequence_id=6).entry_id() == -1
         assert _stored(client, topic) == [b"a", b"a-again", b"b", b"b-third", b"c"]

@@ -3,24 +3,14 @@
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 import uuid
 
 import pulsar
 
+from dedup_broker.testing.admin_http import http_request
 from dedup_broker.testing.broker_process import BrokerProcess
 
 RECEIVE_MS = 10_000
-
-
-def _http(method: str, url: str, body: bytes | None = None) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, data=body, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
 
 
 def test_stats_internal_stats_subscriptions_and_delete(
@@ -36,33 +26,34 @@ def test_stats_internal_stats_subscriptions_and_delete(
     for _ in range(4):
         consumer.acknowledge(consumer.receive(RECEIVE_MS))
 
-    status, body = _http("GET", base + "/stats")
+    status, body = http_request("GET", base + "/stats")
     stats = json.loads(body)
     assert status == 200
     assert stats["msgInCounter"] == 10
     assert len(stats["publishers"]) == 1
     assert stats["subscriptions"]["sub-a"]["type"] == "Exclusive"
 
-    internal = json.loads(_http("GET", base + "/internalStats")[1])
+    internal = json.loads(http_request("GET", base + "/internalStats")[1])
     assert internal["numberOfEntries"] == 10
     assert internal["ledgers"][0]["ledgerId"] == int(internal["lastConfirmedEntry"].split(":")[0])
     assert "sub-a" in internal["cursors"]
 
-    assert json.loads(_http("GET", base + "/subscriptions")[1]) == ["sub-a"]
+    assert json.loads(http_request("GET", base + "/subscriptions")[1]) == ["sub-a"]
     assert topic in json.loads(
-        _http("GET", f"{broker.http_url}/admin/v2/persistent/public/default")[1]
+        http_request("GET", f"{broker.http_url}/admin/v2/persistent/public/default")[1]
     )
-    assert _http("DELETE", base + "/subscription/sub-a")[0] == 409  # consumer connected
+    assert http_request("DELETE", base + "/subscription/sub-a")[0] == 409  # consumer connected
     consumer.close()
-    assert _http("DELETE", base + "/subscription/sub-a")[0] == 204
-    assert json.loads(_http("GET", base + "/subscriptions")[1]) == []
+    assert http_request("DELETE", base + "/subscription/sub-a")[0] == 204
+    assert json.loads(http_request("GET", base + "/subscriptions")[1]) == []
     producer.close()
-    assert _http("DELETE", base)[0] == 204
-    assert _http("GET", base + "/stats")[0] == 404
+    assert http_request("DELETE", base)[0] == 204
+    assert http_request("GET", base + "/stats")[0] == 404
     assert (
-        _http("GET", f"{broker.http_url}/admin/v2/persistent/public/default/x/partitions")[0] == 200
+        http_request("GET", f"{broker.http_url}/admin/v2/persistent/public/default/x/partitions")[0]
+        == 200
     )
-    assert _http("PUT", base + "/partitions", b"not-a-number")[0] == 400
+    assert http_request("PUT", base + "/partitions", b"not-a-number")[0] == 400
 
 
 def test_metrics_count_messages_and_connections(
@@ -72,7 +63,7 @@ def test_metrics_count_messages_and_connections(
     producer = client.create_producer(topic, batching_enabled=False)
     for _ in range(7):
         producer.send(b"12345")
-    status, body = _http("GET", broker.http_url + "/metrics")
+    status, body = http_request("GET", broker.http_url + "/metrics")
     text = body.decode()
     assert status == 200
     samples = dict(

@@ -3,32 +3,23 @@
 from __future__ import annotations
 
 import json
-import urllib.request
 import uuid
 
 import pulsar
 
+from dedup_broker.testing.admin_http import http_request
 from dedup_broker.testing.broker_process import BrokerProcess
 
 RECEIVE_MS = 10_000
-
-
-def _http(method: str, url: str, body: bytes | None = None) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, data=body, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
 
 
 def test_four_partitions_keep_per_key_order(broker: BrokerProcess, client: pulsar.Client) -> None:
     name = f"p-{uuid.uuid4().hex[:8]}"
     topic = f"persistent://public/default/{name}"
     path = f"{broker.http_url}/admin/v2/persistent/public/default/{name}/partitions"
-    assert _http("PUT", path, b"4")[0] == 204
-    assert json.loads(_http("GET", path)[1]) == {"partitions": 4}
-    assert _http("PUT", path, b"4")[0] == 409
+    assert http_request("PUT", path, b"4")[0] == 204
+    assert json.loads(http_request("GET", path)[1]) == {"partitions": 4}
+    assert http_request("PUT", path, b"4")[0] == 409
 
     consumer = client.subscribe(topic, "all", initial_position=pulsar.InitialPosition.Earliest)
     producer = client.create_producer(
@@ -52,7 +43,7 @@ def test_four_partitions_keep_per_key_order(broker: BrokerProcess, client: pulsa
     assert all(seqs == list(range(50)) for seqs in per_key.values())
     assert len(partitions_seen) == 4
     stats = json.loads(
-        _http(
+        http_request(
             "GET", f"{broker.http_url}/admin/v2/persistent/public/default/{name}/partitioned-stats"
         )[1]
     )

@@ -1,0 +1,16 @@
+"""A small client for the broker's admin REST API (tests, demo, tools)."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+
+def http_request(method: str, url: str, body: bytes | None = None) -> tuple[int, bytes]:
+    """``(status, body)``; HTTP error statuses are returned, not raised."""
+    request = urllib.request.Request(url, data=body, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return int(response.status), response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
