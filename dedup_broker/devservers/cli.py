@@ -16,6 +16,7 @@ from typing import Any
 
 from dedup_broker.devservers import process
 from dedup_broker.devservers.kafka import KAFKA_MAIN, NativeKafka
+from dedup_broker.devservers.native import NativeServer
 from dedup_broker.devservers.redis import NativeRedis
 from dedup_broker.errors import DevServerError
 
@@ -63,40 +64,24 @@ def add_dev_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
 # --- Kafka ----------------------------------------------------------------------------
 def kafka_up(args: argparse.Namespace) -> int:
     data_dir: Path = args.data_dir.resolve()
-    running = _running_pid(data_dir, "kafka", KAFKA_MAIN)
-    if running is not None:
-        state = _read_state(data_dir, "kafka")
-        _info(f"Kafka already running at {state.get('address')} (pid {running})")
-        print(state.get("address", ""))
-        return 0
-    launcher = NativeKafka(
-        data_dir,
-        port=args.port,
-        controller_port=args.controller_port,
-        startup_timeout=args.timeout,
-        detached=True,
-    )
-    try:
+
+    def launch() -> tuple[NativeServer, str, dict[str, object]]:
+        launcher = NativeKafka(
+            data_dir,
+            port=args.port,
+            controller_port=args.controller_port,
+            startup_timeout=args.timeout,
+            detached=True,
+        )
         launcher.start()
-    except DevServerError as exc:
-        _info(f"error: {exc}")
-        return 1
-    pid = launcher.pid
-    assert pid is not None
-    _write_state(
-        data_dir,
-        "kafka",
-        pid,
-        {
-            "address": launcher.bootstrap_servers,
+        state = {
             "controller_port": launcher.controller_port,
             "version": launcher.version,
             "log": str(launcher.log_path),
-        },
-    )
-    _info(f"Kafka {launcher.version} running (pid {pid}, data {data_dir})")
-    print(launcher.bootstrap_servers)
-    return 0
+        }
+        return launcher, launcher.bootstrap_servers, state
+
+    return _up(data_dir, "kafka", KAFKA_MAIN, "Kafka", launch)
 
 
 def kafka_down(args: argparse.Namespace) -> int:
@@ -106,35 +91,20 @@ def kafka_down(args: argparse.Namespace) -> int:
 # --- Redis ----------------------------------------------------------------------------
 def redis_up(args: argparse.Namespace) -> int:
     data_dir: Path = args.data_dir.resolve()
-    running = _running_pid(data_dir, "redis", "redis-server")
-    if running is not None:
-        state = _read_state(data_dir, "redis")
-        _info(f"Redis already running at {state.get('address')} (pid {running})")
-        print(state.get("address", ""))
-        return 0
-    launcher = NativeRedis(
-        data_dir,
-        port=args.port,
-        persistent=args.persistent,
-        startup_timeout=args.timeout,
-        detached=True,
-    )
-    try:
+
+    def launch() -> tuple[NativeServer, str, dict[str, object]]:
+        launcher = NativeRedis(
+            data_dir,
+            port=args.port,
+            persistent=args.persistent,
+            startup_timeout=args.timeout,
+            detached=True,
+        )
         launcher.start()
-    except DevServerError as exc:
-        _info(f"error: {exc}")
-        return 1
-    pid = launcher.pid
-    assert pid is not None
-    _write_state(
-        data_dir,
-        "redis",
-        pid,
-        {"address": launcher.url, "persistent": launcher.persistent, "log": str(launcher.log_path)},
-    )
-    _info(f"Redis running (pid {pid}, data {data_dir})")
-    print(launcher.url)
-    return 0
+        state = {"persistent": launcher.persistent, "log": str(launcher.log_path)}
+        return launcher, launcher.url, state
+
+    return _up(data_dir, "redis", "redis-server", "Redis", launch)
 
 
 def redis_down(args: argparse.Namespace) -> int:
@@ -157,6 +127,33 @@ def show_status(args: argparse.Namespace) -> int:
 
 
 # --- shared ---------------------------------------------------------------------------
+def _up(
+    data_dir: Path,
+    name: str,
+    marker: str,
+    label: str,
+    launch: Callable[[], tuple[NativeServer, str, dict[str, object]]],
+) -> int:
+    """Start a detached server unless one runs from ``data_dir``; print its address."""
+    running = _running_pid(data_dir, name, marker)
+    if running is not None:
+        state = _read_state(data_dir, name)
+        _info(f"{label} already running at {state.get('address')} (pid {running})")
+        print(state.get("address", ""))
+        return 0
+    try:
+        launcher, address, extra = launch()
+    except DevServerError as exc:
+        _info(f"error: {exc}")
+        return 1
+    pid = launcher.pid
+    assert pid is not None
+    _write_state(data_dir, name, pid, {"address": address, **extra})
+    _info(f"{label} running (pid {pid}, data {data_dir})")
+    print(address)
+    return 0
+
+
 def _down(data_dir: Path, name: str, marker: str, label: str, grace: float) -> int:
     pid = _running_pid(data_dir, name, marker)
     if pid is None:

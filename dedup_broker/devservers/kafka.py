@@ -8,15 +8,14 @@ same address and the same data, as outage tests need.
 from __future__ import annotations
 
 import logging
-import shutil
 import subprocess
 import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 
 from dedup_broker.devservers import distribution, process
+from dedup_broker.devservers.native import NativeServer
 from dedup_broker.errors import DevServerError
 
 LOG4J2_PROPERTIES = """\
@@ -71,7 +70,7 @@ def server_properties(
     return props
 
 
-class NativeKafka:
+class NativeKafka(NativeServer):
     """One Kafka JVM on 127.0.0.1 with fixed ports and a data directory it keeps.
 
     ``data_dir`` defaults to a fresh temporary directory, removed by ``close()``; a given
@@ -128,17 +127,6 @@ class NativeKafka:
         """The JVM's console output (appended across restarts)."""
         return self.data_dir / "kafka.log"
 
-    @property
-    def pid(self) -> int | None:
-        """The pid of the running JVM, or None when it is not running."""
-        if self._popen is None or self._popen.poll() is not None:
-            return None
-        return self._popen.pid
-
-    @property
-    def running(self) -> bool:
-        return self.pid is not None
-
     # --- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
         """Start the JVM (formatting storage on first use) and wait until it serves."""
@@ -178,37 +166,6 @@ class NativeKafka:
             self._popen.pid,
             time.monotonic() - started,
         )
-
-    def stop(self, timeout: float | None = None) -> None:
-        """SIGTERM (a clean shutdown), SIGKILL after the grace period; waits for exit."""
-        if self._popen is not None:
-            grace = self.stop_timeout if timeout is None else timeout
-            process.stop_pid(self._popen.pid, grace, self._popen)
-        process.untrack(self)
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash would; waits for exit. Data is kept for ``start()``."""
-        if self._popen is not None:
-            process.kill_pid(self._popen.pid, self._popen)
-        process.untrack(self)
-
-    def close(self) -> None:
-        """Stop, and remove the data directory if this object created it."""
-        self.stop()
-        if self._owns_dir:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
-
-    def __enter__(self) -> NativeKafka:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = f"pid {self.pid}" if self.running else "stopped"

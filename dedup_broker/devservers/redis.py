@@ -14,9 +14,9 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 
 from dedup_broker.devservers import process
+from dedup_broker.devservers.native import NativeServer
 from dedup_broker.errors import DevServerError
 
 _log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ def find_redis_server(install: bool = True) -> str:
     )
 
 
-class NativeRedis:
+class NativeRedis(NativeServer):
     """One ``redis-server`` on 127.0.0.1 with a fixed port and its own directory."""
 
     def __init__(
@@ -83,16 +83,6 @@ class NativeRedis:
     @property
     def log_path(self) -> Path:
         return self.data_dir / "redis.log"
-
-    @property
-    def pid(self) -> int | None:
-        if self._popen is None or self._popen.poll() is not None:
-            return None
-        return self._popen.pid
-
-    @property
-    def running(self) -> bool:
-        return self.pid is not None
 
     def argv(self, executable: str) -> list[str]:
         """The server's command line (all settings as arguments, no config file)."""
@@ -136,37 +126,6 @@ class NativeRedis:
             self.kill()
             raise
         _log.info("Redis up at %s (pid %d)", self.url, self._popen.pid)
-
-    def stop(self, timeout: float | None = None) -> None:
-        """SIGTERM, SIGKILL after the grace period; waits for exit."""
-        if self._popen is not None:
-            grace = self.stop_timeout if timeout is None else timeout
-            process.stop_pid(self._popen.pid, grace, self._popen)
-        process.untrack(self)
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash would; waits for exit."""
-        if self._popen is not None:
-            process.kill_pid(self._popen.pid, self._popen)
-        process.untrack(self)
-
-    def close(self) -> None:
-        """Stop, and remove the directory if this object created it."""
-        self.stop()
-        if self._owns_dir:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
-
-    def __enter__(self) -> NativeRedis:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = f"pid {self.pid}" if self.running else "stopped"
