@@ -16,6 +16,7 @@ from dedup_broker.admin.http import (
 )
 from dedup_broker.errors import BrokerError, InvalidTopicNameError, TopicNotFoundError
 from dedup_broker.server.policies import DEDUP
+from dedup_broker.server.policies import DEDUP_SNAPSHOT_INTERVAL as SNAPSHOT_POLICY
 from dedup_broker.server.topic_name import TopicName
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
 NAMESPACE = "/admin/v2/persistent/{tenant}/{namespace}"
 NAMESPACES = "/admin/v2/namespaces/{tenant}/{namespace}"
+SNAPSHOT_INTERVAL = "/deduplicationSnapshotInterval"
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -54,6 +56,12 @@ def build_router(broker: BrokerService) -> Router:
         ("GET", TOPIC + "/deduplicationEnabled", api.get_topic_dedup),
         ("POST", TOPIC + "/deduplicationEnabled", api.set_topic_dedup),
         ("DELETE", TOPIC + "/deduplicationEnabled", api.remove_topic_dedup),
+        ("GET", NAMESPACES + SNAPSHOT_INTERVAL, api.get_namespace_snapshot_interval),
+        ("POST", NAMESPACES + SNAPSHOT_INTERVAL, api.set_namespace_snapshot_interval),
+        ("DELETE", NAMESPACES + SNAPSHOT_INTERVAL, api.remove_namespace_snapshot_interval),
+        ("GET", TOPIC + SNAPSHOT_INTERVAL, api.get_topic_snapshot_interval),
+        ("POST", TOPIC + SNAPSHOT_INTERVAL, api.set_topic_snapshot_interval),
+        ("DELETE", TOPIC + SNAPSHOT_INTERVAL, api.remove_topic_snapshot_interval),
     ]
     for method, pattern, handler in routes:
         router.add(method, pattern, _translating_errors(handler))
@@ -104,12 +112,19 @@ def _namespace(request: Request) -> str:
     return f"{request.params['tenant']}/{request.params['namespace']}"
 
 
-def _int_body(request: Request) -> int:
+def _int_body(request: Request, what: str = "a number of partitions") -> int:
     text = request.text().strip()
     try:
         return int(text)
     except ValueError:
-        raise HttpError(400, f"expected a number of partitions as the body, got {text!r}") from None
+        raise HttpError(400, f"expected {what} as the body, got {text!r}") from None
+
+
+def _interval_body(request: Request) -> int:
+    seconds = _int_body(request, "a snapshot interval in seconds")
+    if seconds < 0:
+        raise HttpError(400, f"the snapshot interval must be >= 0 seconds, got {seconds}")
+    return seconds
 
 
 class AdminApi:
@@ -231,5 +246,37 @@ class AdminApi:
 
     async def remove_topic_dedup(self, request: Request) -> Response:
         await self.broker.policies.set_topic_value(_topic(request), DEDUP, None)
+        await self.broker.apply_policies()
+        return no_content()
+
+    # --- deduplication snapshot interval (namespace and topic level) -------------------
+    async def get_namespace_snapshot_interval(self, request: Request) -> Response:
+        namespace = _namespace(request)
+        return json_response(self.broker.policies.namespace_value(namespace, SNAPSHOT_POLICY))
+
+    async def set_namespace_snapshot_interval(self, request: Request) -> Response:
+        seconds = _interval_body(request)
+        await self.broker.policies.set_namespace_value(
+            _namespace(request), SNAPSHOT_POLICY, seconds
+        )
+        await self.broker.apply_policies()
+        return no_content()
+
+    async def remove_namespace_snapshot_interval(self, request: Request) -> Response:
+        await self.broker.policies.set_namespace_value(_namespace(request), SNAPSHOT_POLICY, None)
+        await self.broker.apply_policies()
+        return no_content()
+
+    async def get_topic_snapshot_interval(self, request: Request) -> Response:
+        return json_response(self.broker.policies.topic_value(_topic(request), SNAPSHOT_POLICY))
+
+    async def set_topic_snapshot_interval(self, request: Request) -> Response:
+        seconds = _interval_body(request)
+        await self.broker.policies.set_topic_value(_topic(request), SNAPSHOT_POLICY, seconds)
+        await self.broker.apply_policies()
+        return no_content()
+
+    async def remove_topic_snapshot_interval(self, request: Request) -> Response:
+        await self.broker.policies.set_topic_value(_topic(request), SNAPSHOT_POLICY, None)
         await self.broker.apply_policies()
         return no_content()

@@ -116,6 +116,8 @@ class MessageDeduplication:
         self._config = config
         self._ledger = ledger
         self._clock = clock
+        # The quiet-topic snapshot interval; topic and namespace policies may override it.
+        self.snapshot_interval_seconds = config.broker_deduplication_snapshot_interval_seconds
         self.status = DedupStatus.DISABLED
         self._pushed: dict[str, int] = {}
         self._persisted: dict[str, int] = {}
@@ -438,7 +440,7 @@ class MessageDeduplication:
             return
         now = self._clock()
         self._drop_inactive(now)
-        interval = self._config.broker_deduplication_snapshot_interval_seconds
+        interval = self.snapshot_interval_seconds
         if (
             interval > 0
             and now - self._snapshot_clock >= interval
@@ -500,4 +502,5 @@ class MessageDeduplication:
             "lastSnapshotPosition": str(snapshot) if snapshot is not None else "-1:-1",
             "lastSnapshotTime": self._snapshot_wall_ms,
             "entriesSinceSnapshot": self._entries_since_snapshot,
+            "snapshotIntervalSeconds": self.snapshot_interval_seconds,
         }

@@ -46,9 +46,14 @@ class TopicDeduplication:
     async def apply_policy(self) -> None:
         """Enable (recovering first) or disable according to the effective policy."""
         async with self._change:
-            wanted = self.topic.broker.policies.deduplication_enabled(self.topic.name)
+            policies = self.topic.broker.policies
+            wanted = policies.deduplication_enabled(self.topic.name)
+            interval = policies.deduplication_snapshot_interval_seconds(self.topic.name)
+            if self.state is not None:
+                self.state.snapshot_interval_seconds = interval
             if wanted and self.state is None:
                 state = MessageDeduplication(self.topic.broker.config, self.topic.managed_ledger)
+                state.snapshot_interval_seconds = interval
                 self.state = state
                 for producer in self.topic.producers.values():
                     state.producer_connected(producer.name)

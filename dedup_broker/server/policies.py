@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 NAMESPACE_KEY = "namespace-policies/"
 TOPIC_KEY = "topic-policies/"
 DEDUP = "deduplicationEnabled"
+DEDUP_SNAPSHOT_INTERVAL = "deduplicationSnapshotIntervalSeconds"
 
 
 class Policies:
@@ -56,12 +57,19 @@ class Policies:
     async def set_topic_value(self, topic: TopicName, name: str, value: object | None) -> None:
         await self._write(self._topic_key(topic), name, value)
 
+    def _effective(self, topic: TopicName, name: str) -> Any:
+        """The topic's setting, else its namespace's; ``None`` when neither is set."""
+        value = self.topic_value(topic, name)
+        return value if value is not None else self.namespace_value(topic.namespace_name, name)
+
+    def deduplication_snapshot_interval_seconds(self, topic: TopicName) -> int:
+        """Topic, else namespace, else ``brokerDeduplicationSnapshotIntervalSeconds``."""
+        value = self._effective(topic, DEDUP_SNAPSHOT_INTERVAL)
+        if value is None:
+            return self.config.broker_deduplication_snapshot_interval_seconds
+        return int(value)
+
     def deduplication_enabled(self, topic: TopicName) -> bool:
         """Topic setting, else namespace setting, else ``brokerDeduplicationEnabled``."""
-        for value in (
-            self.topic_value(topic, DEDUP),
-            self.namespace_value(topic.namespace_name, DEDUP),
-        ):
-            if value is not None:
-                return bool(value)
-        return self.config.broker_deduplication_enabled
+        value = self._effective(topic, DEDUP)
+        return self.config.broker_deduplication_enabled if value is None else bool(value)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from pathlib import Path
 
 import pulsar
@@ -141,6 +143,65 @@ def test_policies_precedence_and_runtime_switch(kafka_bootstrap: str, tmp_path: 
         assert producer.send(b"c", sequence_id=6).entry_id() >= 0
         assert producer.send(b"c-again", sequence_id=6).entry_id() == -1
         assert _stored(client, topic) == [b"a", b"a-again", b"b", b"b-third", b"c"]
+    finally:
+        client.close()
+        broker.stop()
+
+
+def _dedup_internal(broker: BrokerProcess, name: str) -> dict[str, object]:
+    url = f"{broker.http_url}/admin/v2/persistent/public/default/{name}/internalStats"
+    stats: dict[str, object] = json.loads(http_request("GET", url)[1])["deduplication"]
+    return stats
+
+
+def _wait_for_snapshot_at(broker: BrokerProcess, name: str, position: str) -> None:
+    deadline = time.monotonic() + 30
+    while _dedup_internal(broker, name)["lastSnapshotPosition"] != position:
+        assert time.monotonic() < deadline, f"no snapshot at {position}"
+        time.sleep(0.5)
+
+
+def test_snapshot_interval_policy_per_namespace_and_topic(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A quiet topic snapshots on the namespace's interval; the topic's own setting wins."""
+    broker = make_broker(kafka_bootstrap, tmp_path, broker_deduplication_enabled=True)
+    broker.start()  # broker default: 120 s between timer snapshots, 1000 entries
+    client = pulsar.Client(broker.service_url)
+    try:
+        name = f"interval-{uuid.uuid4().hex[:8]}"
+        ns_url = (
+            f"{broker.http_url}/admin/v2/namespaces/public/default/deduplicationSnapshotInterval"
+        )
+        topic_url = (
+            f"{broker.http_url}/admin/v2/persistent/public/default/{name}"
+            "/deduplicationSnapshotInterval"
+        )
+        assert http_request("POST", ns_url, b"-1")[0] == 400
+        assert http_request("POST", ns_url, b"soon")[0] == 400
+        producer = client.create_producer(
+            f"persistent://public/default/{name}", producer_name="quiet", batching_enabled=False
+        )
+        for i in range(3):
+            last = producer.send(f"m{i}".encode(), sequence_id=i)
+        assert _dedup_internal(broker, name)["snapshotIntervalSeconds"] == 120
+
+        assert http_request("POST", ns_url, b"1")[0] == 204
+        assert json.loads(http_request("GET", ns_url)[1]) == 1
+        _wait_for_snapshot_at(broker, name, f"{last.ledger_id()}:{last.entry_id()}")
+
+        assert http_request("POST", topic_url, b"0")[0] == 204  # 0: no timer snapshots
+        assert json.loads(http_request("GET", topic_url)[1]) == 0
+        assert _dedup_internal(broker, name)["snapshotIntervalSeconds"] == 0
+        snapshot_before = _dedup_internal(broker, name)["lastSnapshotPosition"]
+        later = producer.send(b"later", sequence_id=10)
+        time.sleep(7)  # longer than the broker's housekeeping period, with a 1 s namespace rule
+        assert _dedup_internal(broker, name)["lastSnapshotPosition"] == snapshot_before
+
+        assert http_request("DELETE", topic_url)[0] == 204  # back to the namespace's 1 s
+        _wait_for_snapshot_at(broker, name, f"{later.ledger_id()}:{later.entry_id()}")
+        assert http_request("DELETE", ns_url)[0] == 204
+        assert _dedup_internal(broker, name)["snapshotIntervalSeconds"] == 120
     finally:
         client.close()
         broker.stop()

@@ -110,6 +110,27 @@ async def test_failed_snapshot_is_logged_and_retried_later(
 
 
 @async_test
+async def test_policy_interval_replaces_the_broker_default_at_runtime() -> None:
+    dedup, ledger, clock = make_dedup(broker_deduplication_snapshot_interval_seconds=120)
+    await dedup.enable()
+    publish(dedup, ledger, "p", 0)
+    clock.advance(5)
+    dedup.maybe_snapshot_on_timer()
+    await settle()
+    assert ledger.cursor_writes == []  # the broker's 120 s have not passed
+    dedup.snapshot_interval_seconds = 3  # a namespace or topic policy
+    dedup.maybe_snapshot_on_timer()
+    await settle()
+    assert len(ledger.cursor_writes) == 1
+    dedup.snapshot_interval_seconds = 0  # time-based snapshots off
+    publish(dedup, ledger, "p", 1)
+    clock.advance(1000)
+    dedup.maybe_snapshot_on_timer()
+    await settle()
+    assert len(ledger.cursor_writes) == 1
+
+
+@async_test
 async def test_timer_snapshots_after_the_interval_only_when_entries_were_persisted() -> None:
     dedup, ledger, clock = make_dedup(broker_deduplication_snapshot_interval_seconds=10)
     await dedup.enable()
@@ -201,6 +222,7 @@ async def test_stats() -> None:
         "lastSnapshotPosition": "-1:-1",
         "lastSnapshotTime": 0,
         "entriesSinceSnapshot": 0,
+        "snapshotIntervalSeconds": 120,
     }
     await dedup.enable()
     publish(dedup, ledger, "a", 0)
@@ -212,6 +234,7 @@ async def test_stats() -> None:
         "lastSnapshotPosition": "3:-1",
         "lastSnapshotTime": 0,
         "entriesSinceSnapshot": 2,
+        "snapshotIntervalSeconds": 120,
     }
     before = int(time.time() * 1000)
     await dedup.take_snapshot()
@@ -224,6 +247,7 @@ async def test_stats() -> None:
         "producers": 3,
         "lastSnapshotPosition": "3:1",
         "entriesSinceSnapshot": 0,
+        "snapshotIntervalSeconds": 120,
     }
 
 
