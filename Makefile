@@ -48,6 +48,7 @@ demo run: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench
+	$(PY) -m bench.dedup_state
 
 kafka-up: $(STAMP)
 	$(PY) -m dedup_broker.cli dev kafka-up

@@ -130,6 +130,7 @@ class MessageDeduplication:
         self._snapshot_clock = clock()
         self._snapshot_wall_ms = 0
         self._entries_since_snapshot = 0
+        self._recovery_ms = 0
         self._acked_while_recovering: list[tuple[str, int, Position]] = []
         self._snapshot_task: asyncio.Task[None] | None = None
         self._snapshot_lock = asyncio.Lock()
@@ -143,18 +144,22 @@ class MessageDeduplication:
             if self.status is DedupStatus.ENABLED:
                 return
             self.status = DedupStatus.RECOVERING
+            started = time.monotonic()
             try:
                 await self._recover()
             except BaseException:
                 self.status = DedupStatus.FAILED
                 raise
             self.status = DedupStatus.ENABLED
+            self._recovery_ms = round(1000 * (time.monotonic() - started))
             log.info(
-                "deduplication enabled on %s: %d producers, snapshot at %s, %d entries replayed",
+                "deduplication enabled on %s: %d producers, snapshot at %s, "
+                "%d entries replayed in %d ms",
                 self._ledger.name,
                 len(self._persisted),
                 self._snapshot_position,
                 self._entries_since_snapshot,
+                self._recovery_ms,
             )
             if self._entries_since_snapshot >= self._config.broker_deduplication_entries_interval:
                 self._start_snapshot()
@@ -503,4 +508,5 @@ class MessageDeduplication:
             "lastSnapshotTime": self._snapshot_wall_ms,
             "entriesSinceSnapshot": self._entries_since_snapshot,
             "snapshotIntervalSeconds": self.snapshot_interval_seconds,
+            "lastRecoveryMillis": self._recovery_ms,
         }

@@ -223,8 +223,11 @@ async def test_stats() -> None:
         "lastSnapshotTime": 0,
         "entriesSinceSnapshot": 0,
         "snapshotIntervalSeconds": 120,
+        "lastRecoveryMillis": 0,
     }
     await dedup.enable()
+    recovery_ms = dedup.stats()["lastRecoveryMillis"]
+    assert isinstance(recovery_ms, int) and recovery_ms >= 0
     publish(dedup, ledger, "a", 0)
     publish(dedup, ledger, "b", 0)
     assert dedup.check("c", 0, 0) is Verdict.NOT_DUP
@@ -235,6 +238,7 @@ async def test_stats() -> None:
         "lastSnapshotTime": 0,
         "entriesSinceSnapshot": 2,
         "snapshotIntervalSeconds": 120,
+        "lastRecoveryMillis": recovery_ms,
     }
     before = int(time.time() * 1000)
     await dedup.take_snapshot()
@@ -248,6 +252,7 @@ async def test_stats() -> None:
         "lastSnapshotPosition": "3:1",
         "entriesSinceSnapshot": 0,
         "snapshotIntervalSeconds": 120,
+        "lastRecoveryMillis": recovery_ms,
     }
 
 
