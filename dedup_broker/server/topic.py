@@ -13,6 +13,7 @@ from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import parse_metadata_only
 from dedup_broker.server.deduplication import TopicDeduplication
+from dedup_broker.server.key_dedup import TopicKeyDedup
 from dedup_broker.server.producer import Producer
 from dedup_broker.server.subscription import Subscription, SubscriptionType
 from dedup_broker.server.topic_name import TopicName
@@ -47,6 +48,7 @@ class Topic:
         self.bytes_in = 0
         self._last_entry_batch: tuple[Position, int] | None = None
         self.dedup = TopicDeduplication(self)
+        self.key_dedup = TopicKeyDedup(self)
         self.closed = False
 
     @classmethod
@@ -61,6 +63,7 @@ class Topic:
                 topic, cursor_name, cursor, SubscriptionType.EXCLUSIVE, durable=True
             )
         await topic.dedup.apply_policy()
+        await topic.key_dedup.apply_policy()
         return topic
 
     # --- producers ----------------------------------------------------------------
@@ -90,26 +93,41 @@ class Topic:
         metadata: pb.MessageMetadata,
     ) -> None:
         """Append one SEND's entry; the receipt goes out once Kafka acknowledged it."""
+        if self.key_dedup.intercepts:
+            self.key_dedup.submit(producer, send, entry, metadata)
+            return
+        self.append_entry(producer, send, entry, metadata)
+
+    def append_entry(
+        self,
+        producer: Producer,
+        send: pb.CommandSend,
+        entry: bytes,
+        metadata: pb.MessageMetadata,
+        timestamp: int | None = None,
+    ) -> asyncio.Future[Position] | None:
+        """PIP-6 verdict and append; None when nothing was appended (already answered)."""
         sequence_id = send.sequence_id
         highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else None
         in_batch = batch_size(metadata)
         count = max(in_batch, 1)
         started = time.monotonic()
-        timestamp = metadata.publish_time or int(time.time() * 1000)
+        if timestamp is None:
+            timestamp = metadata.publish_time or int(time.time() * 1000)
         try:
             verdict, dedup_name, highest_seen = self.dedup.check(send, entry, metadata)
         except BrokerError as exc:
             self._send_error(producer, sequence_id, exc)
-            return
+            return None
         if verdict is not Verdict.NOT_DUP:
             self._answer_duplicate(producer, sequence_id, highest, verdict)
-            return
+            return None
         try:
             future = self.managed_ledger.append(entry, timestamp)
         except BrokerError as exc:
             self.dedup.write_failed()
             self._send_error(producer, sequence_id, exc)
-            return
+            return None
         producer.pending_sends += 1
         producer.connection.publish_started()
 
@@ -142,6 +160,7 @@ class Topic:
                 )
 
         future.add_done_callback(written)
+        return future
 
     def _answer_duplicate(
         self, producer: Producer, sequence_id: int, highest: int | None, verdict: Verdict
@@ -256,6 +275,7 @@ class Topic:
     # --- lifecycle and stats --------------------------------------------------------
     async def close(self) -> None:
         self.closed = True
+        await self.key_dedup.close()
         await self.dedup.close()
         for producer in list(self.producers.values()):
             producer.connection.close_producer_by_broker(producer)
@@ -273,6 +293,7 @@ class Topic:
             "bytesOutCounter": sum(s.bytes_out for s in self.subscriptions.values()),
             "storageSize": self.managed_ledger.total_size,
             "deduplicationStatus": self.dedup.status,
+            "keyDeduplication": self.key_dedup.stats(),
             "publishers": [p.stats() for p in self.producers.values()],
             "subscriptions": {n: s.stats() for n, s in self.subscriptions.items()},
         }
