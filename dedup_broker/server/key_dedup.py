@@ -60,6 +60,10 @@ class KeyDedupNotReadyError(RetriableError):
     """Key deduplication cannot decide now (Redis unreachable, window being rebuilt)."""
 
 
+class _ScopeLostError(KeyDedupNotReadyError):
+    pass
+
+
 @dataclass(eq=False)
 class _Send:
     producer: Producer
@@ -233,8 +237,16 @@ class TopicKeyDedup:
         states: dict[bytes, KeyState] = {}
         futures: dict[bytes, asyncio.Future[bool]] = {}
         owned: set[bytes] = set()
+        key_lists = [p.keys for p in prepared]
         try:
-            await self._lookup(scope, policy, [p.keys for p in prepared], states, futures, owned)
+            try:
+                await self._lookup(scope, policy, key_lists, states, futures, owned)
+            except _ScopeLostError:
+                # Rebuilding from the log takes moments: wait for it rather than fail.
+                states.clear()
+                if not await self._wait_ready():
+                    raise KeyDedupNotReadyError("the key window is being rebuilt") from None
+                await self._lookup(scope, policy, key_lists, states, futures, owned)
         except BrokerError as exc:
             for p in prepared:
                 self._error(p.item, exc)
@@ -247,10 +259,18 @@ class TopicKeyDedup:
             self._release([k for k in owned if k not in used])
 
     async def _wait_ready(self) -> bool:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._ready.wait(), READY_WAIT_SECONDS)
+        """Both this topic's replay and the scope (marker, rebuild) done, within a bound."""
         scope = self.scope
-        return self._ready.is_set() and scope is not None and scope.ready.is_set()
+        if scope is None:
+            return False
+
+        async def both() -> None:
+            await self._ready.wait()
+            await scope.ready.wait()
+
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(both(), READY_WAIT_SECONDS)
+        return self._ready.is_set() and scope.ready.is_set()
 
     async def _lookup(
         self,
@@ -303,7 +323,7 @@ class TopicKeyDedup:
             for key in ask:
                 scope.in_flight.settle(key, False)
             scope.lost()
-            raise KeyDedupNotReadyError("Redis lost the key window; it is being rebuilt") from None
+            raise _ScopeLostError("Redis lost the key window; it is being rebuilt") from None
         except KeyStoreUnavailableError:
             if policy.on_redis_unavailable is OnRedisUnavailable.ACCEPT:
                 service.accepted_without_redis += len(ask)
@@ -487,7 +507,7 @@ class TopicKeyDedup:
         self.errors += 1
         producer, send = item.producer, item.send
         code = pb.UnknownError if isinstance(exc, ProtocolError) else pb.PersistenceError
-        log.info("%s: SEND %d not accepted: %s", self.topic.name, send.sequence_id, exc)
+        log.debug("%s: SEND %d not accepted: %s", self.topic.name, send.sequence_id, exc)
 
         def answer() -> None:
             if not producer.closed:

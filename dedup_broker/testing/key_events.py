@@ -36,7 +36,7 @@ def event_id_of(message: pulsar.Message) -> str:
     props = message.properties()
     if KEY_PROPERTY in props:
         return str(props[KEY_PROPERTY])
-    return message.data().decode().split("|", 1)[0]
+    return str(message.data().decode().split("|", 1)[0])
 
 
 class Publisher:
@@ -47,8 +47,11 @@ class Publisher:
         producers: Sequence[pulsar.Producer],
         events: Sequence[str],
         content_keyed: bool = False,
+        rate: float = 0.0,
     ) -> None:
+        """``rate``: events per second (0: as fast as the client takes them)."""
         self.producers = list(producers)
+        self.rate = rate
         self.events = list(events)
         self.content_keyed = content_keyed
         self.acknowledged = 0
@@ -82,7 +85,12 @@ class Publisher:
         )
 
     def _run(self) -> None:
+        started = time.monotonic()
         for index in range(len(self.events)):
+            if self.rate > 0:
+                ahead = started + index / self.rate - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
             self._send(index)
         deadline = time.monotonic() + 600
         while not self._done.is_set() and time.monotonic() < deadline:

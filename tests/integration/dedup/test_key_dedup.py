@@ -67,9 +67,7 @@ def test_property_keys_20k_events_with_repeats_each_stored_once(
         stored = stored_event_ids(client, topic)
         assert len(stored) == 16_000
         assert_each_once(stored, events)
-        _, body = http_request(
-            "GET", f"{kd_broker.http_url}/admin/v2/persistent/{short}/stats"
-        )
+        _, body = http_request("GET", f"{kd_broker.http_url}/admin/v2/persistent/{short}/stats")
         stats = json.loads(body)["keyDeduplication"]
         assert stats["repeatsDropped"] == 4_000
         assert stats["messagesKept"] == 16_000
