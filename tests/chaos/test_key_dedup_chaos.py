@@ -14,6 +14,7 @@ import pulsar
 import pytest
 import redis
 
+from dedup_broker.dedup.key_store import ScopeKeys
 from dedup_broker.devservers import RedisService
 from dedup_broker.testing.admin_http import http_request
 from dedup_broker.testing.broker_process import BrokerProcess
@@ -172,3 +173,39 @@ def test_accept_mode_keeps_publishing_while_redis_is_down_and_loses_nothing(
     # the repeats it had seen (one broker, nothing evicted), so none is stored twice.
     assert set(counts) == set(events)
     assert max(counts.values()) == 1
+
+
+def test_keys_whose_confirmations_never_reached_redis_are_replayed_from_the_log(
+    kafka_bootstrap: str, redis_url: str, tmp_path: Path, topic: str
+) -> None:
+    """kill -9 right after writes, with Redis missing their keys and the checkpoint: the
+    restarted broker reads the window back from the log before it accepts anything."""
+    broker = _start(kafka_bootstrap, redis_url, tmp_path)
+    events = make_events(2_000, 0, seed=15)
+    try:
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=60)
+        try:
+            Publisher([producer_for(client, topic)], events).start().wait()
+        finally:
+            client.close()
+        scope = ScopeKeys(str(_key_stats(broker, topic)["scope"]))
+        broker.kill()
+        connection = redis.Redis.from_url(redis_url)
+        try:
+            lost = list(connection.scan_iter(match=f"kd:{{{scope.tag}}}:k:*", count=1000))
+            assert len(lost) == len(events)
+            connection.delete(*lost, scope.checkpoints)
+            assert connection.exists(scope.marker)
+        finally:
+            connection.close()
+        broker.start()
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=60)
+        try:
+            Publisher([producer_for(client, topic)], events).start().wait()
+            stored = stored_event_ids(client, topic)
+        finally:
+            client.close()
+        assert sorted(stored) == sorted(events)
+        assert _key_stats(broker, topic)["repeatsDropped"] == len(events)
+    finally:
+        broker.stop()

@@ -195,3 +195,42 @@ def test_policy_admin_round_trip_and_validation(kd_broker: BrokerProcess, topic:
     }
     assert http_request("DELETE", base)[0] == 204
     assert json.loads(http_request("GET", base)[1]) is None
+
+
+def test_with_pip6_on_the_same_topic_sequence_ids_stay_consistent(
+    kd_broker: BrokerProcess, topic: str
+) -> None:
+    short = topic.removeprefix("persistent://")
+    assert (
+        http_request(
+            "POST",
+            f"{kd_broker.http_url}/admin/v2/persistent/{short}/deduplicationEnabled",
+            b"true",
+        )[0]
+        == 204
+    )
+    set_policy(kd_broker, f"persistent/{short}", {"enabled": True, "keySource": "content"})
+    # ids 150..199 repeat earlier events; the last batch mixes repeats and new ones.
+    payloads = [f"e{i}".encode() for i in range(150)]
+    payloads += [f"e{i}".encode() for i in range(50)] + [f"e{i}".encode() for i in range(150, 160)]
+    client = pulsar.Client(kd_broker.service_url, operation_timeout_seconds=60)
+    try:
+        producer = client.create_producer(
+            topic, producer_name="both", batching_enabled=True, batching_max_messages=40
+        )
+        for i, payload in enumerate(payloads):
+            producer.send_async(payload, None, sequence_id=i)
+        producer.flush()
+        producer.close()
+        again = client.create_producer(topic, producer_name="both", batching_enabled=False)
+        assert again.last_sequence_id() == 209
+        resent = again.send(b"e0-resent", sequence_id=120)  # PIP-6: below the high-water mark
+        assert (resent.ledger_id(), resent.entry_id()) == (-1, -1)
+        repeat = again.send(b"e3", sequence_id=210)  # key repeat with a new sequence id
+        assert (repeat.ledger_id(), repeat.entry_id()) == (-1, -1)
+        fresh = again.send(b"fresh", sequence_id=211)
+        assert fresh.entry_id() >= 0
+        stored = stored_event_ids(client, topic, read=lambda m: m.data().decode())
+        assert stored == [f"e{i}" for i in range(160)] + ["fresh"]
+    finally:
+        client.close()
