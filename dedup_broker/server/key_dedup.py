@@ -20,7 +20,7 @@ import logging
 import uuid
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dedup_broker.dedup.key_store import KeyStoreUnavailableError, ScopeLostError
 from dedup_broker.dedup.key_window import (
@@ -39,6 +39,7 @@ from dedup_broker.protocol.batch import SingleMessage
 from dedup_broker.protocol.batch_rewrite import rewrite_batch
 from dedup_broker.protocol.commands import as_signed64
 from dedup_broker.server import key_dedup_recovery as recovery
+from dedup_broker.server.key_dedup_replies import OrderedReplies
 from dedup_broker.server.key_dedup_scope import now_ms
 from dedup_broker.storage.position import Position
 
@@ -52,7 +53,6 @@ log = logging.getLogger(__name__)
 GROUP_MAX_SENDS = 256
 """SENDs decided together (one Redis round trip for all their new keys)."""
 READY_WAIT_SECONDS = 5.0
-IN_FLIGHT_WAIT_SECONDS = 10.0
 REPLAY_CHUNK = 500
 
 
@@ -98,7 +98,7 @@ class TopicKeyDedup:
         self._busy = False
         self._ready = asyncio.Event()
         self._recovering: asyncio.Task[None] | None = None
-        self._last_reply: dict[Producer, asyncio.Future[Any]] = {}
+        self.replies = OrderedReplies()
         self._failed: list[list[bytes]] = []
         self._change = asyncio.Lock()
         self.errors = 0
@@ -213,7 +213,7 @@ class TopicKeyDedup:
         policy, scope = self.policy, self.scope
         if policy is None or scope is None:
             for item in group:
-                self._append(item, item.entry, item.metadata, [], None)
+                self._append(item, item.entry, item.metadata, [], None, [])
             return
         prepared: list[_Prepared] = []
         for item in group:
@@ -361,56 +361,57 @@ class TopicKeyDedup:
         owned: set[bytes],
         used: set[bytes],
     ) -> None:
+        """One SEND: drop its repeats, append the rest, answer in the producer's order.
+
+        A key held by a write of this broker still in flight is dropped at once, on the
+        condition that write succeeds: the answer waits for it (and becomes a retriable
+        error if it failed), but the topic's later SENDs do not.
+        """
         item = p.item
         if item.producer.closed:
             item.answered = True
             return
         if p.messages is None:
             scope.unchecked += max(item.metadata.num_messages_in_batch, 1)
-            self._append(item, item.entry, item.metadata, [], scope)
+            self._append(item, item.entry, item.metadata, [], scope, [])
             return
-        for _attempt in range(3):
-            waiting = [
-                k
-                for k, v in zip(p.keys, verdicts(p.keys, states), strict=True)
-                if v is MessageVerdict.WAIT and k is not None
-            ]
-            if not waiting:
-                break
-            if not await self._await_keys(scope, policy, waiting, states, futures, owned):
-                self._error(item, KeyDedupNotReadyError("an earlier copy is still being written"))
-                return
+        settled = [k for k in p.keys if k is not None and k in futures and futures[k].done()]
+        if settled:
+            await self._settled(scope, policy, settled, states, futures, owned)
         result = verdicts(p.keys, states)
-        if any(v is MessageVerdict.WAIT for v in result):
-            self._error(item, KeyDedupNotReadyError("an earlier copy is still being written"))
-            return
+        after: list[asyncio.Future[bool]] = []
+        for key, verdict in zip(p.keys, result, strict=True):
+            if verdict is MessageVerdict.WAIT and key is not None:
+                future = futures.get(key)
+                if future is None:  # held by a write another broker is making
+                    self._error(item, KeyDedupNotReadyError("an earlier copy is being written"))
+                    return
+                after.append(future)
         keep = [v in (MessageVerdict.KEEP, MessageVerdict.UNCHECKED) for v in result]
         kept_keys = [
             k for k, v in zip(p.keys, result, strict=True) if v is MessageVerdict.KEEP and k
         ]
         dropped = keep.count(False)
         scope.unchecked += result.count(MessageVerdict.UNCHECKED)
+        scope.dropped += dropped
+        self.topic.broker.key_dedup.dropped.inc(dropped)
         if not any(keep):
-            scope.dropped += dropped
-            self.topic.broker.key_dedup.dropped.inc(dropped)
-            self._duplicate(item)
+            self._duplicate(item, after)
             return
         entry, metadata = item.entry, item.metadata
         if dropped:
             highest = _highest(item.send, p.messages)
             metadata, entry = rewrite_batch(metadata, p.messages, keep, highest)
-        if self._append(item, entry, metadata, kept_keys, scope):
+        if self._append(item, entry, metadata, kept_keys, scope, after):
             used.update(kept_keys)
             for key in kept_keys:
                 states[key] = KeyState.IN_FLIGHT
                 future = scope.in_flight.get(key)
                 if future is not None:
                     futures[key] = future
-            scope.dropped += dropped
             scope.kept += len(keep) - dropped
-            self.topic.broker.key_dedup.dropped.inc(dropped)
 
-    async def _await_keys(
+    async def _settled(
         self,
         scope: KeyScope,
         policy: KeyDedupPolicy,
@@ -418,29 +419,20 @@ class TopicKeyDedup:
         states: dict[bytes, KeyState],
         futures: dict[bytes, asyncio.Future[bool]],
         owned: set[bytes],
-    ) -> bool:
-        """Waits for the writes holding ``keys``; keys they did not store are claimed anew."""
-        pending = [futures[k] for k in keys if k in futures]
-        if len(pending) < len(keys):
-            return False  # held by a write this broker cannot see
-        done, _ = await asyncio.wait(pending, timeout=IN_FLIGHT_WAIT_SECONDS)
-        if len(done) < len(pending):
-            return False
+    ) -> None:
+        """Keys whose writes settled since the lookup: stored, or to be claimed anew."""
         again: list[bytes] = []
         for key in keys:
             future = futures.pop(key)
-            if future.result():
+            if not future.cancelled() and future.result():
                 states[key] = KeyState.STORED
+            elif key in scope.in_flight:
+                states[key] = KeyState.IN_FLIGHT
+                futures[key] = scope.in_flight.get(key)  # type: ignore[assignment]
             else:
                 states[key] = KeyState.NEW
                 again.append(key)
-        retry = [k for k in again if k not in scope.in_flight]
-        for key in again:
-            if key in scope.in_flight:
-                states[key] = KeyState.IN_FLIGHT
-                futures[key] = scope.in_flight.get(key)  # type: ignore[assignment]
-        await self._claim(scope, policy, retry, states, futures, owned)
-        return True
+        await self._claim(scope, policy, again, states, futures, owned)
 
     def _append(
         self,
@@ -449,13 +441,20 @@ class TopicKeyDedup:
         metadata: pb.MessageMetadata,
         keys: list[bytes],
         scope: KeyScope | None,
+        after: list[asyncio.Future[bool]],
     ) -> bool:
         item.answered = True
+        slot = self.replies.slot(item.producer, item.send.sequence_id)
         anchor = metadata.publish_time or now_ms()
-        future = self.topic.append_entry(item.producer, item.send, entry, metadata, anchor)
+
+        def answer(command: pb.BaseCommand) -> None:
+            self.replies.fill(slot, command, after)
+
+        future = self.topic.append_entry(
+            item.producer, item.send, entry, metadata, anchor, answer=answer
+        )
         if future is None:
             return False
-        self._remember_reply(item.producer, future)
         if scope is not None:
             ledger = self.topic.managed_ledger.name
 
@@ -469,38 +468,15 @@ class TopicKeyDedup:
             future.add_done_callback(written)
         return True
 
-    # --- answers, in each producer's order ------------------------------------------
-    def _remember_reply(self, producer: Producer, future: asyncio.Future[Any]) -> None:
-        self._last_reply[producer] = future
-
-        def forget(_: asyncio.Future[Any]) -> None:
-            if self._last_reply.get(producer) is future:
-                del self._last_reply[producer]
-
-        future.add_done_callback(forget)
-
-    def _after_previous(self, producer: Producer, action: Any) -> None:
-        previous = self._last_reply.get(producer)
-        if previous is None or previous.done():
-            action()
-        else:
-            previous.add_done_callback(lambda _: action())
-
-    def _duplicate(self, item: _Send) -> None:
+    def _duplicate(self, item: _Send, after: list[asyncio.Future[bool]]) -> None:
         """Every message was a repeat: accepted, not stored (a receipt for -1:-1)."""
         item.answered = True
         producer, send = item.producer, item.send
         highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else None
-
-        def answer() -> None:
-            if not producer.closed:
-                producer.connection.send_command(
-                    commands.send_receipt(
-                        producer.producer_id, send.sequence_id, -1, -1, highest_sequence_id=highest
-                    )
-                )
-
-        self._after_previous(producer, answer)
+        receipt = commands.send_receipt(
+            producer.producer_id, send.sequence_id, -1, -1, highest_sequence_id=highest
+        )
+        self.replies.fill(self.replies.slot(producer, send.sequence_id), receipt, after)
 
     def _error(self, item: _Send, exc: BaseException) -> None:
         item.answered = True
@@ -508,14 +484,8 @@ class TopicKeyDedup:
         producer, send = item.producer, item.send
         code = pb.UnknownError if isinstance(exc, ProtocolError) else pb.PersistenceError
         log.debug("%s: SEND %d not accepted: %s", self.topic.name, send.sequence_id, exc)
-
-        def answer() -> None:
-            if not producer.closed:
-                producer.connection.send_command(
-                    commands.send_error(producer.producer_id, send.sequence_id, code, str(exc))
-                )
-
-        self._after_previous(producer, answer)
+        command = commands.send_error(producer.producer_id, send.sequence_id, code, str(exc))
+        self.replies.fill(self.replies.slot(producer, send.sequence_id), command)
 
     def _release(self, keys: list[bytes]) -> None:
         """Keys claimed for writes that did not happen are free again, here and in Redis."""
