@@ -157,7 +157,7 @@ def main() -> None:
     print(f"\ndedup on / off throughput: {on['msgs_per_s'] / off['msgs_per_s']:.2f}")
     print("\nkey-window deduplication (property keys, 20% repeats, batching on):")
     for label, figure in key_rows:
-        print(f"  {label:34} {figure:10.3f}")
+        print(f"  {label:34} {figure:12.4f}")
 
 
 if __name__ == "__main__":
