@@ -158,3 +158,19 @@ def test_scope_keys_share_one_cluster_hash_tag() -> None:
     tags = {name[name.index("{") + 1 : name.index("}")] for name in names}
     assert len(tags) == 1
     assert ScopeKeys("another").tag not in tags
+
+
+def test_broker_defaults_are_validated_like_policies() -> None:
+    from dedup_broker.config import BrokerConfig
+    from dedup_broker.errors import ConfigError
+
+    config = BrokerConfig.load(environ={}, overrides={"keyDeduplicationWindow": "2h"})
+    assert config.key_deduplication_window == "2h"
+    for name, value in (
+        ("keyDeduplicationWindow", "soon"),
+        ("keyDeduplicationKeySource", "header"),
+        ("keyDeduplicationScope", "cluster"),
+        ("keyDeduplicationOnRedisUnavailable", "maybe"),
+    ):
+        with pytest.raises(ConfigError):
+            BrokerConfig.load(environ={}, overrides={name: value})
