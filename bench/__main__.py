@@ -19,6 +19,7 @@ import pulsar
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench.key_dedup import key_dedup_rows
 from dedup_broker.devservers import provide_kafka
 from dedup_broker.testing.broker_process import BrokerProcess
 
@@ -112,6 +113,7 @@ def main() -> None:
     args = parser.parse_args()
     kafka = provide_kafka()
     rows: list[tuple[str, dict[str, float]]] = []
+    key_rows: list[tuple[str, float]] = []
     try:
         bootstrap = kafka.bootstrap_servers
         rows.append(("direct Kafka (baseline)", direct_kafka(bootstrap, args.messages, args.size)))
@@ -139,6 +141,7 @@ def main() -> None:
                             ),
                         )
                     )
+        key_rows = key_dedup_rows(kafka.bootstrap_servers, args.messages, args.size)
     finally:
         kafka.stop()
     base = rows[0][1]["msgs_per_s"]
@@ -152,6 +155,9 @@ def main() -> None:
     off = next(r for label, r in rows if label.endswith("dedup off"))
     on = next(r for label, r in rows if label.endswith("dedup on"))
     print(f"\ndedup on / off throughput: {on['msgs_per_s'] / off['msgs_per_s']:.2f}")
+    print("\nkey-window deduplication (property keys, 20% repeats, batching on):")
+    for label, figure in key_rows:
+        print(f"  {label:34} {figure:12.4f}")
 
 
 if __name__ == "__main__":

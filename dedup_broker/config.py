@@ -70,6 +70,22 @@ class BrokerConfig:
 
     # --- key-window deduplication -------------------------------------------------
     redis_url: str = "redis://localhost:6379/0"
+    redis_cluster_enabled: bool = False
+    """Talk to ``redisUrl`` as a Redis Cluster (also implied by a ``redis+cluster://`` URL)."""
+    broker_key_deduplication_enabled: bool = False
+    """Key-window deduplication for topics without their own keyDeduplication policy."""
+    key_deduplication_key_source: str = "content"
+    """``content`` (SHA-256 of the payload), ``partitionKey`` or ``property:<name>``."""
+    key_deduplication_window: str = "5m"
+    key_deduplication_scope: str = "topic"
+    """``topic`` (all partitions of a topic) or ``namespace``."""
+    key_deduplication_on_redis_unavailable: str = "reject"
+    """``reject`` (retriable errors, no duplicates) or ``accept`` (availability first)."""
+    key_deduplication_local_cache_size: int = 200000
+    """Recently stored keys each broker answers repeats from without asking Redis."""
+    key_deduplication_pending_timeout_seconds: int = 120
+    """How long Redis keeps a claim of a write in flight if its broker never settles it."""
+    key_deduplication_redis_timeout_seconds: float = 2.0
 
     # --- two-phase deletion (PIP-186) ---------------------------------------------
     topic_two_phase_deletion_enabled: bool = True
@@ -209,5 +225,29 @@ def _validate(config: BrokerConfig) -> None:
             f"clusterName must be 1-100 of [A-Za-z0-9._-] (it prefixes Kafka topics), "
             f"got {config.cluster_name!r}"
         )
+    _validate_key_dedup(config)
     if config.managed_ledger_default_mark_delete_rate_limit <= 0:
         raise ConfigError("managedLedgerDefaultMarkDeleteRateLimit must be > 0")
+
+
+def _validate_key_dedup(config: BrokerConfig) -> None:
+    from dedup_broker.dedup.key_window import (
+        InvalidKeyDedupPolicyError,
+        KeyDedupPolicy,
+    )
+
+    try:
+        KeyDedupPolicy.from_json(
+            {
+                "keySource": config.key_deduplication_key_source,
+                "window": config.key_deduplication_window,
+                "scope": config.key_deduplication_scope,
+                "onRedisUnavailable": config.key_deduplication_on_redis_unavailable,
+            }
+        )
+    except InvalidKeyDedupPolicyError as exc:
+        raise ConfigError(f"key deduplication settings: {exc}") from None
+    if config.key_deduplication_pending_timeout_seconds <= 0:
+        raise ConfigError("keyDeduplicationPendingTimeoutSeconds must be > 0")
+    if config.key_deduplication_redis_timeout_seconds <= 0:
+        raise ConfigError("keyDeduplicationRedisTimeoutSeconds must be > 0")

@@ -14,6 +14,7 @@ from dedup_broker.admin.http import (
     no_content,
     text_response,
 )
+from dedup_broker.admin.key_dedup_routes import add_key_dedup_routes
 from dedup_broker.errors import BrokerError, InvalidTopicNameError, TopicNotFoundError
 from dedup_broker.server.policies import DEDUP
 from dedup_broker.server.policies import DEDUP_SNAPSHOT_INTERVAL as SNAPSHOT_POLICY
@@ -65,6 +66,7 @@ def build_router(broker: BrokerService) -> Router:
     ]
     for method, pattern, handler in routes:
         router.add(method, pattern, _translating_errors(handler))
+    add_key_dedup_routes(router, broker)
     return router
 
 

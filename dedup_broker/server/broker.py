@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import BrokerError, InvalidTopicNameError, TopicNotFoundError
 from dedup_broker.server.connection import ClientConnection
+from dedup_broker.server.key_dedup_service import KeyDedupService
 from dedup_broker.server.metrics import BrokerMetrics
 from dedup_broker.server.policies import Policies
 from dedup_broker.server.topic import Topic
@@ -36,6 +37,7 @@ class BrokerService:
         self.storage = storage
         self.metrics = BrokerMetrics(self)
         self.policies = Policies(storage.policies, config)
+        self.key_dedup = KeyDedupService(self)
         self._timer: asyncio.Task[None] | None = None
         self.topics: dict[str, Topic] = {}
         self._loading: dict[str, asyncio.Future[Topic]] = {}
@@ -71,6 +73,7 @@ class BrokerService:
             except BrokerError as exc:
                 log.warning("closing %s: %s", topic.name, exc)
         self.topics.clear()
+        await self.key_dedup.close()
         if self._server is not None:
             await self._server.wait_closed()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from dedup_broker.dedup.sequence import Verdict
@@ -13,6 +14,7 @@ from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import parse_metadata_only
 from dedup_broker.server.deduplication import TopicDeduplication
+from dedup_broker.server.key_dedup import TopicKeyDedup
 from dedup_broker.server.producer import Producer
 from dedup_broker.server.subscription import Subscription, SubscriptionType
 from dedup_broker.server.topic_name import TopicName
@@ -47,6 +49,7 @@ class Topic:
         self.bytes_in = 0
         self._last_entry_batch: tuple[Position, int] | None = None
         self.dedup = TopicDeduplication(self)
+        self.key_dedup = TopicKeyDedup(self)
         self.closed = False
 
     @classmethod
@@ -61,6 +64,7 @@ class Topic:
                 topic, cursor_name, cursor, SubscriptionType.EXCLUSIVE, durable=True
             )
         await topic.dedup.apply_policy()
+        await topic.key_dedup.apply_policy()
         return topic
 
     # --- producers ----------------------------------------------------------------
@@ -90,26 +94,45 @@ class Topic:
         metadata: pb.MessageMetadata,
     ) -> None:
         """Append one SEND's entry; the receipt goes out once Kafka acknowledged it."""
+        if self.key_dedup.intercepts:
+            self.key_dedup.submit(producer, send, entry, metadata)
+            return
+        self.append_entry(producer, send, entry, metadata)
+
+    def append_entry(
+        self,
+        producer: Producer,
+        send: pb.CommandSend,
+        entry: bytes,
+        metadata: pb.MessageMetadata,
+        timestamp: int | None = None,
+        answer: Callable[[pb.BaseCommand], None] | None = None,
+    ) -> asyncio.Future[Position] | None:
+        """PIP-6 verdict and append; None when nothing was appended (already answered).
+
+        ``answer`` takes the receipt or error instead of the connection (for callers
+        that order answers themselves)."""
         sequence_id = send.sequence_id
         highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else None
         in_batch = batch_size(metadata)
         count = max(in_batch, 1)
         started = time.monotonic()
-        timestamp = metadata.publish_time or int(time.time() * 1000)
+        if timestamp is None:
+            timestamp = metadata.publish_time or int(time.time() * 1000)
         try:
             verdict, dedup_name, highest_seen = self.dedup.check(send, entry, metadata)
         except BrokerError as exc:
-            self._send_error(producer, sequence_id, exc)
-            return
+            self._send_error(producer, sequence_id, exc, answer)
+            return None
         if verdict is not Verdict.NOT_DUP:
-            self._answer_duplicate(producer, sequence_id, highest, verdict)
-            return
+            self._answer_duplicate(producer, sequence_id, highest, verdict, answer)
+            return None
         try:
             future = self.managed_ledger.append(entry, timestamp)
         except BrokerError as exc:
             self.dedup.write_failed()
-            self._send_error(producer, sequence_id, exc)
-            return
+            self._send_error(producer, sequence_id, exc, answer)
+            return None
         producer.pending_sends += 1
         producer.connection.publish_started()
 
@@ -120,7 +143,7 @@ class Topic:
             if exc is not None:
                 self.broker.metrics.kafka_write_errors.inc()
                 self.dedup.write_failed()
-                self._send_error(producer, sequence_id, exc)
+                self._send_error(producer, sequence_id, exc, answer)
                 return
             position = done.result()
             self.dedup.persisted(dedup_name, highest_seen, position)
@@ -130,52 +153,64 @@ class Topic:
             producer.msgs_in += count
             producer.bytes_in += len(entry)
             self.broker.metrics.record_publish(count, len(entry), time.monotonic() - started)
-            if not producer.closed:
-                producer.connection.send_command(
-                    commands.send_receipt(
-                        producer.producer_id,
-                        sequence_id,
-                        position.ledger_id,
-                        position.entry_id,
-                        highest_sequence_id=highest,
-                    )
-                )
+            receipt = commands.send_receipt(
+                producer.producer_id,
+                sequence_id,
+                position.ledger_id,
+                position.entry_id,
+                highest_sequence_id=highest,
+            )
+            if answer is not None:
+                answer(receipt)
+            elif not producer.closed:
+                producer.connection.send_command(receipt)
 
         future.add_done_callback(written)
+        return future
 
     def _answer_duplicate(
-        self, producer: Producer, sequence_id: int, highest: int | None, verdict: Verdict
+        self,
+        producer: Producer,
+        sequence_id: int,
+        highest: int | None,
+        verdict: Verdict,
+        answer: Callable[[pb.BaseCommand], None] | None = None,
     ) -> None:
         """Dup: a normal receipt with id -1:-1. Unknown: an error the client resends after."""
         self.broker.metrics.dedup_verdicts.labels(verdict=verdict.value).inc()
-        if producer.closed:
-            return
         if verdict is Verdict.DUP:
-            producer.connection.send_command(
-                commands.send_receipt(
-                    producer.producer_id, sequence_id, -1, -1, highest_sequence_id=highest
-                )
+            command = commands.send_receipt(
+                producer.producer_id, sequence_id, -1, -1, highest_sequence_id=highest
             )
         else:
-            producer.connection.send_command(
-                commands.send_error(
-                    producer.producer_id,
-                    sequence_id,
-                    pb.PersistenceError,
-                    "an earlier copy of this message is still being written; resend later",
-                )
+            command = commands.send_error(
+                producer.producer_id,
+                sequence_id,
+                pb.PersistenceError,
+                "an earlier copy of this message is still being written; resend later",
             )
+        if answer is not None:
+            answer(command)
+        elif not producer.closed:
+            producer.connection.send_command(command)
 
-    def _send_error(self, producer: Producer, sequence_id: int, exc: BaseException) -> None:
+    def _send_error(
+        self,
+        producer: Producer,
+        sequence_id: int,
+        exc: BaseException,
+        answer: Callable[[pb.BaseCommand], None] | None = None,
+    ) -> None:
         if isinstance(exc, ProtocolError):
             code = pb.ChecksumError if "checksum" in str(exc).lower() else pb.UnknownError
         else:
             code = pb.PersistenceError
         log.warning("publish on %s failed (seq %d): %s", self.name, sequence_id, exc)
-        if not producer.closed:
-            producer.connection.send_command(
-                commands.send_error(producer.producer_id, sequence_id, code, str(exc))
-            )
+        command = commands.send_error(producer.producer_id, sequence_id, code, str(exc))
+        if answer is not None:
+            answer(command)
+        elif not producer.closed:
+            producer.connection.send_command(command)
 
     # --- subscriptions ------------------------------------------------------------
     async def subscribe(
@@ -256,6 +291,7 @@ class Topic:
     # --- lifecycle and stats --------------------------------------------------------
     async def close(self) -> None:
         self.closed = True
+        await self.key_dedup.close()
         await self.dedup.close()
         for producer in list(self.producers.values()):
             producer.connection.close_producer_by_broker(producer)
@@ -273,6 +309,7 @@ class Topic:
             "bytesOutCounter": sum(s.bytes_out for s in self.subscriptions.values()),
             "storageSize": self.managed_ledger.total_size,
             "deduplicationStatus": self.dedup.status,
+            "keyDeduplication": self.key_dedup.stats(),
             "publishers": [p.stats() for p in self.producers.values()],
             "subscriptions": {n: s.stats() for n, s in self.subscriptions.items()},
         }

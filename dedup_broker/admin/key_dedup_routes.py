@@ -1,0 +1,121 @@
+"""Admin routes of key-window deduplication, in Pulsar's REST shape.
+
+``POST/GET/DELETE /admin/v2/namespaces/{tenant}/{namespace}/keyDeduplication`` and
+``/admin/v2/persistent/{tenant}/{namespace}/{topic}/keyDeduplication`` with a JSON body
+such as ``{"enabled": true, "keySource": "content", "window": "5m", "scope": "topic"}``;
+``GET`` with ``?applied=true`` answers the effective policy. Broker-wide counters are at
+``GET /admin/v2/broker-stats/keyDeduplication``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from dedup_broker.admin.http import HttpError, Request, Response, Router, json_response, no_content
+from dedup_broker.dedup.key_window import InvalidKeyDedupPolicyError, KeyDedupPolicy
+from dedup_broker.errors import BrokerError, InvalidTopicNameError
+from dedup_broker.server.key_dedup_service import POLICY
+from dedup_broker.server.topic_name import TopicName
+
+if TYPE_CHECKING:
+    from dedup_broker.server.broker import BrokerService
+
+TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}/keyDeduplication"
+NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}/keyDeduplication"
+BROKER_STATS = "/admin/v2/broker-stats/keyDeduplication"
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def add_key_dedup_routes(router: Router, broker: BrokerService) -> None:
+    api = _KeyDedupApi(broker)
+    routes: list[tuple[str, str, Handler]] = [
+        ("GET", NAMESPACE, api.get_namespace),
+        ("POST", NAMESPACE, api.set_namespace),
+        ("DELETE", NAMESPACE, api.remove_namespace),
+        ("GET", TOPIC, api.get_topic),
+        ("POST", TOPIC, api.set_topic),
+        ("DELETE", TOPIC, api.remove_topic),
+        ("GET", BROKER_STATS, api.broker_stats),
+    ]
+    for method, pattern, handler in routes:
+        router.add(method, pattern, _errors(handler))
+
+
+def _errors(handler: Handler) -> Handler:
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except InvalidKeyDedupPolicyError as exc:
+            raise HttpError(400, str(exc)) from None
+        except InvalidTopicNameError as exc:
+            raise HttpError(412, str(exc)) from None
+        except BrokerError as exc:
+            raise HttpError(503 if exc.retriable else 412, str(exc)) from None
+
+    return wrapped
+
+
+def _namespace(request: Request) -> str:
+    return f"{request.params['tenant']}/{request.params['namespace']}"
+
+
+def _topic(request: Request) -> TopicName:
+    p = request.params
+    return TopicName.parse(f"persistent://{p['tenant']}/{p['namespace']}/{p['topic']}")
+
+
+def _applied(request: Request) -> bool:
+    return request.query.get("applied", ["false"])[-1].lower() in ("true", "1")
+
+
+class _KeyDedupApi:
+    def __init__(self, broker: BrokerService) -> None:
+        self.broker = broker
+
+    def _body(self, request: Request) -> dict[str, object]:
+        body = request.json()
+        KeyDedupPolicy.from_json(body, self.broker.key_dedup.defaults)  # validates
+        assert isinstance(body, dict)
+        return body
+
+    async def get_namespace(self, request: Request) -> Response:
+        namespace = _namespace(request)
+        value = self.broker.policies.namespace_value(namespace, POLICY)
+        if _applied(request):
+            defaults = self.broker.key_dedup.defaults
+            policy = KeyDedupPolicy.from_json(value, defaults) if value is not None else defaults
+            return json_response(policy.to_json())
+        return json_response(value)
+
+    async def set_namespace(self, request: Request) -> Response:
+        await self.broker.policies.set_namespace_value(
+            _namespace(request), POLICY, self._body(request)
+        )
+        await self.broker.key_dedup.apply_policies()
+        return no_content()
+
+    async def remove_namespace(self, request: Request) -> Response:
+        await self.broker.policies.set_namespace_value(_namespace(request), POLICY, None)
+        await self.broker.key_dedup.apply_policies()
+        return no_content()
+
+    async def get_topic(self, request: Request) -> Response:
+        name = _topic(request)
+        if _applied(request):
+            return json_response(self.broker.key_dedup.policy_for(name).to_json())
+        return json_response(self.broker.policies.topic_value(name, POLICY))
+
+    async def set_topic(self, request: Request) -> Response:
+        await self.broker.policies.set_topic_value(_topic(request), POLICY, self._body(request))
+        await self.broker.key_dedup.apply_policies()
+        return no_content()
+
+    async def remove_topic(self, request: Request) -> Response:
+        await self.broker.policies.set_topic_value(_topic(request), POLICY, None)
+        await self.broker.key_dedup.apply_policies()
+        return no_content()
+
+    async def broker_stats(self, request: Request) -> Response:
+        return json_response(self.broker.key_dedup.stats())

@@ -1,0 +1,570 @@
+"""Key-window deduplication on one topic: the ordered path from SEND to append.
+
+While the topic's policy has it on, every SEND goes through a queue worked in arrival
+order. The worker takes what has queued up, asks Redis about all its new keys in one
+round trip (a claim), then for each SEND in order drops the repeats, rewrites a batch
+that lost some messages, and hands the entry to the topic's normal publish path (PIP-6
+included). Receipts keep each producer's order, since the official clients require it.
+
+Only keys of entries Kafka acknowledged are remembered; a key claimed by a write in
+flight makes a repeat wait for that write's outcome. After a restart (or when Redis lost
+its data) the log is the source of truth: the entries of the last window are read back
+and their keys written to Redis before this topic accepts any message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from dedup_broker.dedup.key_store import KeyStoreUnavailableError, ScopeLostError
+from dedup_broker.dedup.key_window import (
+    KeyDedupPolicy,
+    KeyState,
+    MessageVerdict,
+    OnRedisUnavailable,
+    entry_messages,
+    message_key,
+    verdicts,
+)
+from dedup_broker.errors import BrokerError, ProtocolError, RetriableError
+from dedup_broker.protocol import commands
+from dedup_broker.protocol import pulsar_api_pb2 as pb
+from dedup_broker.protocol.batch import SingleMessage
+from dedup_broker.protocol.batch_rewrite import rewrite_batch
+from dedup_broker.protocol.commands import as_signed64
+from dedup_broker.server import key_dedup_recovery as recovery
+from dedup_broker.server.key_dedup_replies import OrderedReplies
+from dedup_broker.server.key_dedup_scope import now_ms
+from dedup_broker.storage.position import Position
+
+if TYPE_CHECKING:
+    from dedup_broker.server.key_dedup_scope import KeyScope
+    from dedup_broker.server.producer import Producer
+    from dedup_broker.server.topic import Topic
+
+log = logging.getLogger(__name__)
+
+GROUP_MAX_SENDS = 256
+"""SENDs decided together (one Redis round trip for all their new keys)."""
+READY_WAIT_SECONDS = 5.0
+REPLAY_CHUNK = 500
+
+
+class KeyDedupNotReadyError(RetriableError):
+    """Key deduplication cannot decide now (Redis unreachable, window being rebuilt)."""
+
+
+class _ScopeLostError(KeyDedupNotReadyError):
+    pass
+
+
+@dataclass(eq=False)
+class _Send:
+    producer: Producer
+    send: pb.CommandSend
+    entry: bytes
+    metadata: pb.MessageMetadata
+    answered: bool = False
+
+
+@dataclass(eq=False)
+class _Prepared:
+    item: _Send
+    messages: list[SingleMessage] | None
+    keys: list[bytes | None]
+
+
+def parse_position(text: str) -> Position:
+    ledger, _, entry = text.partition(":")
+    return Position(int(ledger), int(entry))
+
+
+class TopicKeyDedup:
+    def __init__(self, topic: Topic) -> None:
+        self.topic = topic
+        self.policy: KeyDedupPolicy | None = None
+        self.scope: KeyScope | None = None
+        self.load_id = uuid.uuid4().hex[:12]
+        self.owner = f"{self.load_id}:{topic.managed_ledger.name}".encode()
+        self._queue: deque[_Send] = deque()
+        self._wake = asyncio.Event()
+        self._worker: asyncio.Task[None] | None = None
+        self._busy = False
+        self._ready = asyncio.Event()
+        self._recovering: asyncio.Task[None] | None = None
+        self.replies = OrderedReplies()
+        self._failed: list[list[bytes]] = []
+        self._change = asyncio.Lock()
+        self.errors = 0
+        ledger = topic.managed_ledger
+        previous = ledger.on_write_failure_resolved
+
+        def resolved(told: Position, truth: Position) -> None:
+            if previous is not None:
+                previous(told, truth)
+            if self.scope is not None:
+                asyncio.get_running_loop().create_task(self._resolve_failure(told, truth))
+
+        ledger.on_write_failure_resolved = resolved
+
+    # --- policy -----------------------------------------------------------------------
+    @property
+    def intercepts(self) -> bool:
+        """True while SENDs must go through the ordered queue."""
+        return self.policy is not None or self._busy or bool(self._queue)
+
+    async def apply_policy(self) -> None:
+        async with self._change:
+            service = self.topic.broker.key_dedup
+            policy = service.policy_for(self.topic.name)
+            if not policy.enabled:
+                if self.scope is not None:
+                    self._detach()
+                    log.info("key deduplication disabled on %s", self.topic.name)
+                self.policy = None
+                return
+            scope = service.scope_for(self.topic.name, policy)
+            if scope is self.scope and policy == self.policy:
+                return
+            if self.scope is not None:
+                self._detach()
+            self.policy = policy
+            self.scope = scope
+            scope.members.add(self)
+            self._ready.clear()
+            self._recovering = asyncio.get_running_loop().create_task(self._recover(scope))
+            log.info("key deduplication on %s: %s", self.topic.name, policy.to_json())
+
+    def _detach(self) -> None:
+        scope, self.scope = self.scope, None
+        if self._recovering is not None:
+            self._recovering.cancel()
+        if scope is not None:
+            scope.members.discard(self)
+            self.topic.broker.key_dedup.scope_released(scope)
+
+    async def _recover(self, scope: KeyScope) -> None:
+        """Keys of entries written since the last checkpoint (a crash) go to Redis first."""
+        scope.start()
+        store = self.topic.broker.key_dedup.store
+        while not self.topic.closed and self.scope is scope:
+            await scope.ready.wait()
+            try:
+                checkpoint = (await store.checkpoints(scope.keys)).get(
+                    self.topic.managed_ledger.name
+                )
+                await self.replay(parse_position(checkpoint) if checkpoint else None)
+                if scope.ready.is_set():
+                    self._ready.set()
+                    return
+            except BrokerError as exc:
+                log.warning("%s: key deduplication recovery: %s; retrying", self.topic.name, exc)
+                await asyncio.sleep(0.5)
+
+    async def replay(self, after: Position | None) -> str | None:
+        """Keys of stored entries to Redis; answers the topic's new checkpoint."""
+        if self.scope is None or self.policy is None:
+            return None
+        return await recovery.replay(self.scope, self.policy, self.topic.managed_ledger, after)
+
+    # --- the publish path ---------------------------------------------------------
+    def submit(
+        self,
+        producer: Producer,
+        send: pb.CommandSend,
+        entry: bytes,
+        metadata: pb.MessageMetadata,
+    ) -> None:
+        self._queue.append(_Send(producer, send, entry, metadata))
+        producer.connection.publish_started()
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.get_running_loop().create_task(self._run())
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while not self.topic.closed:
+            if not self._queue:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            group: list[_Send] = []
+            while self._queue and len(group) < GROUP_MAX_SENDS:
+                group.append(self._queue.popleft())
+            self._busy = True
+            try:
+                await self._process(group)
+            except Exception as exc:  # keep the topic serving; answer what is left
+                log.exception("%s: key deduplication failed on a group", self.topic.name)
+                for item in group:
+                    if not item.answered:
+                        self._error(item, RetriableError(f"key deduplication failed: {exc}"))
+            finally:
+                self._busy = False
+                for item in group:
+                    item.producer.connection.publish_finished()
+
+    async def _process(self, group: list[_Send]) -> None:
+        policy, scope = self.policy, self.scope
+        if policy is None or scope is None:
+            for item in group:
+                self._append(item, item.entry, item.metadata, [], None, [])
+            return
+        prepared: list[_Prepared] = []
+        for item in group:
+            if item.producer.closed:
+                item.answered = True  # the client resends it on its new connection
+                continue
+            try:
+                _, messages = entry_messages(item.entry)
+            except ProtocolError as exc:
+                self._error(item, exc)
+                continue
+            keys = [message_key(policy.key_source, m) for m in messages] if messages else []
+            prepared.append(_Prepared(item, messages, keys))
+        if not prepared:
+            return
+        accept = policy.on_redis_unavailable is OnRedisUnavailable.ACCEPT
+        if not await self._wait_ready() and not accept:
+            for p in prepared:
+                self._error(p.item, KeyDedupNotReadyError("key deduplication is recovering"))
+            return
+        states: dict[bytes, KeyState] = {}
+        futures: dict[bytes, asyncio.Future[bool]] = {}
+        owned: set[bytes] = set()
+        key_lists = [p.keys for p in prepared]
+        try:
+            try:
+                await self._lookup(scope, policy, key_lists, states, futures, owned)
+            except _ScopeLostError:
+                # Rebuilding from the log takes moments: wait for it rather than fail.
+                states.clear()
+                if not await self._wait_ready():
+                    raise KeyDedupNotReadyError("the key window is being rebuilt") from None
+                await self._lookup(scope, policy, key_lists, states, futures, owned)
+        except BrokerError as exc:
+            for p in prepared:
+                self._error(p.item, exc)
+            return
+        used: set[bytes] = set()
+        try:
+            for p in prepared:
+                await self._decide(scope, policy, p, states, futures, owned, used)
+        finally:
+            self._release([k for k in owned if k not in used])
+
+    async def _wait_ready(self) -> bool:
+        """Both this topic's replay and the scope (marker, rebuild) done, within a bound."""
+        scope = self.scope
+        if scope is None:
+            return False
+
+        async def both() -> None:
+            await self._ready.wait()
+            await scope.ready.wait()
+
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(both(), READY_WAIT_SECONDS)
+        return self._ready.is_set() and scope.ready.is_set()
+
+    async def _lookup(
+        self,
+        scope: KeyScope,
+        policy: KeyDedupPolicy,
+        key_lists: list[list[bytes | None]],
+        states: dict[bytes, KeyState],
+        futures: dict[bytes, asyncio.Future[bool]],
+        owned: set[bytes],
+    ) -> None:
+        """States of the group's keys: from local memory first, the rest from one claim."""
+        now = now_ms()
+        ask: list[bytes] = []
+        for keys in key_lists:
+            for key in keys:
+                if key is None or key in states:
+                    continue
+                if scope.cache.stored(key, now, policy.window_ms):
+                    states[key] = KeyState.STORED
+                    continue
+                future = scope.in_flight.get(key)
+                if future is not None:
+                    states[key] = KeyState.IN_FLIGHT
+                    futures[key] = future
+                    continue
+                states[key] = KeyState.NEW
+                ask.append(key)
+        await self._claim(scope, policy, ask, states, futures, owned)
+
+    async def _claim(
+        self,
+        scope: KeyScope,
+        policy: KeyDedupPolicy,
+        ask: list[bytes],
+        states: dict[bytes, KeyState],
+        futures: dict[bytes, asyncio.Future[bool]],
+        owned: set[bytes],
+    ) -> None:
+        if not ask:
+            return
+        loop = asyncio.get_running_loop()
+        for key in ask:  # other topics of the scope wait on us from now on
+            scope.in_flight.claim(key, loop)
+        service = self.topic.broker.key_dedup
+        try:
+            answers = await service.store.claim(
+                scope.keys, ask, now_ms(), policy.window_ms, self.owner, service.pending_ttl_ms
+            )
+        except ScopeLostError:
+            for key in ask:
+                scope.in_flight.settle(key, False)
+            scope.lost()
+            raise _ScopeLostError("Redis lost the key window; it is being rebuilt") from None
+        except KeyStoreUnavailableError:
+            if policy.on_redis_unavailable is OnRedisUnavailable.ACCEPT:
+                service.accepted_without_redis += len(ask)
+                owned.update(ask)
+                return
+            for key in ask:
+                scope.in_flight.settle(key, False)
+            raise
+        for key, answer in zip(ask, answers, strict=True):
+            if answer == b"":
+                owned.add(key)
+            elif answer.startswith(b"t:"):
+                states[key] = KeyState.STORED
+                scope.cache.add(key, int(answer[2:]))
+                scope.in_flight.settle(key, True)
+            elif answer[2:] == self.owner or (
+                service.stale_owner(answer[2:])
+                and await service.store.take_over(
+                    scope.keys, key, answer, self.owner, service.pending_ttl_ms
+                )
+            ):
+                owned.add(key)
+            else:  # another broker's write holds it: its outcome cannot be awaited here
+                states[key] = KeyState.IN_FLIGHT
+                futures.pop(key, None)
+                scope.in_flight.settle(key, False)
+
+    async def _decide(
+        self,
+        scope: KeyScope,
+        policy: KeyDedupPolicy,
+        p: _Prepared,
+        states: dict[bytes, KeyState],
+        futures: dict[bytes, asyncio.Future[bool]],
+        owned: set[bytes],
+        used: set[bytes],
+    ) -> None:
+        """One SEND: drop its repeats, append the rest, answer in the producer's order.
+
+        A key held by a write of this broker still in flight is dropped at once, on the
+        condition that write succeeds: the answer waits for it (and becomes a retriable
+        error if it failed), but the topic's later SENDs do not.
+        """
+        item = p.item
+        if item.producer.closed:
+            item.answered = True
+            return
+        if p.messages is None:
+            scope.unchecked += max(item.metadata.num_messages_in_batch, 1)
+            self._append(item, item.entry, item.metadata, [], scope, [])
+            return
+        settled = [k for k in p.keys if k is not None and k in futures and futures[k].done()]
+        if settled:
+            await self._settled(scope, policy, settled, states, futures, owned)
+        result = verdicts(p.keys, states)
+        after: list[asyncio.Future[bool]] = []
+        for key, verdict in zip(p.keys, result, strict=True):
+            if verdict is MessageVerdict.WAIT and key is not None:
+                future = futures.get(key)
+                if future is None:  # held by a write another broker is making
+                    self._error(item, KeyDedupNotReadyError("an earlier copy is being written"))
+                    return
+                after.append(future)
+        keep = [v in (MessageVerdict.KEEP, MessageVerdict.UNCHECKED) for v in result]
+        kept_keys = [
+            k for k, v in zip(p.keys, result, strict=True) if v is MessageVerdict.KEEP and k
+        ]
+        dropped = keep.count(False)
+        scope.unchecked += result.count(MessageVerdict.UNCHECKED)
+        scope.dropped += dropped
+        self.topic.broker.key_dedup.dropped.inc(dropped)
+        if not any(keep):
+            self._duplicate(item, after)
+            return
+        entry, metadata = item.entry, item.metadata
+        if dropped:
+            highest = _highest(item.send, p.messages)
+            metadata, entry = rewrite_batch(metadata, p.messages, keep, highest)
+        if self._append(item, entry, metadata, kept_keys, scope, after):
+            used.update(kept_keys)
+            for key in kept_keys:
+                states[key] = KeyState.IN_FLIGHT
+                future = scope.in_flight.get(key)
+                if future is not None:
+                    futures[key] = future
+            scope.kept += len(keep) - dropped
+
+    async def _settled(
+        self,
+        scope: KeyScope,
+        policy: KeyDedupPolicy,
+        keys: list[bytes],
+        states: dict[bytes, KeyState],
+        futures: dict[bytes, asyncio.Future[bool]],
+        owned: set[bytes],
+    ) -> None:
+        """Keys whose writes settled since the lookup: stored, or to be claimed anew."""
+        again: list[bytes] = []
+        for key in keys:
+            future = futures.pop(key)
+            if not future.cancelled() and future.result():
+                states[key] = KeyState.STORED
+            elif key in scope.in_flight:
+                states[key] = KeyState.IN_FLIGHT
+                futures[key] = scope.in_flight.get(key)  # type: ignore[assignment]
+            else:
+                states[key] = KeyState.NEW
+                again.append(key)
+        await self._claim(scope, policy, again, states, futures, owned)
+
+    def _append(
+        self,
+        item: _Send,
+        entry: bytes,
+        metadata: pb.MessageMetadata,
+        keys: list[bytes],
+        scope: KeyScope | None,
+        after: list[asyncio.Future[bool]],
+    ) -> bool:
+        item.answered = True
+        slot = self.replies.slot(item.producer, item.send.sequence_id)
+        anchor = metadata.publish_time or now_ms()
+
+        def answer(command: pb.BaseCommand) -> None:
+            self.replies.fill(slot, command, after)
+
+        future = self.topic.append_entry(
+            item.producer, item.send, entry, metadata, anchor, answer=answer
+        )
+        if future is None:
+            return False
+        if scope is not None:
+            ledger = self.topic.managed_ledger.name
+
+            def written(done: asyncio.Future[Position]) -> None:
+                if done.cancelled() or done.exception() is not None:
+                    self._failed.append(keys)
+                    scope.hold_checkpoint(ledger, True)
+                    return
+                scope.stored(keys, anchor, ledger, str(done.result()))
+
+            future.add_done_callback(written)
+        return True
+
+    def _duplicate(self, item: _Send, after: list[asyncio.Future[bool]]) -> None:
+        """Every message was a repeat: accepted, not stored (a receipt for -1:-1)."""
+        item.answered = True
+        producer, send = item.producer, item.send
+        highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else None
+        receipt = commands.send_receipt(
+            producer.producer_id, send.sequence_id, -1, -1, highest_sequence_id=highest
+        )
+        self.replies.fill(self.replies.slot(producer, send.sequence_id), receipt, after)
+
+    def _error(self, item: _Send, exc: BaseException) -> None:
+        item.answered = True
+        self.errors += 1
+        producer, send = item.producer, item.send
+        code = pb.UnknownError if isinstance(exc, ProtocolError) else pb.PersistenceError
+        log.debug("%s: SEND %d not accepted: %s", self.topic.name, send.sequence_id, exc)
+        command = commands.send_error(producer.producer_id, send.sequence_id, code, str(exc))
+        self.replies.fill(self.replies.slot(producer, send.sequence_id), command)
+
+    def _release(self, keys: list[bytes]) -> None:
+        """Keys claimed for writes that did not happen are free again, here and in Redis."""
+        scope = self.scope
+        if not keys or scope is None:
+            return
+        for key in keys:
+            scope.in_flight.settle(key, False)
+        store = self.topic.broker.key_dedup.store
+
+        async def release() -> None:
+            try:
+                await store.release(scope.keys, keys, self.owner)
+            except KeyStoreUnavailableError as exc:
+                log.debug("release of %d claim(s) failed (they expire): %s", len(keys), exc)
+
+        asyncio.get_running_loop().create_task(release())
+
+    # --- failed writes --------------------------------------------------------------
+    async def _resolve_failure(self, told: Position, truth: Position) -> None:
+        """What landed is stored (keys remembered); what did not is free again."""
+        scope = self.scope
+        policy = self.policy
+        if scope is None or policy is None:
+            return
+        ledger = self.topic.managed_ledger
+        try:
+            landed = await recovery.landed_keys(ledger, told, truth, policy.key_source)
+        except BrokerError as exc:
+            log.error("%s: %s; their keys stay claimed until the topic reloads", ledger.name, exc)
+            return
+        failed, self._failed = self._failed, []
+        lost: list[bytes] = []
+        for keys in failed:
+            for key in keys:
+                if key in landed:
+                    anchor, at = landed[key]
+                    scope.stored([key], anchor, ledger.name, str(at))
+                else:
+                    lost.append(key)
+        scope.hold_checkpoint(ledger.name, False)
+        self._release(lost)
+        log.info(
+            "%s: after a failed write %d key(s) had landed, %d are free again",
+            ledger.name,
+            len(landed),
+            len(lost),
+        )
+
+    # --- lifecycle and stats --------------------------------------------------------
+    async def close(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()
+        while self._queue:
+            self._queue.popleft().producer.connection.publish_finished()
+        scope = self.scope
+        if scope is not None:
+            for keys in self._failed:  # outcome unknown: the next load replays the log
+                for key in keys:
+                    scope.in_flight.settle(key, False)
+            self._failed = []
+            self._detach()
+
+    def stats(self) -> dict[str, object]:
+        if self.policy is None or self.scope is None:
+            return {"enabled": False}
+        return {
+            "enabled": True,
+            "ready": self._ready.is_set(),
+            "queuedSends": len(self._queue),
+            "errors": self.errors,
+            **self.scope.stats(),
+        }
+
+
+def _highest(send: pb.CommandSend, messages: list[SingleMessage]) -> int | None:
+    """The highest sequence id the SEND covers, kept by the rewritten entry."""
+    lowest = as_signed64(send.sequence_id)
+    if send.HasField("highest_sequence_id") and as_signed64(send.highest_sequence_id) >= lowest:
+        return as_signed64(send.highest_sequence_id)
+    ids = [m.metadata.sequence_id for m in messages if m.metadata.HasField("sequence_id")]
+    return max([lowest, *ids]) if ids else lowest + len(messages) - 1

@@ -1,0 +1,210 @@
+"""One key-deduplication scope on this broker: what its topics share.
+
+A scope (a topic with all its partitions, or a namespace) shares one set of keys: a
+repeat is dropped whichever of its topics it arrives on. This object holds the scope's
+local memory (recently stored keys, keys of writes in flight), sends confirmations of
+stored keys to Redis in batches, and rebuilds the scope's window from the log when
+Redis lost it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+from dedup_broker.dedup.key_store import KeyStoreUnavailableError, ScopeKeys
+from dedup_broker.dedup.key_window import InFlightKeys, KeyDedupPolicy, LocalKeyCache
+from dedup_broker.errors import BrokerError
+
+if TYPE_CHECKING:
+    from dedup_broker.server.key_dedup import TopicKeyDedup
+    from dedup_broker.server.key_dedup_service import KeyDedupService
+
+log = logging.getLogger(__name__)
+
+RETRY_SECONDS = 0.5
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class KeyScope:
+    def __init__(self, service: KeyDedupService, scope_id: str, policy: KeyDedupPolicy) -> None:
+        self.service = service
+        self.scope_id = scope_id
+        self.policy = policy
+        self.keys = ScopeKeys(scope_id)
+        self.cache = LocalKeyCache(service.config.key_deduplication_local_cache_size)
+        self.in_flight = InFlightKeys()
+        self.members: set[TopicKeyDedup] = set()
+        self.ready = asyncio.Event()
+        self.state = "Recovering"
+        self.rebuilds = 0
+        self.dropped = 0
+        self.kept = 0
+        self.unchecked = 0
+        self.cache_hits = 0
+        self._confirm: list[tuple[bytes, int]] = []
+        self._checkpoints: dict[str, str] = {}
+        self._held: set[str] = set()
+        self._flusher: asyncio.Task[None] | None = None
+        self._preparing: asyncio.Task[None] | None = None
+        self._tracked: deque[tuple[int, int]] = deque()
+        self._tracked_total = 0
+        self.closed = False
+
+    # --- lifecycle --------------------------------------------------------------------
+    def start(self) -> None:
+        if self._preparing is None:
+            self._preparing = asyncio.get_running_loop().create_task(self._prepare(False))
+
+    def lost(self) -> None:
+        """Redis no longer has the window: rebuild it (once, however many noticed)."""
+        if self.state != "Ready" or self.closed:
+            return
+        log.warning("key deduplication scope %s: Redis lost its keys; rebuilding", self.scope_id)
+        self.ready.clear()
+        self.state = "Rebuilding"
+        self._preparing = asyncio.get_running_loop().create_task(self._prepare(True))
+
+    async def _prepare(self, rebuild: bool) -> None:
+        store = self.service.store
+        while not self.closed:
+            try:
+                if rebuild or not await store.marker_present(self.keys):
+                    self.state = "Rebuilding"
+                    await self._rebuild()
+                self.state = "Ready"
+                self.ready.set()
+                return
+            except (KeyStoreUnavailableError, BrokerError) as exc:
+                log.warning("key deduplication scope %s not ready yet: %s", self.scope_id, exc)
+                await asyncio.sleep(RETRY_SECONDS)
+
+    async def _rebuild(self) -> None:
+        """The window of every topic of the scope, read from the log, into Redis."""
+        store = self.service.store
+        self.rebuilds += 1
+        await store.forget_scope(self.keys)
+        checkpoints: dict[str, str] = {}
+        for name in await self.service.member_names(self):
+            topic = await self.service.broker.get_topic(name)
+            member = topic.key_dedup
+            if member.scope is not self:
+                continue
+            last = await member.replay(None)
+            if last is not None:
+                checkpoints[topic.managed_ledger.name] = last
+        if checkpoints:
+            await store.set_checkpoints(self.keys, checkpoints)
+        await store.set_marker(self.keys)
+        log.info(
+            "key deduplication scope %s rebuilt from the log (%d topic(s))",
+            self.scope_id,
+            len(checkpoints),
+        )
+
+    async def close(self) -> None:
+        self.closed = True
+        for task in (self._preparing,):
+            if task is not None:
+                task.cancel()
+        if self._confirm:
+            try:
+                await self._flush_once()
+            except KeyStoreUnavailableError as exc:
+                log.warning("scope %s: last confirmations not stored: %s", self.scope_id, exc)
+        if self._flusher is not None:
+            self._flusher.cancel()
+
+    # --- stored keys ----------------------------------------------------------------
+    def stored(self, keys: list[bytes], anchor_ms: int, ledger: str, position: str) -> None:
+        """Keys of an entry Kafka acknowledged: remembered here now, in Redis soon."""
+        for key in keys:
+            self.cache.add(key, anchor_ms)
+            self.in_flight.settle(key, True)
+            self._confirm.append((key, anchor_ms))
+        self._track(anchor_ms, len(keys))
+        if ledger not in self._held:
+            self._checkpoints[ledger] = position
+        self._kick()
+
+    def hold_checkpoint(self, ledger: str, held: bool) -> None:
+        """While a topic's failed writes are unresolved its checkpoint must not advance."""
+        if held:
+            self._held.add(ledger)
+            self._checkpoints.pop(ledger, None)
+        else:
+            self._held.discard(ledger)
+
+    def _kick(self) -> None:
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+
+    async def _flush_loop(self) -> None:
+        while self._confirm and not self.closed:
+            try:
+                await self._flush_once()
+            except KeyStoreUnavailableError as exc:
+                log.debug("scope %s: confirmations wait for Redis: %s", self.scope_id, exc)
+                await asyncio.sleep(RETRY_SECONDS)
+
+    async def _flush_once(self) -> None:
+        items, self._confirm = self._confirm, []
+        checkpoints, self._checkpoints = self._checkpoints, {}
+        try:
+            marker = await self.service.store.confirm(
+                self.keys, items, now_ms(), self.policy.window_ms, checkpoints
+            )
+        except BaseException:
+            self._confirm[:0] = items
+            for ledger, position in checkpoints.items():
+                self._checkpoints.setdefault(ledger, position)
+            raise
+        if not marker and self.state == "Ready":
+            self.lost()
+
+    async def write_now(self, items: list[tuple[bytes, int]], ledger: str, position: str) -> None:
+        """Replayed keys straight to Redis (recovery path), checkpoint with them."""
+        marker = await self.service.store.confirm(
+            self.keys, items, now_ms(), self.policy.window_ms, {ledger: position}
+        )
+        for key, anchor in items:
+            self.cache.add(key, anchor)
+        if items:
+            self._track(max(a for _, a in items), len(items))
+        if not marker and self.state == "Ready":
+            self.lost()
+
+    # --- stats ------------------------------------------------------------------------
+    def _track(self, anchor_ms: int, count: int) -> None:
+        if count:
+            self._tracked.append((anchor_ms, count))
+            self._tracked_total += count
+
+    def keys_tracked(self) -> int:
+        """Keys this broker stored in the scope whose window has not passed (approximate)."""
+        limit = now_ms() - self.policy.window_ms
+        while self._tracked and self._tracked[0][0] <= limit:
+            self._tracked_total -= self._tracked.popleft()[1]
+        return self._tracked_total
+
+    def stats(self) -> dict[str, object]:
+        return {
+            "scope": self.scope_id,
+            "state": self.state,
+            "keysTracked": self.keys_tracked(),
+            "keysInFlight": len(self.in_flight),
+            "localCacheKeys": len(self.cache),
+            "localCacheHits": self.cache.hits,
+            "repeatsDropped": self.dropped,
+            "messagesKept": self.kept,
+            "messagesUnchecked": self.unchecked,
+            "pendingConfirmations": len(self._confirm),
+            "rebuilds": self.rebuilds,
+            "policy": self.policy.to_json(),
+        }

@@ -1,0 +1,81 @@
+"""Key-window deduplication on a real Redis Cluster (three native masters)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pulsar
+import pytest
+import redis
+
+from dedup_broker.dedup.key_store import ScopeKeys
+from dedup_broker.devservers.redis_cluster import NativeRedisCluster
+from dedup_broker.testing.admin_http import http_request
+from dedup_broker.testing.key_events import (
+    KEY_PROPERTY,
+    Publisher,
+    make_events,
+    producer_for,
+    stored_event_ids,
+)
+from tests.integration.conftest import make_broker
+
+
+@pytest.fixture
+def redis_cluster() -> Iterator[NativeRedisCluster]:
+    with NativeRedisCluster(nodes=3) as cluster:
+        yield cluster
+
+
+def test_each_event_once_with_scopes_spread_over_the_cluster(
+    kafka_bootstrap: str, redis_cluster: NativeRedisCluster, tmp_path: Path, unique_name: object
+) -> None:
+    broker = make_broker(
+        kafka_bootstrap,
+        tmp_path,
+        redis_url=redis_cluster.url,
+        broker_key_deduplication_enabled=True,
+        key_deduplication_key_source=f"property:{KEY_PROPERTY}",
+    )
+    broker.start()
+    topics = [f"persistent://public/default/kd-cluster-{i}-{tmp_path.name[-6:]}" for i in range(4)]
+    events = make_events(1_000, 250, seed=21)
+    try:
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=60)
+        try:
+            for topic in topics:
+                Publisher([producer_for(client, topic)], events).start().wait()
+            for topic in topics:
+                counts = Counter(stored_event_ids(client, topic))
+                assert set(counts) == set(events)
+                assert max(counts.values()) == 1
+        finally:
+            client.close()
+        scopes = []
+        for topic in topics:
+            short = topic.removeprefix("persistent://")
+            _, body = http_request("GET", f"{broker.http_url}/admin/v2/persistent/{short}/stats")
+            scopes.append(ScopeKeys(json.loads(body)["keyDeduplication"]["scope"]))
+    finally:
+        broker.stop()
+    # Every scope's keys live in one slot (its hash tag); the scopes spread over nodes.
+    cluster = redis.RedisCluster(host="127.0.0.1", port=redis_cluster.ports[0])
+    owners = set()
+    try:
+        for scope in scopes:
+            assert cluster.exists(scope.marker)
+            owner = cluster.get_node_from_key(scope.marker)
+            owners.add(owner.port)
+            node = redis.Redis(port=owner.port)
+            try:
+                keys = list(node.scan_iter(match=f"kd:{{{scope.tag}}}:k:*", count=1000))
+                assert len(keys) == 1_000
+                assert {cluster.keyslot(k) for k in keys} == {cluster.keyslot(scope.marker)}
+            finally:
+                node.close()
+    finally:
+        cluster.close()
+    assert owners <= set(redis_cluster.ports)

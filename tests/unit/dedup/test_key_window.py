@@ -1,0 +1,176 @@
+"""Key-window deduplication logic without servers: policies, keys, verdicts, memory."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+
+import pytest
+
+from dedup_broker.dedup.key_store import ScopeKeys
+from dedup_broker.dedup.key_window import (
+    InFlightKeys,
+    InvalidKeyDedupPolicyError,
+    KeyDedupPolicy,
+    KeySource,
+    KeySourceKind,
+    KeyState,
+    LocalKeyCache,
+    MessageVerdict,
+    OnRedisUnavailable,
+    Scope,
+    format_window,
+    message_key,
+    parse_window,
+    stored_keys,
+    verdicts,
+)
+from dedup_broker.protocol import pulsar_api_pb2 as pb
+from dedup_broker.protocol.batch import SingleMessage, build_batch
+from dedup_broker.protocol.framing import encode_message
+
+K, N, D, W, U = (
+    MessageVerdict.KEEP,
+    MessageVerdict.DROP,
+    MessageVerdict.DROP,
+    MessageVerdict.WAIT,
+    MessageVerdict.UNCHECKED,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [("250ms", 250), ("30s", 30_000), ("5m", 300_000), ("2h", 7_200_000), ("7d", 604_800_000)],
+)
+def test_windows_parse_and_format(text: str, ms: int) -> None:
+    assert parse_window(text) == ms
+    assert format_window(ms) == text
+    assert parse_window(ms) == ms
+
+
+@pytest.mark.parametrize("bad", ["", "0s", "5 weeks", "-1m", "31d", True])
+def test_bad_windows_are_refused(bad: object) -> None:
+    with pytest.raises(InvalidKeyDedupPolicyError):
+        parse_window(bad)
+
+
+def test_policy_json_fills_from_defaults_and_round_trips() -> None:
+    defaults = KeyDedupPolicy(enabled=False, window_ms=60_000)
+    policy = KeyDedupPolicy.from_json(
+        {"enabled": True, "keySource": "property:id", "scope": "namespace"}, defaults
+    )
+    assert policy.enabled
+    assert policy.key_source == KeySource(KeySourceKind.PROPERTY, "id")
+    assert policy.window_ms == 60_000
+    assert policy.scope is Scope.NAMESPACE
+    assert policy.on_redis_unavailable is OnRedisUnavailable.REJECT
+    assert KeyDedupPolicy.from_json(policy.to_json()) == policy
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        [],
+        {"enabled": "yes"},
+        {"keySource": "property:"},
+        {"keySource": "header"},
+        {"scope": "cluster"},
+        {"onRedisUnavailable": "maybe"},
+        {"windw": "5m"},
+    ],
+)
+def test_bad_policies_are_refused(body: object) -> None:
+    with pytest.raises(InvalidKeyDedupPolicyError):
+        KeyDedupPolicy.from_json(body)
+
+
+def _message(payload: bytes, key: str | None = None, **props: str) -> SingleMessage:
+    meta = pb.SingleMessageMetadata(payload_size=len(payload))
+    if key is not None:
+        meta.partition_key = key
+    for name, value in props.items():
+        meta.properties.add(key=name, value=value)
+    return SingleMessage(meta, payload)
+
+
+def test_keys_come_from_content_partition_key_or_a_property() -> None:
+    content = KeySource.parse("content")
+    by_key = KeySource.parse("partitionKey")
+    by_prop = KeySource.parse("property:event")
+    a = _message(b"same", key="k1", event="e1")
+    b = _message(b"same", key="k2", event="e1")
+    assert message_key(content, a) == message_key(content, b)
+    assert message_key(content, a) == hashlib.sha256(b"same").digest()[:16]
+    assert message_key(by_key, a) != message_key(by_key, b)
+    assert message_key(by_prop, a) == message_key(by_prop, b)
+    assert message_key(by_prop, _message(b"x")) is None
+    assert message_key(by_key, _message(b"x")) is None
+    # A partition key and a property with the same text are different keys.
+    assert message_key(by_key, _message(b"", key="e1")) != message_key(by_prop, a)
+
+
+def test_stored_keys_read_a_whole_batch_entry() -> None:
+    messages = [_message(f"m{i}".encode(), event=f"e{i % 2}") for i in range(3)]
+    meta = pb.MessageMetadata(
+        producer_name="p", sequence_id=0, publish_time=1, num_messages_in_batch=3
+    )
+    entry = encode_message(meta, build_batch([(m.metadata, m.payload) for m in messages]))
+    source = KeySource.parse("property:event")
+    assert stored_keys(entry, source) == [message_key(source, m) for m in messages]
+
+
+def test_verdicts_keep_new_drop_stored_and_repeats_inside_the_entry() -> None:
+    a, b, c, d = b"a" * 16, b"b" * 16, b"c" * 16, b"d" * 16
+    states = {a: KeyState.NEW, b: KeyState.STORED, c: KeyState.IN_FLIGHT, d: KeyState.NEW}
+    assert verdicts([a, b, a, None, c, d], states) == [K, N, D, U, W, K]
+
+
+def test_local_cache_answers_within_the_window_and_forgets_after() -> None:
+    cache = LocalKeyCache(capacity=2)
+    cache.add(b"x", 1_000)
+    assert cache.stored(b"x", 1_999, window_ms=1_000)
+    assert not cache.stored(b"x", 2_000, window_ms=1_000)  # exactly at the window's end
+    cache.add(b"a", 0)
+    cache.add(b"b", 0)
+    cache.add(b"c", 0)
+    assert len(cache) == 2
+    assert not cache.stored(b"a", 1, 10)
+
+
+def test_in_flight_keys_tell_waiters_the_outcome() -> None:
+    async def scenario() -> tuple[bool, bool]:
+        keys = InFlightKeys()
+        loop = asyncio.get_running_loop()
+        stored = keys.claim(b"s", loop)
+        lost = keys.claim(b"l", loop)
+        assert keys.claim(b"s", loop) is stored
+        keys.settle(b"s", True)
+        keys.settle(b"l", False)
+        assert len(keys) == 0
+        return await stored, await lost
+
+    assert asyncio.run(scenario()) == (True, False)
+
+
+def test_scope_keys_share_one_cluster_hash_tag() -> None:
+    scope = ScopeKeys("c|topic:persistent://t/n/x|content|300000")
+    names = [scope.marker, scope.checkpoints, scope.key(b"\x01" * 16)]
+    tags = {name[name.index("{") + 1 : name.index("}")] for name in names}
+    assert len(tags) == 1
+    assert ScopeKeys("another").tag not in tags
+
+
+def test_broker_defaults_are_validated_like_policies() -> None:
+    from dedup_broker.config import BrokerConfig
+    from dedup_broker.errors import ConfigError
+
+    config = BrokerConfig.load(environ={}, overrides={"keyDeduplicationWindow": "2h"})
+    assert config.key_deduplication_window == "2h"
+    for name, value in (
+        ("keyDeduplicationWindow", "soon"),
+        ("keyDeduplicationKeySource", "header"),
+        ("keyDeduplicationScope", "cluster"),
+        ("keyDeduplicationOnRedisUnavailable", "maybe"),
+    ):
+        with pytest.raises(ConfigError):
+            BrokerConfig.load(environ={}, overrides={name: value})
