@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from dedup_broker.admin.deletion_routes import register_deletion_routes
 from dedup_broker.admin.http import (
     HttpError,
     Request,
@@ -57,6 +58,7 @@ def build_router(broker: BrokerService) -> Router:
     ]
     for method, pattern, handler in routes:
         router.add(method, pattern, _translating_errors(handler))
+    register_deletion_routes(router, broker, _translating_errors)
     return router
 
 

@@ -608,6 +608,7 @@ class ManagedLedger:
 
     async def delete_cursor(self, name: str) -> None:
         await self._cursors.delete(name)
+        self._cursor_moved()  # the slowest cursor may have gone
 
     def cursors(self) -> dict[str, ManagedCursor]:
         """The durable cursors opened on this instance."""

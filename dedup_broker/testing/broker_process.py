@@ -62,6 +62,10 @@ class BrokerProcess:
             "advertised_address": "127.0.0.1",
             "broker_service_port": self.port,
             "web_service_port": self.http_port,
+            # Test brokers share one Kafka: each cluster gets deletion topics of its own.
+            "two_phase_deletion_topic": f"{self.cluster_name}.__ledger_deletion",
+            "two_phase_deletion_retry_topic": f"{self.cluster_name}.__ledger_deletion-RETRY",
+            "two_phase_deletion_dead_letter_topic": f"{self.cluster_name}.__ledger_deletion-DLQ",
         } | self.settings
         for name, value in values.items():
             env[ENV_PREFIX + name.upper()] = (
