@@ -25,6 +25,9 @@ def free_port() -> int:
 class BrokerProcess:
     """Start, stop, kill and restart one broker on fixed loopback ports."""
 
+    command: tuple[str, ...] = ("serve",)
+    health_path = "/admin/v2/brokers/health"
+
     def __init__(
         self,
         kafka_bootstrap: str,
@@ -79,7 +82,7 @@ class BrokerProcess:
         self.starts += 1
         log = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "dedup_broker.cli", "serve"],
+            [sys.executable, "-m", "dedup_broker.cli", *self.command],
             env=self.environment(),
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -96,7 +99,7 @@ class BrokerProcess:
                 raise RuntimeError(f"broker exited with {self.process.returncode}:\n{self.tail()}")
             try:
                 with urllib.request.urlopen(
-                    self.http_url + "/admin/v2/brokers/health", timeout=2
+                    self.http_url + self.health_path, timeout=2
                 ) as response:
                     if response.status == 200:
                         return
