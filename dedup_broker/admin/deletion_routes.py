@@ -92,7 +92,8 @@ class _DeletionApi:
         if not self.broker.topic_exists(name):
             raise TopicNotFoundError(f"topic {name} does not exist")
         topic = await self.broker.get_topic(name)
-        await topic.managed_ledger.trim_consumed_ledgers(topic_retention(self.broker, name))
+        ledger = topic.managed_ledger
+        await ledger.trim_consumed_ledgers(topic_retention(self.broker, name, ledger))
         return no_content()
 
     async def ledger_status(self, request: Request) -> Response:

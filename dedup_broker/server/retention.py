@@ -19,10 +19,12 @@ from dedup_broker.storage.deletion import Retention
 if TYPE_CHECKING:
     from dedup_broker.server.broker import BrokerService
     from dedup_broker.server.topic_name import TopicName
+    from dedup_broker.storage.managed_ledger import ManagedLedger
 
 log = logging.getLogger(__name__)
 
 RETENTION = "retention_policies"
+SYSTEM_CURSOR_PREFIX = "pulsar."
 
 
 class InvalidRetentionError(PermanentError):
@@ -55,8 +57,15 @@ def retention_json(retention: Retention) -> dict[str, int]:
     }
 
 
-def topic_retention(broker: BrokerService, name: TopicName) -> Retention:
-    """The namespace's policy, else the broker defaults."""
+def topic_retention(
+    broker: BrokerService, name: TopicName, ledger: ManagedLedger | None = None
+) -> Retention:
+    """The namespace's policy, else the broker defaults; unlimited while ``ledger`` has no
+    subscription (only the broker's own cursors): nobody has said the data is consumed."""
+    if ledger is not None and not any(
+        not cursor.startswith(SYSTEM_CURSOR_PREFIX) for cursor in ledger.stored_cursor_names()
+    ):
+        return Retention(-1, -1)
     stored = broker.policies.namespace_value(name.namespace_name, RETENTION)
     if isinstance(stored, dict):
         try:

@@ -54,7 +54,7 @@ class Topic:
     async def load(cls, broker: BrokerService, name: TopicName, create: bool) -> Topic:
         ledger = await broker.storage.open_managed_ledger(name.managed_ledger_name, create=create)
         topic = cls(broker, name, ledger)
-        ledger.retention = lambda: topic_retention(broker, name)
+        ledger.retention = lambda: topic_retention(broker, name, ledger)
         for cursor_name in ledger.stored_cursor_names():
             if cursor_name.startswith(SYSTEM_CURSOR_PREFIX):
                 continue
