@@ -40,7 +40,8 @@ typecheck: $(STAMP)
 proto: $(STAMP)
 	$(PY) -m pip install -q 'grpcio-tools>=1.74'
 	$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. \
-	    dedup_broker/protocol/pulsar_api.proto dedup_broker/storage/storage.proto
+	    dedup_broker/protocol/pulsar_api.proto dedup_broker/storage/storage.proto \
+	    system_topics/ledger_deletion.proto
 
 ## The main job: Kafka, Redis and the broker, then the demo pipeline.
 demo run: $(STAMP)

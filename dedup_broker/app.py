@@ -9,8 +9,12 @@ import signal
 from dedup_broker.admin.http import HttpServer
 from dedup_broker.admin.routes import build_router
 from dedup_broker.config import BrokerConfig
+from dedup_broker.errors import BrokerError
 from dedup_broker.server.broker import BrokerService
+from dedup_broker.server.retention import RetentionChecker
 from dedup_broker.storage.service import StorageService
+from system_topics.mark_phase import TwoPhaseLedgerDeleter, two_phase_deleter
+from system_topics.registry import broker_key, broker_record
 
 log = logging.getLogger(__name__)
 
@@ -21,15 +25,25 @@ class BrokerApp:
         self.storage: StorageService | None = None
         self.broker: BrokerService | None = None
         self.http: HttpServer | None = None
+        self.retention: RetentionChecker | None = None
 
     async def start(self) -> None:
-        self.storage = await StorageService.start(self.config)
+        two_phase = self.config.topic_two_phase_deletion_enabled
+        self.storage = await StorageService.start(
+            self.config, two_phase_deleter if two_phase else None
+        )
         self.broker = BrokerService(self.config, self.storage)
         await self.broker.start()
+        deleter = self.storage.deleter
+        if isinstance(deleter, TwoPhaseLedgerDeleter):
+            deleter.register_metrics(self.broker.metrics.registry)
+        self.retention = RetentionChecker(self.broker)
+        self.retention.start()
         self.http = HttpServer(
             build_router(self.broker), self.config.bind_address, self.config.web_service_port
         )
         await self.http.start()
+        await self._register()
         log.info(
             "dedup-broker ready: pulsar://%s:%d, http://%s:%d, Kafka %s",
             self.config.advertised_address,
@@ -39,7 +53,22 @@ class BrokerApp:
             self.config.kafka_bootstrap_servers,
         )
 
+    async def _register(self) -> None:
+        """Announce this broker's admin URL (deletion workers ask it about ledgers)."""
+        assert self.storage is not None and self.http is not None
+        url = f"http://{self.config.advertised_address}:{self.http.port}"
+        key = broker_key(self.config.advertised_address, self.config.broker_service_port)
+        await self.storage.policies.put(key, broker_record(url, self.storage.broker_id))
+
     async def stop(self) -> None:
+        if self.retention is not None:
+            await self.retention.stop()
+        if self.storage is not None and self.broker is not None:
+            key = broker_key(self.config.advertised_address, self.config.broker_service_port)
+            try:
+                await self.storage.policies.delete(key)
+            except BrokerError as exc:
+                log.warning("unregistering the broker failed: %s", exc)
         if self.http is not None:
             await self.http.stop()
         if self.broker is not None:

@@ -66,8 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_demo)
 
     from dedup_broker.devservers.cli import add_dev_commands
+    from system_topics.cli import add_commands as add_deletion_commands
 
     add_dev_commands(commands)
+    add_deletion_commands(commands, config_options)
     return parser
 
 

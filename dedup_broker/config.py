@@ -92,6 +92,18 @@ class BrokerConfig:
     two_phase_deletion_ledger_deletion_parallelism: int = 4
     two_phase_deletion_reconsume_later_in_seconds: int = 60
     two_phase_deletion_max_retry_delete_count: int = 5
+    two_phase_deletion_topic: str = "__ledger_deletion"
+    two_phase_deletion_retry_topic: str = "__ledger_deletion-RETRY"
+    two_phase_deletion_dead_letter_topic: str = "__ledger_deletion-DLQ"
+    deletion_worker_web_service_port: int = 8081
+    """Port of the deletion worker's ``/metrics``."""
+    deletion_worker_inject_delete_failures: str = ""
+    """Test aid: ``all`` or comma-separated ledger ids whose storage deletes fail."""
+
+    # --- retention (trimming) -------------------------------------------------------
+    default_retention_time_in_minutes: int = 0
+    default_retention_size_in_mb: int = 0
+    retention_check_interval_in_seconds: int = 120
 
     def with_overrides(self, **changes: Any) -> BrokerConfig:
         """A copy with some attributes replaced (values are coerced like file values)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from dedup_broker.admin.deletion_routes import register_deletion_routes
 from dedup_broker.admin.http import (
     HttpError,
     Request,
@@ -67,6 +68,7 @@ def build_router(broker: BrokerService) -> Router:
     for method, pattern, handler in routes:
         router.add(method, pattern, _translating_errors(handler))
     add_key_dedup_routes(router, broker)
+    register_deletion_routes(router, broker, _translating_errors)
     return router
 
 

@@ -16,6 +16,7 @@ from dedup_broker.protocol.framing import parse_metadata_only
 from dedup_broker.server.deduplication import TopicDeduplication
 from dedup_broker.server.key_dedup import TopicKeyDedup
 from dedup_broker.server.producer import Producer
+from dedup_broker.server.retention import topic_retention
 from dedup_broker.server.subscription import Subscription, SubscriptionType
 from dedup_broker.server.topic_name import TopicName
 from dedup_broker.storage.position import Position
@@ -56,6 +57,7 @@ class Topic:
     async def load(cls, broker: BrokerService, name: TopicName, create: bool) -> Topic:
         ledger = await broker.storage.open_managed_ledger(name.managed_ledger_name, create=create)
         topic = cls(broker, name, ledger)
+        ledger.retention = lambda: topic_retention(broker, name, ledger)
         for cursor_name in ledger.stored_cursor_names():
             if cursor_name.startswith(SYSTEM_CURSOR_PREFIX):
                 continue

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dedup_broker.config import BrokerConfig
+from dedup_broker.storage.deletion import LedgerDeleter
 from dedup_broker.storage.entry_cache import EntryCache
 from dedup_broker.storage.kafka_producer import SharedProducer
 from dedup_broker.storage.ledger_store import LedgerStore
@@ -21,3 +22,6 @@ class StorageContext:
     managed_ledger_infos: MetadataTable
     cursor_infos: MetadataTable
     rollover: RolloverPolicy
+    deleter: LedgerDeleter
+    pending_deletions: dict[str, set[int]] = field(default_factory=dict)
+    """Per managed ledger: ids being deleted whose metadata update is not stored yet."""

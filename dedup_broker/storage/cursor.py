@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from dedup_broker.storage import formats
@@ -87,6 +87,9 @@ class ManagedCursor:
         self._write_task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._closed = False
+        self.on_moved_to_ledger: Callable[[], None] | None = None
+        """Called when the mark-delete position enters another ledger (trimming)."""
+        self._notified_ledger = mark_delete.ledger_id
 
     def __repr__(self) -> str:
         return f"ManagedCursor({self.name!r}, mark_delete={self._mark_delete})"
@@ -244,6 +247,10 @@ class ManagedCursor:
     def _state_changed(self) -> None:
         if not self.durable or self._closed:
             return
+        if self._mark_delete.ledger_id != self._notified_ledger:
+            self._notified_ledger = self._mark_delete.ledger_id
+            if self.on_moved_to_ledger is not None:
+                self.on_moved_to_ledger()
         self._dirty = True
         self._schedule_write()
 

@@ -8,6 +8,7 @@ Durable cursors live in the compacted cursor topic under
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import CursorNotFoundError
@@ -26,11 +27,13 @@ class CursorRegistry:
         ledger: CursorLedger,
         table: MetadataTable,
         config: BrokerConfig,
+        on_moved: Callable[[], None] | None = None,
     ) -> None:
         self._name = managed_ledger_name
         self._ledger = ledger
         self._table = table
         self._config = config
+        self._on_moved = on_moved
         self._open: dict[str, ManagedCursor] = {}
         self._lock = asyncio.Lock()
         self.write_error: Exception | None = None
@@ -85,7 +88,7 @@ class CursorRegistry:
         persisted: bool = False,
         last_persisted_ms: int = 0,
     ) -> ManagedCursor:
-        return ManagedCursor(
+        cursor = ManagedCursor(
             self._ledger,
             name,
             mark_delete,
@@ -97,6 +100,8 @@ class CursorRegistry:
             persisted=persisted,
             last_persisted_ms=last_persisted_ms,
         )
+        cursor.on_moved_to_ledger = self._on_moved
+        return cursor
 
     async def write_cursor(self, name: str, data: bytes) -> None:
         """Store a durable cursor's state (called by the cursor, rate-limited there)."""
@@ -133,6 +138,15 @@ class CursorRegistry:
 
     def exists(self, name: str) -> bool:
         return name in self._open or self._table.get(self._key(name)) is not None
+
+    def durable_mark_deletes(self) -> list[Position]:
+        """Mark-delete positions of the opened durable cursors and of the stored ones."""
+        positions = [c.mark_delete_position for c in self._open.values() if c.durable]
+        prefix = formats.cursor_key_prefix(self._name)
+        for key, value in self._table.items(prefix):
+            if key[len(prefix) :] not in self._open:
+                positions.append(formats.decode_cursor_info(value).mark_delete)
+        return positions
 
     def stored_names(self) -> list[str]:
         prefix = formats.cursor_key_prefix(self._name)

@@ -82,6 +82,11 @@ def encode_ledger_id_allocation(allocated_by: str, allocated_ms: int, purpose: s
     ).SerializeToString()
 
 
+def decode_ledger_id_allocation(data: bytes) -> str:
+    """The managed ledger name an allocation record was made for."""
+    return pb.LedgerIdAllocation.FromString(data).managed_ledger_name
+
+
 # --- managed ledger info --------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class ManagedLedgerRecord:

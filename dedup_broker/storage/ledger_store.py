@@ -154,6 +154,32 @@ class LedgerStore:
             for topic, offset in offsets.items()
         }
 
+    async def allocated_to(self, managed_ledger_name: str, after_id: int) -> list[int]:
+        """Ids allocated for ``managed_ledger_name`` after ``after_id`` (allocation records)."""
+        end = await self._admin.high_watermark(self.ids_topic)
+        found: list[int] = []
+        start = after_id + 1
+        while start < end:
+            records = await self._reader.fetch(self.ids_topic, start, end)
+            if not records:
+                break
+            for record in records:
+                if record.value is not None:
+                    purpose = formats.decode_ledger_id_allocation(record.value)
+                    if purpose == managed_ledger_name:
+                        found.append(record.offset)
+            start = records[-1].offset + 1
+        return found
+
+    async def allocation_of(self, ledger_id: int) -> str | None:
+        """The managed ledger name ``ledger_id`` was allocated for; None if never allocated."""
+        if ledger_id < 0:
+            return None
+        records = await self._reader.fetch(self.ids_topic, ledger_id, ledger_id + 1)
+        if not records or records[0].offset != ledger_id or records[0].value is None:
+            return None
+        return formats.decode_ledger_id_allocation(records[0].value)
+
     # --- deletion -------------------------------------------------------------------
     async def delete(self, ledger_ids: Iterable[int]) -> None:
         await self._admin.delete_topics([self.topic(ledger_id) for ledger_id in ledger_ids])

@@ -40,15 +40,18 @@ from dedup_broker.storage import formats
 from dedup_broker.storage.context import StorageContext
 from dedup_broker.storage.cursor import DEFAULT_MAX_BYTES, ManagedCursor
 from dedup_broker.storage.cursor_registry import CursorRegistry
+from dedup_broker.storage.deletion import LedgerToDelete, Retention
 from dedup_broker.storage.entry_reader import EntryReader
 from dedup_broker.storage.kafka_producer import storage_error
 from dedup_broker.storage.ledger_list import LedgerList
 from dedup_broker.storage.ledger_store import FIRST_ENTRY_OFFSET, now_ms
 from dedup_broker.storage.position import Entry, LedgerInfo, Position
+from dedup_broker.storage.trimmer import LedgerTrimmer
 
 log = logging.getLogger(__name__)
 
 OPEN, FENCED, CLOSED = "Open", "Fenced", "Closed"
+IN_USE, PENDING, DELETABLE = "in-use", "pending", "deletable"
 _RETRY_MIN_S, _RETRY_MAX_S = 0.1, 5.0
 
 
@@ -106,7 +109,14 @@ class ManagedLedger:
         self._unknown_info: bytes | None = None
         # Reads, cursors and listeners.
         self._reader = EntryReader(name, ctx.ledgers, ctx.cache)
-        self._cursors = CursorRegistry(name, self, ctx.cursor_infos, ctx.config)
+        self._cursors = CursorRegistry(
+            name, self, ctx.cursor_infos, ctx.config, on_moved=self._cursor_moved
+        )
+        # Trimming: ids removed from the list (never listed again), the retention source.
+        self._trimmed: set[int] = set()
+        self.trimmer = LedgerTrimmer(self, ctx)
+        self.retention: Callable[[], Retention] | None = None
+        """Set by the owner to enable automatic trimming; None: trim only when asked."""
         self._listeners: list[Callable[[], None]] = []
         self._notify_scheduled = False
         self.entries_added = 0
@@ -135,12 +145,23 @@ class ManagedLedger:
             else formats.ManagedLedgerRecord([])
         )
         ledgers = list(record.ledgers)
+        orphans: list[int] = []
+        if ledgers:
+            # Ledgers allocated to this name after the last listed one were never listed:
+            # a crash between creating a ledger and recording it.
+            listed = {info.ledger_id for info in ledgers}
+            allocated = await self._ctx.ledgers.allocated_to(self.name, ledgers[-1].ledger_id)
+            orphans = [ledger_id for ledger_id in allocated if ledger_id not in listed]
         if ledgers and ledgers[-1].is_open:
             ledgers[-1] = await self._ctx.ledgers.close_at_true_end(ledgers[-1].ledger_id)
         # Empty ledgers at the end hold nothing; drop them rather than pile them up.
         empty = []
         while ledgers and ledgers[-1].entries == 0:
-            empty.append(ledgers.pop().ledger_id)
+            empty.append(ledgers.pop())
+        dropped = await self._ctx.deleter.mark(
+            [LedgerToDelete(self.name, info.ledger_id) for info in empty]
+        )
+        ledgers.extend(info for info in reversed(empty) if info.ledger_id not in dropped)
         new_id = await self._ctx.ledgers.create(self.name)
         ledgers.append(LedgerInfo(new_id, -1, 0, 0))
         await self._write_info(ledgers, record.properties)
@@ -148,11 +169,16 @@ class ManagedLedger:
         self._ledgers = LedgerList(ledgers)
         self._last_confirmed = self._ledgers.last_confirmed()
         self._start_ledger(new_id)
-        if empty:
+        if dropped:
+            await self._ctx.deleter.after_metadata(
+                [LedgerToDelete(self.name, ledger_id) for ledger_id in sorted(dropped)]
+            )
+        if orphans:
+            log.warning("%s: ledgers %s were never listed; deleting them", self.name, orphans)
             try:
-                await self._ctx.ledgers.delete(empty)
+                await self.trimmer.delete_orphans(orphans)
             except StorageError as exc:
-                log.warning("%s: deleting empty ledgers %s failed: %s", self.name, empty, exc)
+                log.warning("%s: deleting unlisted ledgers failed: %s", self.name, exc)
 
     def _start_ledger(self, ledger_id: int) -> None:
         self._topic = self._ctx.ledgers.topic(ledger_id)
@@ -166,6 +192,8 @@ class ManagedLedger:
         self, ledgers: list[LedgerInfo], properties: dict[str, str] | None = None
     ) -> None:
         table = self._ctx.managed_ledger_infos
+        # Trimmed ledgers never come back, whatever list a caller computed before.
+        ledgers = [info for info in ledgers if info.ledger_id not in self._trimmed]
         async with self._info_lock:
             await table.refresh()
             stored = table.get(self.name)
@@ -184,6 +212,52 @@ class ManagedLedger:
     @property
     def properties(self) -> dict[str, str]:
         return dict(self._properties)
+
+    # --- trimming -------------------------------------------------------------------
+    def is_writable_state(self) -> bool:
+        return self._state == OPEN and not self._closing
+
+    def durable_mark_deletes(self) -> list[Position]:
+        """Mark-delete positions of every durable cursor, opened here or only stored."""
+        return self._cursors.durable_mark_deletes()
+
+    def _cursor_moved(self) -> None:
+        if self.retention is not None and self.is_writable_state():
+            self.trimmer.trim_soon()
+
+    async def trim_consumed_ledgers(self, retention: Retention | None = None) -> list[int]:
+        """Delete the ledgers every durable cursor passed and retention lets go."""
+        return await self.trimmer.trim(retention)
+
+    async def remove_ledgers(self, ledger_ids: set[int]) -> None:
+        """Drop ledgers (their deletion is secured) from the list and store it."""
+        current = self._ledgers.current
+        if current is not None and current.ledger_id in ledger_ids:
+            raise ValueError(f"{self.name}: the current ledger cannot be removed")
+        self._trimmed |= ledger_ids
+        self._ledgers.remove(ledger_ids)
+        self._ctx.cache.invalidate_ledgers(list(ledger_ids))
+        await self._write_info(self._ledgers.infos())
+
+    def _stored_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for data in (self._last_info, self._unknown_info):
+            if data is not None:
+                ids.update(i.ledger_id for i in formats.decode_managed_ledger_info(data).ledgers)
+        return ids
+
+    async def store_trimmed_removal(self) -> None:
+        """Write the list again if a removal of trimmed ledgers was not stored."""
+        if self._trimmed & self._stored_ids():
+            await self._write_info(self._ledgers.infos())
+
+    def ledger_status(self, ledger_id: int) -> str:
+        """IN_USE (listed), PENDING (leaving the list, not stored yet) or DELETABLE."""
+        if self._ledgers.count(ledger_id) is not None:
+            return IN_USE
+        if ledger_id in self._stored_ids():
+            return PENDING if ledger_id in self._trimmed else IN_USE
+        return DELETABLE
 
     async def set_properties(self, properties: dict[str, str]) -> None:
         """Replace the managed ledger's properties (stored with its ledger list)."""
@@ -425,6 +499,8 @@ class ManagedLedger:
         self._roll_task = None
         self._rolling = False
         log.debug("%s rolled over to ledger %d", self.name, new_id)
+        if self.retention is not None:
+            self.trimmer.trim_soon()
         while self._queued and self._state == OPEN and not self._rolling:
             if self._rollover_due():
                 self._begin_rollover()
@@ -532,6 +608,7 @@ class ManagedLedger:
 
     async def delete_cursor(self, name: str) -> None:
         await self._cursors.delete(name)
+        self._cursor_moved()  # the slowest cursor may have gone
 
     def cursors(self) -> dict[str, ManagedCursor]:
         """The durable cursors opened on this instance."""
@@ -563,6 +640,7 @@ class ManagedLedger:
         self._closing = True
         self._rolling = False
         self._cancel_rollover_timer()
+        await self.trimmer.cancel()
         for op in self._queued:
             op.settled = True
             op.future.set_exception(ManagedLedgerClosedError(f"managed ledger {self.name} closed"))

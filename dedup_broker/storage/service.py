@@ -8,23 +8,28 @@ instance per name; concurrent opens of the same name share it).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
+from collections.abc import Awaitable, Callable
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import StorageError, TopicNotFoundError
 from dedup_broker.storage import formats
 from dedup_broker.storage.context import StorageContext
+from dedup_broker.storage.deletion import DirectLedgerDeleter, LedgerDeleter, LedgerToDelete
 from dedup_broker.storage.entry_cache import EntryCache
 from dedup_broker.storage.kafka_admin import KafkaAdmin
 from dedup_broker.storage.kafka_producer import SharedProducer, max_record_bytes
 from dedup_broker.storage.kafka_reader import KafkaReader
 from dedup_broker.storage.ledger_store import LedgerStore
-from dedup_broker.storage.managed_ledger import ManagedLedger
+from dedup_broker.storage.managed_ledger import DELETABLE, IN_USE, PENDING, ManagedLedger
 from dedup_broker.storage.metadata_table import MetadataTable
 from dedup_broker.storage.rollover import RolloverPolicy
 
 log = logging.getLogger(__name__)
+
+DeleterFactory = Callable[["StorageService"], Awaitable[LedgerDeleter]]
 
 
 def internal_topics(config: BrokerConfig) -> dict[str, dict[str, str]]:
@@ -74,14 +79,20 @@ class StorageService:
             managed_ledger_infos=self._managed_ledger_infos,
             cursor_infos=self._cursor_infos,
             rollover=RolloverPolicy.from_config(config),
+            deleter=DirectLedgerDeleter(self.ledger_store),
         )
         self._open: dict[str, ManagedLedger] = {}
         self._name_locks: dict[str, asyncio.Lock] = {}
         self._closed = False
 
     @classmethod
-    async def start(cls, config: BrokerConfig) -> StorageService:
-        """Create missing internal topics and load the metadata tables."""
+    async def start(
+        cls, config: BrokerConfig, deleter_factory: DeleterFactory | None = None
+    ) -> StorageService:
+        """Create missing internal topics and load the metadata tables.
+
+        ``deleter_factory`` builds the ledger deleter (default: direct deletion).
+        """
         admin = KafkaAdmin(config)
         topics = internal_topics(config)
         await asyncio.gather(
@@ -96,6 +107,9 @@ class StorageService:
                 service._cursor_infos.refresh(),
                 service.policies.refresh(),
             )
+            if deleter_factory is not None:
+                deleter = await deleter_factory(service)
+                service._ctx = dataclasses.replace(service._ctx, deleter=deleter)
         except BaseException:
             await producer.close()
             await asyncio.to_thread(reader.close)
@@ -162,8 +176,41 @@ class StorageService:
         stored = {name for name, _ in self._managed_ledger_infos.items()}
         return sorted(stored | set(self._open))
 
+    @property
+    def producer(self) -> SharedProducer:
+        return self._producer
+
+    @property
+    def admin(self) -> KafkaAdmin:
+        return self._admin
+
+    @property
+    def deleter(self) -> LedgerDeleter:
+        return self._ctx.deleter
+
+    async def ledger_status(self, name: str, ledger_id: int) -> str:
+        """Whether a deletion worker may delete ``ledger_id`` of managed ledger ``name``:
+        ``in-use`` (listed), ``pending`` (leaving the list, not stored yet: ask again) or
+        ``deletable``."""
+        if ledger_id in self._ctx.pending_deletions.get(name, ()):
+            return PENDING
+        ledger = self._open.get(name)
+        if ledger is not None and ledger.state != "Closed":
+            return ledger.ledger_status(ledger_id)
+        await self._managed_ledger_infos.refresh()
+        if ledger_id in self._pending_or_listed(name):
+            return IN_USE
+        return DELETABLE
+
+    def _pending_or_listed(self, name: str) -> set[int]:
+        stored = self._managed_ledger_infos.get(name)
+        if stored is None:
+            return set()
+        return {info.ledger_id for info in formats.decode_managed_ledger_info(stored).ledgers}
+
     async def delete_managed_ledger(self, name: str) -> None:
-        """Close ``name``, remove its info and cursors, then delete its ledger topics."""
+        """Close ``name``; secure the deletion of its ledgers (the deleter's ``mark``),
+        remove its cursors and info, then let the deleter finish."""
         self._check_running()
         async with self._lock(name):
             ledger = self._open.get(name)
@@ -181,13 +228,27 @@ class StorageService:
                 if stored is not None
                 else []
             )
-            for key in cursor_keys:
-                await self._cursor_infos.delete(key)
-            if stored is not None:
-                await self._managed_ledger_infos.delete(name)
+            targets = [LedgerToDelete(name, ledger_id) for ledger_id in ledger_ids]
+            pending = self._ctx.pending_deletions.setdefault(name, set())
+            pending.update(ledger_ids)
+            try:
+                accepted = await self._ctx.deleter.mark(targets)
+                if not set(ledger_ids) <= accepted:
+                    raise StorageError(
+                        f"deleting {name}: the deletion of ledgers "
+                        f"{sorted(set(ledger_ids) - accepted)} could not be recorded"
+                    )
+                for key in cursor_keys:
+                    await self._cursor_infos.delete(key)
+                if stored is not None:
+                    await self._managed_ledger_infos.delete(name)
+            finally:
+                pending.difference_update(ledger_ids)
+                if not pending:
+                    self._ctx.pending_deletions.pop(name, None)
             self.entry_cache.invalidate_ledgers(ledger_ids)
-            await self.ledger_store.delete(ledger_ids)
-            log.info("deleted managed ledger %s and ledgers %s", name, ledger_ids)
+            await self._ctx.deleter.after_metadata(targets)
+            log.info("deleted managed ledger %s; ledgers %s", name, ledger_ids)
 
     # --- for tools and tests --------------------------------------------------------
     @property

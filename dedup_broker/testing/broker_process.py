@@ -25,6 +25,9 @@ def free_port() -> int:
 class BrokerProcess:
     """Start, stop, kill and restart one broker on fixed loopback ports."""
 
+    command: tuple[str, ...] = ("serve",)
+    health_path = "/admin/v2/brokers/health"
+
     def __init__(
         self,
         kafka_bootstrap: str,
@@ -62,6 +65,10 @@ class BrokerProcess:
             "advertised_address": "127.0.0.1",
             "broker_service_port": self.port,
             "web_service_port": self.http_port,
+            # Test brokers share one Kafka: each cluster gets deletion topics of its own.
+            "two_phase_deletion_topic": f"{self.cluster_name}.__ledger_deletion",
+            "two_phase_deletion_retry_topic": f"{self.cluster_name}.__ledger_deletion-RETRY",
+            "two_phase_deletion_dead_letter_topic": f"{self.cluster_name}.__ledger_deletion-DLQ",
         } | self.settings
         for name, value in values.items():
             env[ENV_PREFIX + name.upper()] = (
@@ -75,7 +82,7 @@ class BrokerProcess:
         self.starts += 1
         log = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "dedup_broker.cli", "serve"],
+            [sys.executable, "-m", "dedup_broker.cli", *self.command],
             env=self.environment(),
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -92,7 +99,7 @@ class BrokerProcess:
                 raise RuntimeError(f"broker exited with {self.process.returncode}:\n{self.tail()}")
             try:
                 with urllib.request.urlopen(
-                    self.http_url + "/admin/v2/brokers/health", timeout=2
+                    self.http_url + self.health_path, timeout=2
                 ) as response:
                     if response.status == 200:
                         return

@@ -1,0 +1,108 @@
+"""Retention policies (namespace level, broker defaults) and the periodic trim check.
+
+Pulsar's semantics: ``retentionTimeInMinutes`` and ``retentionSizeInMB``; -1 is
+unlimited in that dimension, 0 keeps nothing consumed; ``(0, >0)`` and ``(>0, 0)`` are
+refused. Consumed ledgers are trimmed every ``retentionCheckIntervalInSeconds``, after a
+rollover, and when the slowest durable cursor enters another ledger (storage's triggers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+from dedup_broker.errors import BrokerError, PermanentError
+from dedup_broker.storage.deletion import Retention
+
+if TYPE_CHECKING:
+    from dedup_broker.server.broker import BrokerService
+    from dedup_broker.server.topic_name import TopicName
+    from dedup_broker.storage.managed_ledger import ManagedLedger
+
+log = logging.getLogger(__name__)
+
+RETENTION = "retention_policies"
+SYSTEM_CURSOR_PREFIX = "pulsar."
+
+
+class InvalidRetentionError(PermanentError):
+    """A retention policy Pulsar would refuse."""
+
+
+def parse_retention(body: Any) -> Retention:
+    """Pulsar's JSON ``{"retentionTimeInMinutes": .., "retentionSizeInMB": ..}``."""
+    if not isinstance(body, dict):
+        raise InvalidRetentionError("expected a JSON object with retention settings")
+    try:
+        time_minutes = int(body.get("retentionTimeInMinutes", 0))
+        size_mb = int(body.get("retentionSizeInMB", 0))
+    except (TypeError, ValueError):
+        raise InvalidRetentionError(f"retention values must be integers: {body}") from None
+    if time_minutes < -1 or size_mb < -1:
+        raise InvalidRetentionError("retention values must be >= -1")
+    if (time_minutes == 0) != (size_mb == 0):
+        raise InvalidRetentionError(
+            "retention time and size must both be 0, or neither: "
+            f"got {time_minutes} minutes, {size_mb} MB"
+        )
+    return Retention(time_minutes, size_mb)
+
+
+def retention_json(retention: Retention) -> dict[str, int]:
+    return {
+        "retentionTimeInMinutes": retention.time_minutes,
+        "retentionSizeInMB": retention.size_mb,
+    }
+
+
+def topic_retention(
+    broker: BrokerService, name: TopicName, ledger: ManagedLedger | None = None
+) -> Retention:
+    """The namespace's policy, else the broker defaults; unlimited while ``ledger`` has no
+    subscription (only the broker's own cursors): nobody has said the data is consumed."""
+    if ledger is not None and not any(
+        not cursor.startswith(SYSTEM_CURSOR_PREFIX) for cursor in ledger.stored_cursor_names()
+    ):
+        return Retention(-1, -1)
+    stored = broker.policies.namespace_value(name.namespace_name, RETENTION)
+    if isinstance(stored, dict):
+        try:
+            return parse_retention(stored)
+        except InvalidRetentionError:
+            log.warning("ignoring an invalid stored retention policy: %s", stored)
+    config = broker.config
+    return Retention(config.default_retention_time_in_minutes, config.default_retention_size_in_mb)
+
+
+class RetentionChecker:
+    """Asks every loaded topic to trim, every ``retentionCheckIntervalInSeconds``."""
+
+    def __init__(self, broker: BrokerService) -> None:
+        self._broker = broker
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+
+    def trim_all(self, namespace: str | None = None) -> None:
+        for topic in list(self._broker.topics.values()):
+            if namespace is None or topic.name.namespace_name == namespace:
+                topic.managed_ledger.trimmer.trim_soon()
+
+    async def _run(self) -> None:
+        interval = max(self._broker.config.retention_check_interval_in_seconds, 1)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.trim_all()
+            except BrokerError as exc:
+                log.warning("retention check: %s", exc)

@@ -1,0 +1,96 @@
+"""Mark phase (broker side): one durable intent per ledger before it leaves its list.
+
+The storage layer calls ``mark`` with the ledgers it wants to delete; each becomes a
+``PendingDeleteLedgerInfo`` record on the deletion topic, and only the ledgers whose record
+Kafka acknowledged (``acks=all``) are returned, so only those leave the ledger list. The
+storage delete itself is the worker's job, so ``after_metadata`` does nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from dedup_broker.admin.metrics import Counter, Registry
+from dedup_broker.errors import StorageError
+from dedup_broker.storage.deletion import LedgerToDelete
+from system_topics.intents import LEDGER, DeletionIntent, encode_intent
+from system_topics.topics import DeletionTopics
+
+if TYPE_CHECKING:
+    from dedup_broker.storage.kafka_admin import KafkaAdmin
+    from dedup_broker.storage.kafka_producer import SharedProducer
+    from dedup_broker.storage.service import StorageService
+
+log = logging.getLogger(__name__)
+
+
+def intent_key(ledger_id: int) -> bytes:
+    """Record key: intents of one ledger always land in the same partition."""
+    return struct.pack(">q", ledger_id)
+
+
+async def create_deletion_topics(admin: KafkaAdmin, topics: DeletionTopics) -> None:
+    for name, (partitions, settings) in topics.topic_configs().items():
+        await admin.create_topic(name, settings, partitions=partitions)
+
+
+class TwoPhaseLedgerDeleter:
+    def __init__(self, topics: DeletionTopics, producer: SharedProducer) -> None:
+        self._topics = topics
+        self._producer = producer
+        self.sent = Counter(
+            "dedup_broker_ledger_deletion_intents_sent_total",
+            "Deletion intents Kafka acknowledged, by ledger type (ledger, offload)",
+            ("type",),
+        )
+
+    def register_metrics(self, registry: Registry) -> None:
+        registry.register(self.sent)
+
+    async def mark(self, ledgers: Sequence[LedgerToDelete]) -> set[int]:
+        if not ledgers:
+            return set()
+        futures: list[asyncio.Future[int]] = []
+        for ledger in ledgers:
+            intent = DeletionIntent(
+                topic_name=ledger.managed_ledger_name,
+                ledger_id=ledger.ledger_id,
+                component=ledger.component,
+                ledger_type=LEDGER,
+                cursor_name=ledger.cursor_name,
+            )
+            try:
+                futures.append(
+                    self._producer.send(
+                        self._topics.main, encode_intent(intent), key=intent_key(ledger.ledger_id)
+                    )
+                )
+            except StorageError as exc:
+                failed = asyncio.get_running_loop().create_future()
+                failed.set_exception(exc)
+                futures.append(failed)
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        accepted: set[int] = set()
+        for ledger, result in zip(ledgers, results, strict=True):
+            if isinstance(result, BaseException):
+                log.warning(
+                    "deletion intent for ledger %d not stored: %s", ledger.ledger_id, result
+                )
+            else:
+                accepted.add(ledger.ledger_id)
+        self.sent.labels(type="ledger").inc(len(accepted))
+        return accepted
+
+    async def after_metadata(self, ledgers: Sequence[LedgerToDelete]) -> None:
+        """Nothing: the deletion worker deletes storage."""
+
+
+async def two_phase_deleter(service: StorageService) -> TwoPhaseLedgerDeleter:
+    """``StorageService.start``'s deleter factory for ``topicTwoPhaseDeletionEnabled``."""
+    topics = DeletionTopics.from_config(service.config)
+    await create_deletion_topics(service.admin, topics)
+    return TwoPhaseLedgerDeleter(topics, service.producer)

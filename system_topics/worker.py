@@ -1,0 +1,211 @@
+"""Delete phase: the deletion worker, a Kafka consumer group over the main and RETRY topics.
+
+Any number of workers share the partitions. Each intent is checked
+(``checks.IntentChecker``), the outcome is turned into ack / retry / dead-letter
+(``decision.decide``), and the record is committed only after its RETRY or DLQ copy was
+acknowledged by Kafka. A RETRY record is held until due (its timestamp + ``DELAY_TIME``):
+its partition is paused and rewound, so the main topic keeps flowing meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from dedup_broker.config import BrokerConfig
+from system_topics.checks import IntentChecker
+from system_topics.decision import Action, decide
+from system_topics.intents import MalformedIntentError, decode_intent
+from system_topics.kafka_sync import SyncKafka
+from system_topics.topics import (
+    DELAY_TIME,
+    ORIGIN_MESSAGE_ID,
+    REAL_TOPIC,
+    RECONSUME_TIMES,
+    DeletionTopics,
+)
+from system_topics.worker_metrics import WorkerMetrics
+
+log = logging.getLogger(__name__)
+
+_POLL_S = 0.5
+_FORWARD_TIMEOUT_S = 30.0
+
+
+@dataclass(slots=True)
+class _Held:
+    offset: int
+    due: float
+
+
+def _header(msg: Message, name: str) -> str | None:
+    headers = msg.headers() or []
+    pairs = headers.items() if isinstance(headers, dict) else headers
+    for key, value in pairs:
+        if key == name and value is not None:
+            return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    return None
+
+
+def _where(msg: Message) -> tuple[str, int, int]:
+    """(topic, partition, offset) of a consumed record."""
+    topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+    assert topic is not None and partition is not None and offset is not None
+    return topic, partition, offset
+
+
+def _int_header(msg: Message, name: str, default: int) -> int:
+    text = _header(msg, name)
+    try:
+        return int(text) if text is not None else default
+    except ValueError:
+        return default
+
+
+class DeletionWorker:
+    def __init__(self, config: BrokerConfig, metrics: WorkerMetrics | None = None) -> None:
+        self.config = config
+        self.topics = DeletionTopics.from_config(config)
+        self.metrics = metrics or WorkerMetrics()
+        self._delay_ms = config.two_phase_deletion_reconsume_later_in_seconds * 1000
+        self._max_retries = config.two_phase_deletion_max_retry_delete_count
+        self._kafka = SyncKafka(
+            config.kafka_bootstrap_servers, f"{config.cluster_name}.deletion-worker"
+        )
+        self._checker = IntentChecker(config, self._kafka)
+        self._held: dict[tuple[str, int], _Held] = {}
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": config.kafka_bootstrap_servers,
+                "group.id": self.topics.group,
+                "client.id": f"{config.cluster_name}.deletion-worker",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "allow.auto.create.topics": False,
+                "session.timeout.ms": 10000,
+                "heartbeat.interval.ms": 1000,
+            }
+        )
+        self._producer = Producer(
+            {
+                "bootstrap.servers": config.kafka_bootstrap_servers,
+                "client.id": f"{config.cluster_name}.deletion-worker",
+                "enable.idempotence": True,
+                "acks": "all",
+            }
+        )
+
+    def run(self, stop: threading.Event) -> None:
+        self._consumer.subscribe(
+            [self.topics.main, self.topics.retry], on_revoke=self._revoked, on_lost=self._revoked
+        )
+        log.info("deletion worker consuming %s and %s", self.topics.main, self.topics.retry)
+        try:
+            while not stop.is_set():
+                self._resume_due()
+                msg = self._consumer.poll(_POLL_S)
+                if msg is None:
+                    continue
+                error = msg.error()
+                if error is not None:
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        log.warning("deletion worker: %s", error)
+                    continue
+                self._handle(msg)
+        finally:
+            self._consumer.close()
+            self._producer.flush(10)
+            self._kafka.close()
+
+    # --- holding RETRY records until due ---------------------------------------------
+    def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self._held.pop((tp.topic, tp.partition), None)
+
+    def _hold(self, msg: Message, due: float) -> None:
+        topic, partition, offset = _where(msg)
+        tp = TopicPartition(topic, partition, offset)
+        self._consumer.pause([tp])
+        self._consumer.seek(tp)
+        self._held[(topic, partition)] = _Held(offset, due)
+
+    def _resume_due(self) -> None:
+        now = time.time()
+        for key, held in list(self._held.items()):
+            if held.due <= now:
+                del self._held[key]
+                self._consumer.resume([TopicPartition(key[0], key[1])])
+
+    # --- one intent ---------------------------------------------------------------------
+    def _handle(self, msg: Message) -> None:
+        topic, partition, offset = _where(msg)
+        from_retry = topic == self.topics.retry
+        if from_retry:
+            stamp = msg.timestamp()[1] / 1000
+            due = stamp + _int_header(msg, DELAY_TIME, self._delay_ms) / 1000
+            if due > time.time():
+                self._hold(msg, due)
+                return
+        with self.metrics.lock:
+            self.metrics.received.inc()
+        times = _int_header(msg, RECONSUME_TIMES, 0) if from_retry else 0
+        outcome = self._checker.evaluate(msg.value())
+        action = decide(outcome.verdict, times, self._max_retries)
+        log.info(
+            "intent %s:%d:%d -> %s (%s) -> %s",
+            topic,
+            partition,
+            offset,
+            outcome.verdict.value,
+            outcome.detail,
+            action.value,
+        )
+        if action is not Action.ACK and not self._forward(msg, action, times):
+            # Not copied: read it again shortly rather than lose it.
+            self._hold(msg, time.time() + 1)
+            return
+        self.metrics.record(outcome.verdict, action, self._ledger_type(msg.value()))
+        self._consumer.commit(
+            offsets=[TopicPartition(topic, partition, offset + 1)], asynchronous=False
+        )
+        with self.metrics.lock:
+            self.metrics.acknowledged.inc()
+
+    @staticmethod
+    def _ledger_type(value: bytes | None) -> str:
+        try:
+            return "offload" if decode_intent(value).ledger_type == "OFFLOAD_LEDGER" else "ledger"
+        except MalformedIntentError:
+            return "ledger"
+
+    def _forward(self, msg: Message, action: Action, times: int) -> bool:
+        """Copy to RETRY (times + 1) or the DLQ; True once Kafka acknowledged the copy."""
+        topic, partition, offset = _where(msg)
+        origin = _header(msg, ORIGIN_MESSAGE_ID) or f"{topic}:{partition}:{offset}"
+        real = _header(msg, REAL_TOPIC) or topic
+        target = self.topics.retry if action is Action.RETRY else self.topics.dead_letter
+        headers: list[tuple[str, str | bytes | None]] = [
+            (RECONSUME_TIMES, str(times + 1 if action is Action.RETRY else times).encode()),
+            (DELAY_TIME, str(self._delay_ms).encode()),
+            (REAL_TOPIC, real.encode()),
+            (ORIGIN_MESSAGE_ID, origin.encode()),
+        ]
+        result: list[KafkaError | None] = []
+        self._producer.produce(
+            target,
+            msg.value(),
+            msg.key(),
+            headers=headers,
+            on_delivery=lambda err, _msg: result.append(err),
+        )
+        deadline = time.monotonic() + _FORWARD_TIMEOUT_S
+        while not result and time.monotonic() < deadline:
+            self._producer.poll(0.1)
+        if not result or result[0] is not None:
+            log.warning("copy to %s failed: %s", target, result[0] if result else "timeout")
+            return False
+        return True
