@@ -67,10 +67,15 @@ class PositionStore(ABC):
     def _lock_suffix(self) -> str:
         return ""
 
+    def _lock_schema(self, cursor: Any) -> None:
+        """Serialize schema creation between processes (where the transaction does not)."""
+        return None
+
     def ensure_schema(self, consumer_name: str, topics: Iterable[str]) -> None:
         """Create the table and one row per partition (at ``NOTHING``) if missing."""
         p = self.placeholder
         with self.transaction() as cur:
+            self._lock_schema(cur)
             cur.execute(self._create_table_sql())
             for topic in topics:
                 cur.execute(
@@ -225,9 +230,13 @@ class PostgresPositionStore(PositionStore):
     def _lock_suffix(self) -> str:
         return " FOR UPDATE"
 
+    def _lock_schema(self, cursor: Any) -> None:
+        # Concurrent CREATE TABLE IF NOT EXISTS can still collide in PostgreSQL.
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.table,))
+
     def is_transient(self, exc: BaseException) -> bool:
-        errors = self._psycopg.errors
-        return isinstance(exc, self._psycopg.OperationalError | errors.TransactionRollbackError)
+        # Lost connections, shutdowns, serialization failures, deadlocks, lock timeouts.
+        return isinstance(exc, self._psycopg.OperationalError)
 
     def close(self) -> None:
         if self._conn is not None:
