@@ -15,6 +15,7 @@ import os
 import pwd
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -157,6 +158,7 @@ class NativePostgres(NativeServer):
         user = server_user()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if user is not None:
+            _check_reachable(self.data_dir.parent, user)
             _give_to(self.data_dir, user)
         if not (self.cluster_dir / "PG_VERSION").exists():
             self._initdb(bin_dir, user)
@@ -237,6 +239,18 @@ class NativePostgres(NativeServer):
     def __repr__(self) -> str:
         state = f"pid {self.pid}" if self.running else "stopped"
         return f"NativePostgres({self.url}, {self.data_dir}, {state})"
+
+
+def _check_reachable(directory: Path, user: str) -> None:
+    """Fail clearly when ``user`` cannot reach ``directory`` (e.g. inside a 0700 home)."""
+    uid = pwd.getpwnam(user).pw_uid
+    for part in [directory, *directory.parents]:
+        info = part.stat()
+        if info.st_uid != uid and not info.st_mode & stat.S_IXOTH:
+            raise DevServerError(
+                f"PostgreSQL runs as {user!r}, which cannot enter {part}: choose a data "
+                "directory under a world-accessible one (the default is under the temp dir)"
+            )
 
 
 def _give_to(path: Path, user: str) -> None:
