@@ -1,5 +1,6 @@
 """The effectively-once consumer killed with SIGKILL mid-stream, again and again, then run to
-the end: every message is applied exactly once, on SQLite and on a real PostgreSQL."""
+the end: every message is applied exactly once, on SQLite and on a real PostgreSQL. And a
+broker killed under a running consumer: it continues, still exactly once."""
 
 from __future__ import annotations
 
@@ -9,16 +10,19 @@ import random
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pulsar
 import pytest
 
+from connectors.effectively_once import ConsumerStats, EffectivelyOnceConsumer
 from connectors.offset_store import open_store
 from dedup_broker.testing.admin_http import http_request
 from dedup_broker.testing.broker_process import BrokerProcess
@@ -154,3 +158,44 @@ def test_consumer_killed_mid_stream_applies_each_message_once(
     assert total == TOTAL
     assert len(positions) == PARTITIONS
     assert all(not position.is_before_everything for position in positions.values())
+
+
+def test_consumer_rides_through_a_broker_kill(
+    broker: BrokerProcess, client: pulsar.Client, tmp_path: Path
+) -> None:
+    topic = f"persistent://public/default/bk-{uuid.uuid4().hex[:8]}"
+    publish(client, topic, range(400))
+    store = open_store(tmp_path / "app.db")
+    with store.transaction() as cur:
+        cur.execute("CREATE TABLE results (body TEXT NOT NULL)")
+
+    def apply(cursor: Any, message: pulsar.Message) -> None:
+        cursor.execute("INSERT INTO results (body) VALUES (?)", (message.data().decode(),))
+        time.sleep(0.002)
+
+    own_client = pulsar.Client(broker.service_url, operation_timeout_seconds=30)
+    consumer = EffectivelyOnceConsumer(own_client, topic, apply, store, max_batch_messages=10)
+    outcome: list[BaseException | ConsumerStats] = []
+
+    def consume() -> None:
+        try:
+            outcome.append(consumer.run(max_messages=600))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=consume, daemon=True)
+    worker.start()
+    assert wait_for(lambda: consumer.stats.applied >= 100, 60)
+    broker.kill()
+    broker.start()
+    publish(client, topic, range(400, 600))
+    worker.join(timeout=180)
+    assert not worker.is_alive()
+    consumer.close()
+    own_client.close()
+    assert len(outcome) == 1 and isinstance(outcome[0], ConsumerStats), outcome
+    with store.transaction() as cur:
+        cur.execute("SELECT body FROM results")
+        bodies = Counter(row[0] for row in cur.fetchall())
+    store.close()
+    assert bodies == Counter(f"m-{i}" for i in range(600))
