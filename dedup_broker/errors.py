@@ -84,3 +84,22 @@ class ServiceNotReadyError(RetriableError):
 
 class DevServerError(PermanentError):
     """A development Kafka or Redis could not be provided, started, stopped or controlled."""
+
+
+class PositionStoreError(RetriableError):
+    """The database holding results and message positions failed in a way that may pass
+    (connection lost, lock or serialization conflict); nothing of the batch was committed."""
+
+
+class TopicReadError(RetriableError):
+    """The topic could not be opened or read (broker unreachable, lookup failed)."""
+
+
+class MessageRetriesExhaustedError(RetriableError):
+    """The application's function kept failing with a retriable error; nothing of the batch
+    was committed, so running the consumer again retries the same messages."""
+
+
+class MessageProcessingError(PermanentError):
+    """The application's function failed for a message with an error retrying cannot fix;
+    nothing of the batch was committed and the message is not skipped."""

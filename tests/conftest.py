@@ -1,9 +1,10 @@
-"""Shared fixtures: a real Kafka and Redis, obtained lazily and released at session end.
+"""Shared fixtures: a real Kafka, Redis and PostgreSQL, obtained lazily, released at the end.
 
 Nothing starts unless a test asks for it, so unit tests never start servers. Where the
 servers come from is ``dedup_broker.devservers.provision``'s choice: the environment
-(``KAFKA_BOOTSTRAP_SERVERS``, ``REDIS_URL``), else Docker, else native processes. When
-none works the requesting test fails with the reasons; it never skips.
+(``KAFKA_BOOTSTRAP_SERVERS``, ``REDIS_URL``), else Docker, else native processes;
+PostgreSQL is ``POSTGRES_URL`` or a native server. When none works the requesting test
+fails with the reasons; it never skips.
 
 Outage tests use ``native_kafka`` / ``native_redis``: a dedicated native server per
 test, which may be stopped, killed and restarted on the same address.
@@ -21,8 +22,10 @@ import pytest
 
 from dedup_broker.devservers import (
     KafkaService,
+    PostgresService,
     RedisService,
     provide_kafka,
+    provide_postgres,
     provide_redis,
 )
 from dedup_broker.devservers import unique_name as _unique_name
@@ -42,7 +45,7 @@ def _interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, raise_interrupt)
 
 
-_Service = TypeVar("_Service", KafkaService, RedisService)
+_Service = TypeVar("_Service", KafkaService, RedisService, PostgresService)
 
 
 def _provided(factory: Callable[[], _Service], what: str) -> _Service:
@@ -85,6 +88,22 @@ def redis_service() -> Iterator[RedisService]:
 def redis_url(redis_service: RedisService) -> str:
     """``redis://host:port/db`` of the session's Redis."""
     return redis_service.url
+
+
+@pytest.fixture(scope="session")
+def postgres_service() -> Iterator[PostgresService]:
+    """The session's PostgreSQL: ``POSTGRES_URL`` if set, else a native server."""
+    service = _provided(provide_postgres, "PostgreSQL")
+    try:
+        yield service
+    finally:
+        service.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres_service: PostgresService) -> str:
+    """``postgresql://user@host:port/db`` of the session's PostgreSQL."""
+    return postgres_service.url
 
 
 @pytest.fixture

@@ -146,8 +146,11 @@ def spawn(
     log_path: Path,
     detached: bool,
     env: dict[str, str] | None = None,
+    user: str | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start a server process with its output appended to ``log_path``.
+
+    ``user`` runs it as that OS user (for servers that refuse to run as root).
 
     Attached servers get the parent-death signal, so even a test run that is killed
     outright leaves no Kafka or Redis behind; detached ones get their own session so
@@ -165,6 +168,7 @@ def spawn(
                 env=env,
                 start_new_session=True,
                 preexec_fn=None if detached else _parent_death_hook(),
+                user=user,
             )
         except OSError as exc:
             raise DevServerError(f"cannot run {argv[0]}: {exc}") from exc

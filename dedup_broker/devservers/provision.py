@@ -16,12 +16,15 @@ from typing import Literal, TypeVar
 
 from dedup_broker.devservers import containers
 from dedup_broker.devservers.kafka import NativeKafka
+from dedup_broker.devservers.postgres import NativePostgres
+from dedup_broker.devservers.postgres import ping as postgres_ping
 from dedup_broker.devservers.redis import NativeRedis, ping
 from dedup_broker.errors import DevServerError
 
 ServiceKind = Literal["external", "docker", "native"]
 KAFKA_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 REDIS_ENV = "REDIS_URL"
+POSTGRES_ENV = "POSTGRES_URL"
 MODE_ENV = "DEDUP_BROKER_DEV_SERVERS"
 EXTERNAL_CHECK_TIMEOUT_SECONDS = 10.0
 
@@ -38,7 +41,7 @@ class _Service:
         self,
         kind: ServiceKind,
         address: str,
-        native: NativeKafka | NativeRedis | None = None,
+        native: NativeKafka | NativeRedis | NativePostgres | None = None,
         container: containers.KafkaInDocker | containers.RedisInDocker | None = None,
     ) -> None:
         self.kind: ServiceKind = kind
@@ -81,7 +84,7 @@ class _Service:
         else:
             self.stop()
 
-    def _require_control(self, action: str) -> NativeKafka | NativeRedis:
+    def _require_control(self, action: str) -> NativeKafka | NativeRedis | NativePostgres:
         if self._native is None:
             raise DevServerError(
                 f"cannot {action} the {self.kind} {self.what} at {self._address}: only a "
@@ -121,6 +124,20 @@ class RedisService(_Service):
     @property
     def native(self) -> NativeRedis | None:
         return self._native if isinstance(self._native, NativeRedis) else None
+
+
+class PostgresService(_Service):
+    """A PostgreSQL to talk to: external (``POSTGRES_URL``) or native."""
+
+    what = "PostgreSQL"
+
+    @property
+    def url(self) -> str:
+        return self._address
+
+    @property
+    def native(self) -> NativePostgres | None:
+        return self._native if isinstance(self._native, NativePostgres) else None
 
 
 def provide_kafka(
@@ -170,6 +187,28 @@ def provide_redis(
         docker=_docker_redis,
         native=lambda: _native_redis(persistent),
     )
+
+
+def provide_postgres(
+    *, controllable: bool = False, environ: Mapping[str, str] | None = None
+) -> PostgresService:
+    """A running PostgreSQL: ``POSTGRES_URL`` if set, else a native server (no Docker)."""
+    env = os.environ if environ is None else environ
+    external = "" if controllable else env.get(POSTGRES_ENV, "").strip()
+    if external:
+        if not postgres_ping(external, timeout=EXTERNAL_CHECK_TIMEOUT_SECONDS):
+            raise DevServerError(
+                f"{POSTGRES_ENV}={external} is set but that PostgreSQL does not answer"
+            )
+        _log.info("using the external PostgreSQL at %s", external)
+        return PostgresService("external", external)
+    launcher = NativePostgres()
+    try:
+        launcher.start()
+    except BaseException:
+        launcher.close()
+        raise
+    return PostgresService("native", launcher.url, native=launcher)
 
 
 def _mode(env: Mapping[str, str]) -> str:

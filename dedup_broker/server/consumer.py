@@ -53,6 +53,9 @@ class Consumer:
                 position.ledger_id,
                 position.entry_id,
                 redelivery_count=redeliveries,
+                # As Pulsar does: ids then match GET_LAST_MESSAGE_ID's, which the client
+                # compares them with (hasMessageAvailable on a partition's reader).
+                partition=self.partition_index,
                 consumer_epoch=self.epoch if self.epoch else None,
             )
             frames.append(encode_payload_command(command, entry.data))

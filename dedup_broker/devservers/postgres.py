@@ -1,0 +1,270 @@
+"""A PostgreSQL server run from the machine's own binaries, for tests and development.
+
+Debian's ``postgresql`` package keeps ``initdb`` and ``postgres`` in
+``/usr/lib/postgresql/<major>/bin`` (not on the PATH), so both places are searched.
+PostgreSQL refuses to run as root; when this process is root, the cluster is created and
+run as the unprivileged ``postgres`` user the package creates (``nobody`` otherwise). The
+cluster trusts local TCP connections and listens on 127.0.0.1 only, without a Unix socket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pwd
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from dedup_broker.devservers import process
+from dedup_broker.devservers.native import NativeServer
+from dedup_broker.errors import DevServerError
+
+_log = logging.getLogger(__name__)
+
+DEBIAN_BIN_ROOT = Path("/usr/lib/postgresql")
+SUPERUSER = "postgres"
+"""The database superuser initdb creates (independent of the OS user running the server)."""
+
+
+def _major(path: Path) -> float:
+    try:
+        return float(path.name)
+    except ValueError:
+        return -1.0
+
+
+def find_postgres_bin_dir(install: bool = True) -> Path:
+    """The directory holding ``initdb`` and ``postgres``, installed with apt-get if allowed."""
+    found = _search_bin_dir()
+    if found is not None:
+        return found
+    apt = shutil.which("apt-get")
+    if install and apt is not None and os.geteuid() == 0:
+        _log.warning("PostgreSQL not found; installing the postgresql package with apt-get")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        result = subprocess.run(
+            [apt, "install", "-y", "-q", "--no-install-recommends", "postgresql"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            env=env,
+            timeout=900,
+            check=False,
+        )
+        found = _search_bin_dir()
+        if found is not None:
+            return found
+        detail = (result.stdout + result.stderr).decode(errors="replace")[-2000:]
+        raise DevServerError(f"apt-get install postgresql failed:\n{detail}")
+    raise DevServerError(
+        "PostgreSQL not found: install it (Debian: apt-get install -y postgresql, as root) "
+        "or point POSTGRES_URL at a running server"
+    )
+
+
+def _search_bin_dir() -> Path | None:
+    on_path = shutil.which("initdb")
+    if on_path is not None:
+        candidate = Path(on_path).resolve().parent
+        if (candidate / "postgres").exists():
+            return candidate
+    if DEBIAN_BIN_ROOT.is_dir():
+        versions = sorted(DEBIAN_BIN_ROOT.iterdir(), key=_major, reverse=True)
+        for version in versions:
+            candidate = version / "bin"
+            if (candidate / "initdb").exists() and (candidate / "postgres").exists():
+                return candidate
+    return None
+
+
+def server_user() -> str | None:
+    """The OS user to run PostgreSQL as: None (this process's) unless we are root."""
+    if os.geteuid() != 0:
+        return None
+    for name in ("postgres", "nobody"):
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            continue
+        return name
+    raise DevServerError("running as root and neither a 'postgres' nor a 'nobody' user exists")
+
+
+class NativePostgres(NativeServer):
+    """One PostgreSQL cluster in its own directory, on 127.0.0.1 and a fixed port."""
+
+    def __init__(
+        self,
+        data_dir: Path | str | None = None,
+        *,
+        port: int | None = None,
+        fsync: bool = True,
+        startup_timeout: float = 60.0,
+        stop_timeout: float = 20.0,
+        detached: bool = False,
+    ) -> None:
+        self._owns_dir = data_dir is None
+        self.data_dir = (
+            Path(tempfile.mkdtemp(prefix="dedup-broker-postgres-"))
+            if data_dir is None
+            else Path(data_dir).resolve()
+        )
+        self.port = process.free_ports(1)[0] if port is None else port
+        self.fsync = fsync
+        self.startup_timeout = startup_timeout
+        self.stop_timeout = stop_timeout
+        self.detached = detached
+        self._popen: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/postgres"
+
+    @property
+    def cluster_dir(self) -> Path:
+        return self.data_dir / "pgdata"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "postgres.log"
+
+    def argv(self, bin_dir: Path) -> list[str]:
+        """The server's command line: every setting as ``-c``, nothing read from elsewhere."""
+        settings = {
+            "listen_addresses": "127.0.0.1",
+            "port": str(self.port),
+            "unix_socket_directories": "",
+            "fsync": "on" if self.fsync else "off",
+            "max_connections": "50",
+            "shared_buffers": "32MB",
+            "logging_collector": "off",
+        }
+        argv = [str(bin_dir / "postgres"), "-D", str(self.cluster_dir)]
+        for name, value in settings.items():
+            argv += ["-c", f"{name}={value}"]
+        return argv
+
+    def start(self) -> None:
+        """Create the cluster on first use, start the server, wait until it answers."""
+        if self.running:
+            return
+        process.ensure_ports_free([self.port], "PostgreSQL")
+        bin_dir = find_postgres_bin_dir()
+        user = server_user()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if user is not None:
+            _check_reachable(self.data_dir.parent, user)
+            _give_to(self.data_dir, user)
+        if not (self.cluster_dir / "PG_VERSION").exists():
+            self._initdb(bin_dir, user)
+        self._popen = process.spawn(
+            self.argv(bin_dir),
+            cwd=self.data_dir,
+            log_path=self.log_path,
+            detached=self.detached,
+            user=user,
+        )
+        if not self.detached:
+            process.track(self)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.kill()
+            raise
+        _log.info("PostgreSQL up at %s (pid %d)", self.url, self._popen.pid)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Fast shutdown (SIGINT: sessions are ended, not waited for), SIGKILL after grace."""
+        if self._popen is not None and self._popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._popen.pid, signal.SIGINT)
+            grace = self.stop_timeout if timeout is None else timeout
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._popen.wait(timeout=grace)
+        super().stop(timeout=timeout)
+
+    def _initdb(self, bin_dir: Path, user: str | None) -> None:
+        argv = [
+            str(bin_dir / "initdb"),
+            "-D",
+            str(self.cluster_dir),
+            "-U",
+            SUPERUSER,
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--no-locale",
+            "--no-sync",
+        ]
+        with self.log_path.open("ab") as log:
+            result = subprocess.run(
+                argv,
+                cwd=self.data_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                user=user,
+                timeout=180,
+                check=False,
+            )
+        if result.returncode != 0:
+            raise DevServerError(
+                f"initdb exited with code {result.returncode}:\n{process.tail(self.log_path)}"
+            )
+        if user is not None:
+            _give_to(self.log_path, user)
+
+    def _wait_ready(self) -> None:
+        assert self._popen is not None
+        popen = self._popen
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if popen.poll() is not None:
+                raise DevServerError(
+                    f"postgres exited with code {popen.returncode} while starting:\n"
+                    f"{process.tail(self.log_path)}"
+                )
+            if process.port_accepts(self.port) and ping(self.url):
+                return
+            time.sleep(0.2)
+        raise DevServerError(
+            f"PostgreSQL at {self.url} not ready within {self.startup_timeout:.0f} s:\n"
+            f"{process.tail(self.log_path)}"
+        )
+
+    def __repr__(self) -> str:
+        state = f"pid {self.pid}" if self.running else "stopped"
+        return f"NativePostgres({self.url}, {self.data_dir}, {state})"
+
+
+def _check_reachable(directory: Path, user: str) -> None:
+    """Fail clearly when ``user`` cannot reach ``directory`` (e.g. inside a 0700 home)."""
+    uid = pwd.getpwnam(user).pw_uid
+    for part in [directory, *directory.parents]:
+        info = part.stat()
+        if info.st_uid != uid and not info.st_mode & stat.S_IXOTH:
+            raise DevServerError(
+                f"PostgreSQL runs as {user!r}, which cannot enter {part}: choose a data "
+                "directory under a world-accessible one (the default is under the temp dir)"
+            )
+
+
+def _give_to(path: Path, user: str) -> None:
+    entry = pwd.getpwnam(user)
+    os.chown(path, entry.pw_uid, entry.pw_gid)
+
+
+def ping(url: str, timeout: float = 2.0) -> bool:
+    """True when the PostgreSQL at ``url`` accepts a session and answers a query."""
+    import psycopg
+
+    try:
+        with psycopg.connect(url, connect_timeout=max(1, int(timeout))) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error:
+        return False
+    return True
