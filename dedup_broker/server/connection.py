@@ -546,6 +546,7 @@ class ClientConnection(asyncio.Protocol):
                 position.ledger_id,
                 position.entry_id,
                 batch_index=batch_index,
+                partition=topic.name.partition_index,
                 mark_delete=(mark_delete.ledger_id, mark_delete.entry_id),
             )
         )

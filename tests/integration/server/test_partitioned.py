@@ -49,37 +49,3 @@ def test_four_partitions_keep_per_key_order(broker: BrokerProcess, client: pulsa
     )
     assert stats["msgInCounter"] == 50 * len(keys)
 
-
-def test_readers_find_the_end_of_each_partition_and_of_the_whole_topic(
-    broker: BrokerProcess, client: pulsar.Client
-) -> None:
-    """``has_message_available`` turns false at the end, on a partition and on the topic."""
-    name = f"p-{uuid.uuid4().hex[:8]}"
-    topic = f"persistent://public/default/{name}"
-    path = f"{broker.http_url}/admin/v2/persistent/public/default/{name}/partitions"
-    assert http_request("PUT", path, b"2")[0] == 204
-    producer = client.create_producer(topic, batching_enabled=False)
-    sent: dict[str, list[bytes]] = {f"{topic}-partition-{i}": [] for i in range(2)}
-    for i in range(10):
-        producer.send(f"m{i}".encode(), partition_key=f"k{i}")
-    by_partition = client.subscribe(
-        topic, "tally", initial_position=pulsar.InitialPosition.Earliest
-    )
-    for _ in range(10):
-        msg = by_partition.receive(RECEIVE_MS)
-        sent[msg.topic_name()].append(msg.data())
-    by_partition.close()
-
-    for partition, expected in sent.items():
-        reader = client.create_reader(partition, pulsar.MessageId.earliest)
-        read = []
-        while reader.has_message_available():
-            read.append(reader.read_next(RECEIVE_MS).data())
-        reader.close()
-        assert read == expected
-    whole = client.create_reader(topic, pulsar.MessageId.earliest)
-    read_all = []
-    while whole.has_message_available():
-        read_all.append(whole.read_next(RECEIVE_MS).data())
-    whole.close()
-    assert sorted(read_all) == sorted(m for msgs in sent.values() for m in msgs)
