@@ -60,12 +60,13 @@ def retention_json(retention: Retention) -> dict[str, int]:
 def topic_retention(
     broker: BrokerService, name: TopicName, ledger: ManagedLedger | None = None
 ) -> Retention:
-    """The namespace's policy, else the broker defaults; unlimited while ``ledger`` has no
-    subscription (only the broker's own cursors): nobody has said the data is consumed."""
-    if ledger is not None and not any(
-        not cursor.startswith(SYSTEM_CURSOR_PREFIX) for cursor in ledger.stored_cursor_names()
-    ):
-        return Retention(-1, -1)
+    """The namespace's policy, else the broker defaults.
+
+    One exception to Pulsar: with no policy anywhere (broker defaults 0/0), a topic
+    without any subscription (only the broker's own cursors) keeps everything, since
+    nobody has said its data is consumed and its readers expect to find it. An explicit
+    namespace policy or non-zero broker defaults apply to such a topic as in Pulsar.
+    """
     stored = broker.policies.namespace_value(name.namespace_name, RETENTION)
     if isinstance(stored, dict):
         try:
@@ -73,7 +74,15 @@ def topic_retention(
         except InvalidRetentionError:
             log.warning("ignoring an invalid stored retention policy: %s", stored)
     config = broker.config
-    return Retention(config.default_retention_time_in_minutes, config.default_retention_size_in_mb)
+    default = Retention(
+        config.default_retention_time_in_minutes, config.default_retention_size_in_mb
+    )
+    unsubscribed = ledger is not None and not any(
+        not cursor.startswith(SYSTEM_CURSOR_PREFIX) for cursor in ledger.stored_cursor_names()
+    )
+    if unsubscribed and default == Retention(0, 0):
+        return Retention(-1, -1)
+    return default
 
 
 class RetentionChecker:

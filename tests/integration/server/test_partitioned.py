@@ -48,4 +48,3 @@ def test_four_partitions_keep_per_key_order(broker: BrokerProcess, client: pulsa
         )[1]
     )
     assert stats["msgInCounter"] == 50 * len(keys)
-

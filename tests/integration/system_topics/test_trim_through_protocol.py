@@ -79,3 +79,43 @@ def test_consumed_ledgers_are_deleted_and_the_backlog_stays_readable(cluster: Cl
         assert report["orphans"] == [] and report["missing"] == [], report
     finally:
         client.close()
+
+
+def test_a_topic_without_subscriptions_follows_an_explicit_retention_policy_only(
+    cluster: Cluster,
+) -> None:
+    cluster.add_worker()
+    topic = f"persistent://public/default/nosub-{uuid.uuid4().hex[:8]}"
+    client = pulsar.Client(cluster.broker.service_url, operation_timeout_seconds=30)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        payload = b"x" * 100_000
+        for i in range(30):
+            producer.send(b"%03d" % i + payload)
+        all_ledgers = cluster.ledgers_of(topic)
+        assert len(all_ledgers) >= 6  # 5 entries (500 kB) per ledger
+
+        cluster.trim(topic)  # no policy anywhere: nobody consumed it, all of it stays
+        assert cluster.ledgers_of(topic) == all_ledgers
+
+        cluster.admin_json(
+            "POST",
+            "/admin/v2/namespaces/public/default/retention",
+            b'{"retentionTimeInMinutes": -1, "retentionSizeInMB": 1}',
+        )
+        try:
+            cluster.trim(topic)
+        finally:
+            cluster.admin_json("DELETE", "/admin/v2/namespaces/public/default/retention")
+        remaining = cluster.ledgers_of(topic)
+        assert remaining == all_ledgers[-len(remaining) :]
+        assert 2 <= len(remaining) < len(all_ledgers)  # about 1 MB kept, the oldest gone
+
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        kept = []
+        while reader.has_message_available():
+            kept.append(int(reader.read_next(10_000).data()[:3]))
+        reader.close()
+        assert kept == list(range(30 - len(kept), 30)) and len(kept) >= 5
+    finally:
+        client.close()
