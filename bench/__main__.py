@@ -19,6 +19,7 @@ import pulsar
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench import spark_sink
 from dedup_broker.devservers import provide_kafka
 from dedup_broker.testing.broker_process import BrokerProcess
 
@@ -139,6 +140,7 @@ def main() -> None:
                             ),
                         )
                     )
+        spark_sink.run(bootstrap, args.messages, args.size)
     finally:
         kafka.stop()
     base = rows[0][1]["msgs_per_s"]

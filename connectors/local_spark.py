@@ -30,6 +30,7 @@ def local_session(
         .appName(app_name)
         .config("spark.driver.memory", "512m")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.execution.pythonUDF.arrow.enabled", "false")
     )
