@@ -118,7 +118,7 @@ class Pipeline:
         print(f"  duplicates:       {duplicates}")
         print(f"  missing:          {missing}")
         print(f"  results rows:     {results} ({distinct} distinct ids, {self.database.name})")
-        print(f"  rows re-sent by the restarted query and dropped: {self.replayed}")
+        print(f"  rows the restarted query replayed, already stored: {self.replayed}")
         print(f"  redeliveries skipped by the consumer: {stats.skipped}")
         print("  crashes:          Spark driver kill -9 mid-batch, broker kill -9")
         print(f"  elapsed:          {time.monotonic() - started:.1f}s")
