@@ -20,6 +20,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.key_dedup import key_dedup_rows
+from bench import spark_sink
 from dedup_broker.devservers import provide_kafka
 from dedup_broker.testing.broker_process import BrokerProcess
 
@@ -142,6 +143,7 @@ def main() -> None:
                         )
                     )
         key_rows = key_dedup_rows(kafka.bootstrap_servers, args.messages, args.size)
+        spark_sink.run(bootstrap, args.messages, args.size)
     finally:
         kafka.stop()
     base = rows[0][1]["msgs_per_s"]

@@ -1,13 +1,22 @@
-"""The main job: Kafka, Redis and the broker, a pipeline through it, a crash, a summary.
+"""The main job: an effectively-once pipeline through the broker, with crashes, and a summary.
 
-Starts (or reuses) a real Kafka and Redis, runs the broker as its own process, publishes
-events with the official Pulsar client while the broker is ``kill -9``ed and restarted,
-consumes them through a durable subscription, and reports what arrived.
+Starts (or reuses) a real Kafka and Redis and runs the broker as its own process with
+deduplication on. Then: replayable input files -> Spark Structured Streaming -> the
+``PulsarSink`` -> a topic -> an effectively-once consumer -> a SQLite results table.
+During the run the Spark query is ``kill -9``ed in the middle of a micro-batch and
+restarted from its checkpoint, and the broker is ``kill -9``ed and restarted. The
+summary compares what went in with what the topic stores and what the results hold.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -16,10 +25,22 @@ from pathlib import Path
 
 import pulsar
 
+from dedup_broker.demo_results import (
+    ConsumeStats,
+    consume_into_results,
+    quiet_client_logger,
+    results_summary,
+)
 from dedup_broker.devservers import provide_kafka, provide_redis
 from dedup_broker.testing.broker_process import BrokerProcess
 
-RECEIVE_MS = 30_000
+FILES = 6
+PAUSE_FILE = 2
+"""The Spark query is killed inside the micro-batch of this input file."""
+SPARK_START_TIMEOUT = 240.0
+SPARK_RUN_TIMEOUT = 600.0
+CONSUME_TIMEOUT = 300.0
+READ_MS = 30_000
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -38,9 +59,10 @@ def run_demo(args: argparse.Namespace) -> int:
             log_dir=work_dir,
         )
         broker.start()
-        print(f"  broker: {broker.service_url}, admin {broker.http_url}, logs in {work_dir}")
+        print(f"  broker: {broker.service_url}, admin {broker.http_url}")
+        print(f"  work directory (input, checkpoint, results.db, logs): {work_dir}")
         try:
-            return _pipeline(broker, total)
+            return Pipeline(broker, total, work_dir).run()
         finally:
             broker.stop()
     finally:
@@ -48,104 +70,201 @@ def run_demo(args: argparse.Namespace) -> int:
         kafka.stop()
 
 
-def _pipeline(broker: BrokerProcess, total: int) -> int:
-    topic = f"persistent://public/default/demo-{uuid.uuid4().hex[:6]}"
-    client = pulsar.Client(broker.service_url, operation_timeout_seconds=60)
-    try:
-        consumer = client.subscribe(
-            topic, "demo-results", initial_position=pulsar.InitialPosition.Earliest
-        )
-        producer = client.create_producer(
-            topic,
-            producer_name="demo-source",
-            send_timeout_millis=0,
-            batching_enabled=True,
-            max_pending_messages=2000,
-            block_if_queue_full=True,
-        )
-        sent = 0
-        failures: list[str] = []
-        all_sent = threading.Event()
+class Pipeline:
+    def __init__(self, broker: BrokerProcess, total: int, work_dir: Path) -> None:
+        self.broker = broker
+        self.total = total
+        self.work_dir = work_dir
+        self.topic = f"persistent://public/default/demo-{uuid.uuid4().hex[:6]}"
+        self.input_dir = work_dir / "input"
+        self.database = work_dir / "results.db"
+        self.per_file = -(-total // FILES)
+        self.replayed = 0
 
-        def acknowledged(result: pulsar.Result, _message_id: pulsar.MessageId) -> None:
-            nonlocal sent
-            if result != pulsar.Result.Ok:
-                failures.append(str(result))
-            sent += 1
-            if sent == total:
-                all_sent.set()
-
-        def publish() -> None:
-            for i in range(total):
-                producer.send_async(f"event-{i}".encode(), acknowledged, sequence_id=i)
-            all_sent.wait()
-
+    def run(self) -> int:
         started = time.monotonic()
-        worker = threading.Thread(target=publish, daemon=True)
-        worker.start()
-        while sent < total // 2 and worker.is_alive():
-            time.sleep(0.05)
-        print(f"  published {sent}/{total}; now kill -9 the broker and restart it ...")
-        broker.kill()
-        broker.start()
-        print("  broker restarted; the producer reconnects and resends what was pending")
-        while worker.is_alive():
-            worker.join(timeout=5)
-            print(f"  published {sent}/{total}")
-        if failures:
-            print(f"  publishing failed: {failures[0]}")
+        lines = self._write_input()
+        print(f"\n1. {len(lines)} rows in {FILES} input files (Spark reads one per micro-batch)")
+        stop = threading.Event()
+        consumed: list[ConsumeStats] = []
+        consumer = threading.Thread(
+            target=lambda: consumed.append(self._consume(stop)), name="consumer", daemon=True
+        )
+        consumer.start()
+
+        print("2. Spark query -> sink -> topic; it will be killed in the middle of a batch")
+        if not self._first_spark_run():
+            stop.set()
             return 1
-        applied, redelivered = _consume_once(consumer, total)
-        stored = _read_topic(client, topic)
-        expected = {f"event-{i}" for i in range(total)}
-        duplicates = len(stored) - len(set(stored))
-        missing = len(expected - set(stored))
-        elapsed = time.monotonic() - started
+        print("3. Spark query restarted from its checkpoint; the broker is killed meanwhile")
+        if not self._second_spark_run():
+            stop.set()
+            return 1
+        consumer.join(CONSUME_TIMEOUT)
+        stop.set()
+        consumer.join(30)
+        stats = consumed[0] if consumed else ConsumeStats()
+
+        stored = self._stored()
+        expected = {json.loads(line)["id"] for line in lines}
+        stored_ids = [json.loads(value)["id"] for value in stored]
+        duplicates = len(stored_ids) - len(set(stored_ids))
+        missing = len(expected - set(stored_ids))
+        results, distinct = results_summary(self.database)
         print()
         print("summary")
-        print(f"  events in:        {total}")
+        print(f"  rows in:          {len(lines)}")
         print(f"  messages stored:  {len(stored)}")
         print(f"  duplicates:       {duplicates}")
         print(f"  missing:          {missing}")
-        print(f"  results applied:  {len(applied)}")
-        print(f"  redeliveries skipped by message id: {redelivered}")
-        print("  broker crashes:   1 (kill -9)")
-        print(f"  elapsed:          {elapsed:.1f}s")
-        if applied != expected:
-            return 1
-        return 0 if duplicates == 0 and missing == 0 else 1
-    finally:
-        client.close()
+        print(f"  results rows:     {results} ({distinct} distinct ids, {self.database.name})")
+        print(f"  rows the restarted query replayed, already stored: {self.replayed}")
+        print(f"  redeliveries skipped by the consumer: {stats.skipped}")
+        print("  crashes:          Spark driver kill -9 mid-batch, broker kill -9")
+        print(f"  elapsed:          {time.monotonic() - started:.1f}s")
+        ok = duplicates == 0 and missing == 0 and len(stored) == len(lines)
+        return 0 if ok and results == distinct == len(lines) else 1
 
+    # --- input ----------------------------------------------------------------------
+    def _write_input(self) -> list[str]:
+        self.input_dir.mkdir()
+        lines: list[str] = []
+        for index in range(FILES):
+            chunk = [
+                json.dumps({"id": i, "user": f"user-{i % 50}", "amount": (i * 37) % 1000 / 10})
+                for i in range(index * self.per_file, min(self.total, (index + 1) * self.per_file))
+            ]
+            (self.input_dir / f"events-{index:03d}.json").write_text("\n".join(chunk) + "\n")
+            lines.extend(chunk)
+        return lines
 
-def _consume_once(consumer: pulsar.Consumer, total: int) -> tuple[set[str], int]:
-    """Apply each message once: a redelivery (same message id) is recognised and skipped."""
-    applied: set[str] = set()
-    seen_ids: set[tuple[int, int, int]] = set()
-    redelivered = 0
-    while len(applied) < total:
+    # --- Spark ----------------------------------------------------------------------
+    def _spark_command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "dedup_broker.demo_stream_job",
+            "--input",
+            str(self.input_dir),
+            "--checkpoint",
+            str(self.work_dir / "checkpoint"),
+            "--service-url",
+            self.broker.service_url,
+            "--topic",
+            self.topic,
+            "--name",
+            "demo-query",
+        ]
+
+    def _first_spark_run(self) -> bool:
+        flag = self.work_dir / "pause"
+        flag.touch()
+        pause_at = (PAUSE_FILE + 1) * self.per_file - max(1, self.per_file // 10)
+        command = [*self._spark_command(), "--pause-at", str(pause_at), "--pause-flag", str(flag)]
+        process, lines = self._start_spark(command, "spark-1.log")
+        deadline = time.monotonic() + SPARK_START_TIMEOUT
+        paused = Path(f"{flag}.paused")
+        while not paused.exists() and process.poll() is None and time.monotonic() < deadline:
+            self._relay(lines, 0.2)
+        if not paused.exists():
+            os.killpg(process.pid, signal.SIGKILL)
+            print(f"   the Spark query did not start (see {self.work_dir / 'spark-1.log'})")
+            return False
+        time.sleep(1.0)  # let the rows before the pause land
+        stored = len(self._stored())
+        print(f"   kill -9 the Spark driver inside batch {PAUSE_FILE} ({stored} messages stored)")
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
+        flag.unlink()
+        return True
+
+    def _second_spark_run(self) -> bool:
+        process, lines = self._start_spark(self._spark_command(), "spark-2.log")
+        deadline = time.monotonic() + SPARK_RUN_TIMEOUT
+        while process.poll() is None and time.monotonic() < deadline:
+            for line in self._relay(lines, 1.0):
+                self.replayed += _already_stored(line)
+                if self.broker.starts == 1:
+                    print("   kill -9 the broker; restarting it")
+                    self.broker.kill()
+                    self.broker.start()
+                    print("   broker back; the sink's producers and the consumer reconnect")
+        self._relay(lines, 1.0)
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            print("   the Spark query did not finish in time")
+            return False
+        if process.returncode != 0:
+            print(f"   the Spark query failed (exit {process.returncode}), see {self.work_dir}")
+            return False
+        return True
+
+    def _start_spark(
+        self, command: list[str], log_name: str
+    ) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
+        """The query in its own process group (so that kill -9 takes its JVM along)."""
+        with (self.work_dir / log_name).open("w") as log:
+            process = subprocess.Popen(
+                command,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                start_new_session=True,
+            )
+        lines: queue.Queue[str] = queue.Queue()
+
+        def pump() -> None:
+            assert process.stdout is not None
+            for line in process.stdout:
+                lines.put(line.strip())
+
+        threading.Thread(target=pump, name="spark-output", daemon=True).start()
+        return process, lines
+
+    @staticmethod
+    def _relay(lines: queue.Queue[str], wait: float) -> list[str]:
+        """Print the query's batch lines that arrived (waiting up to ``wait`` for one)."""
+        batches = []
         try:
-            msg = consumer.receive(RECEIVE_MS)
-        except pulsar.Timeout:
-            break
-        mid = msg.message_id()
-        key = (mid.ledger_id(), mid.entry_id(), mid.batch_index())
-        if key in seen_ids:
-            redelivered += 1
-        else:
-            seen_ids.add(key)
-            applied.add(msg.data().decode())
-            if len(applied) % 5000 == 0:
-                print(f"  consumed {len(applied)}")
-        consumer.acknowledge(msg)
-    return applied, redelivered
+            line = lines.get(timeout=wait)
+            while True:
+                if line.startswith("batch "):
+                    print(f"   spark: {line}")
+                    batches.append(line)
+                line = lines.get_nowait()
+        except queue.Empty:
+            return batches
+
+    # --- topic and consumer -----------------------------------------------------------
+    def _consume(self, stop: threading.Event) -> ConsumeStats:
+        def progress(applied: int) -> None:
+            if applied % max(1, self.total // 5) == 0:
+                print(f"   consumer: {applied} results applied")
+
+        return consume_into_results(
+            self.broker.service_url, self.topic, self.database, self.total, stop, progress
+        )
+
+    def _stored(self) -> list[bytes]:
+        """Everything the topic holds, read back from the start."""
+        client = pulsar.Client(
+            self.broker.service_url, operation_timeout_seconds=60, logger=quiet_client_logger()
+        )
+        try:
+            reader = client.create_reader(self.topic, pulsar.MessageId.earliest)
+            stored = []
+            while reader.has_message_available():
+                stored.append(reader.read_next(READ_MS).data())
+            reader.close()
+            return stored
+        finally:
+            client.close()
 
 
-def _read_topic(client: pulsar.Client, topic: str) -> list[str]:
-    """Everything the topic holds, read back from the start."""
-    reader = client.create_reader(topic, pulsar.MessageId.earliest)
-    stored = []
-    while reader.has_message_available():
-        stored.append(reader.read_next(RECEIVE_MS).data().decode())
-    reader.close()
-    return stored
+def _already_stored(line: str) -> int:
+    """The ``already stored N`` figure of a batch line of the streaming job."""
+    try:
+        return int(line.split("already stored ")[1].split()[0])
+    except (IndexError, ValueError):
+        return 0

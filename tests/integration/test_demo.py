@@ -30,7 +30,7 @@ def test_demo_reports_no_duplicates_and_nothing_missing(
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = [line.strip() for line in result.stdout.splitlines()]
-    assert "events in:        3000" in lines
+    assert "rows in:          3000" in lines
     assert "messages stored:  3000" in lines
     assert "duplicates:       0" in lines
     assert "missing:          0" in lines
