@@ -19,8 +19,8 @@ import pulsar
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.key_dedup import key_dedup_rows
 from bench import spark_sink
+from bench.key_dedup import key_dedup_rows
 from dedup_broker.devservers import provide_kafka
 from dedup_broker.testing.broker_process import BrokerProcess
 
