@@ -31,6 +31,9 @@ from dedup_broker.devservers import (
 from dedup_broker.devservers import unique_name as _unique_name
 from dedup_broker.errors import DevServerError
 
+# The Spark sink's fixtures (one SparkSession per run), shared by integration and chaos tests.
+pytest_plugins = ["tests.integration.connectors.sink_fixtures"]
+
 
 def _interrupt_on_sigterm() -> None:
     """Make SIGTERM end the run like Ctrl-C does, so fixture teardown stops our servers."""

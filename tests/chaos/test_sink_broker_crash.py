@@ -23,7 +23,6 @@ from dedup_broker.testing.broker_process import BrokerProcess
 from tests.integration.connectors.sink_fixtures import stored_values
 
 pytestmark = pytest.mark.chaos
-pytest_plugins = ["tests.integration.connectors.sink_fixtures"]
 
 ROWS = 150_000
 KILL_AFTER = 20_000

@@ -21,8 +21,6 @@ from dedup_broker.testing.broker_process import BrokerProcess
 from tests.integration.conftest import make_broker
 from tests.integration.connectors.sink_fixtures import stored_messages
 
-pytest_plugins = ["tests.integration.connectors.sink_fixtures"]
-
 KEYS = 300
 
 

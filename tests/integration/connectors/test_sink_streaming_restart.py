@@ -21,8 +21,6 @@ from pathlib import Path
 from dedup_broker.testing.broker_process import BrokerProcess
 from tests.integration.connectors.sink_fixtures import stored_values
 
-pytest_plugins = ["tests.integration.connectors.sink_fixtures"]
-
 FILES = 4
 ROWS_PER_FILE = 600
 PAUSE_AT = 2 * ROWS_PER_FILE + ROWS_PER_FILE - 5

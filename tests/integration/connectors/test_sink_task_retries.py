@@ -22,8 +22,6 @@ from tests.integration.connectors.sink_fixtures import (
     stored_values,
 )
 
-pytest_plugins = ["tests.integration.connectors.sink_fixtures"]
-
 FAILURE_DELAY_SECONDS = 3.0
 PAD = "x" * 200
 """Rows reach a Python task in 64 KiB chunks: padded rows make a failing task publish some."""

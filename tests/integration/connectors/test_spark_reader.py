@@ -3,10 +3,7 @@ and partitioned) becomes exactly its messages as rows; a message-id range exactl
 
 from __future__ import annotations
 
-import os
-import sys
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pulsar
@@ -21,22 +18,10 @@ pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")
-def spark_session() -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("spark-reader-tests")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    yield session
-    session.stop()
+def spark_session(spark: Any) -> Any:
+    """The run's shared local SparkSession, with timestamps shown in UTC."""
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    return spark
 
 
 def publish(
