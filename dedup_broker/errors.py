@@ -84,3 +84,11 @@ class ServiceNotReadyError(RetriableError):
 
 class DevServerError(PermanentError):
     """A development Kafka or Redis could not be provided, started, stopped or controlled."""
+
+
+class OffloadNotConfiguredError(PermanentError):
+    """Tiered storage is asked for, but no offload driver is configured."""
+
+
+class OffloadInProgressError(RetriableError):
+    """An offload of this managed ledger is running already."""
