@@ -15,6 +15,9 @@ The ``ManagedLedgerInfo`` record is written only when ledgers are created or clo
 Before each such write the stored record is compared with the last one this instance
 wrote: if another broker changed it, this instance stops ("Closed") instead of
 overwriting the newer state.
+
+The read side (positions, reads, cursors) is ``ledger_view.py``; trimming is
+``trimmer.py``, offloading to tiered storage ``offload_manager.py``.
 """
 
 from __future__ import annotations

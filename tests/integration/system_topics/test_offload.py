@@ -74,6 +74,25 @@ def _read_all(cluster: Cluster, topic: str) -> list[tuple[bytes, int, int]]:
         client.close()
 
 
+def _seek_by_time(cluster: Cluster, topic: str, count: int, index: int) -> tuple[bytes, bytes]:
+    """(expected, found): the first message published at or after message ``index``'s
+    publish time, and what a consumer seeking to that time receives."""
+    client = pulsar.Client(cluster.broker.service_url, operation_timeout_seconds=30)
+    try:
+        consumer = client.subscribe(
+            topic, "seeker", initial_position=pulsar.InitialPosition.Earliest
+        )
+        messages = [consumer.receive(10_000) for _ in range(count)]
+        stamp = messages[index].publish_timestamp()
+        expected = next(m for m in messages if m.publish_timestamp() >= stamp).data()
+        consumer.seek(stamp)
+        found = consumer.receive(10_000).data()
+        consumer.unsubscribe()  # a subscription of its own would hold the ledgers
+        return bytes(expected), bytes(found)
+    finally:
+        client.close()
+
+
 def _offloaded(cluster: Cluster, topic: str) -> list[int]:
     stats = cluster.admin_json("GET", _path(topic) + "/internalStats")
     return [ledger["ledgerId"] for ledger in stats["ledgers"] if ledger["offloaded"]]
@@ -113,6 +132,8 @@ def test_offloaded_ledgers_are_read_without_kafka_and_deleted_when_trimmed(
     assert _read_all(cluster, topic) == before
     cluster.broker.restart()
     assert _read_all(cluster, topic) == before
+    expected, found = _seek_by_time(cluster, topic, 30, 7)  # in an offloaded ledger
+    assert found == expected
 
     # The subscription reads through them, then acknowledges everything: trimmed.
     client = pulsar.Client(cluster.broker.service_url, operation_timeout_seconds=30)
