@@ -100,6 +100,16 @@ class BrokerConfig:
     deletion_worker_inject_delete_failures: str = ""
     """Test aid: ``all`` or comma-separated ledger ids whose storage deletes fail."""
 
+    # --- tiered storage (offload) ---------------------------------------------------
+    managed_ledger_offload_driver: str = ""
+    """``filesystem`` (a directory as tiered storage) or empty: no offloading."""
+    file_system_uri: str = ""
+    """The filesystem offloader's directory (``fileSystemURI``: a path or ``file://``)."""
+    managed_ledger_offload_deletion_lag_ms: int = 14_400_000
+    """How long a ledger's Kafka copy is kept after its offload; negative: forever."""
+    managed_ledger_offload_auto_trigger_size_threshold_bytes: int = -1
+    """Namespace default of ``offloadThreshold``: Kafka bytes kept before offloading."""
+
     # --- retention (trimming) -------------------------------------------------------
     default_retention_time_in_minutes: int = 0
     default_retention_size_in_mb: int = 0
@@ -238,6 +248,9 @@ def _validate(config: BrokerConfig) -> None:
             f"got {config.cluster_name!r}"
         )
     _validate_key_dedup(config)
+    from dedup_broker.storage.offload_fs import offload_directory
+
+    offload_directory(config)
     if config.managed_ledger_default_mark_delete_rate_limit <= 0:
         raise ConfigError("managedLedgerDefaultMarkDeleteRateLimit must be > 0")
 

@@ -103,3 +103,11 @@ class MessageRetriesExhaustedError(RetriableError):
 class MessageProcessingError(PermanentError):
     """The application's function failed for a message with an error retrying cannot fix;
     nothing of the batch was committed and the message is not skipped."""
+
+
+class OffloadNotConfiguredError(PermanentError):
+    """Tiered storage is asked for, but no offload driver is configured."""
+
+
+class OffloadInProgressError(RetriableError):
+    """An offload of this managed ledger is running already."""

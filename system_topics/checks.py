@@ -5,6 +5,12 @@ broker no longer lists it (asked over admin REST while its managed ledger exists
 ledger's own metadata (header record at offset 0, else its allocation record for a
 ledger topic left empty by a crash) names the intent's managed ledger and component;
 then the delete. A ledger topic that is gone already counts as deleted.
+
+A listed ledger's Kafka copy may go only when the stored list says its offload is
+complete and the copy's deletion was recorded, and the offloaded copy itself is there
+and names the ledger. ``OFFLOAD_LEDGER`` intents delete an offloaded copy: the file is
+found from this worker's own configuration (never from the intent) and its own header
+must name the intent's managed ledger, ledger id and offload uid.
 """
 
 from __future__ import annotations
@@ -20,8 +26,16 @@ from collections.abc import Callable
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import StorageError
 from dedup_broker.storage import formats
+from dedup_broker.storage.offload_fs import DRIVER, TEMP_SUFFIX, offloader_from_config
+from dedup_broker.storage.position import LedgerInfo
 from system_topics.decision import Outcome, Verdict
-from system_topics.intents import LEDGER, DeletionIntent, MalformedIntentError, decode_intent
+from system_topics.intents import (
+    LEDGER,
+    OFFLOAD_LEDGER,
+    DeletionIntent,
+    MalformedIntentError,
+    decode_intent,
+)
 from system_topics.kafka_sync import SyncKafka, SyncTable
 from system_topics.registry import broker_urls
 
@@ -49,6 +63,7 @@ class IntentChecker:
         self._managed_ledgers = SyncTable(kafka, f"{config.cluster_name}.managed-ledgers")
         self._policies = SyncTable(kafka, f"{config.cluster_name}.policies")
         self._fails = parse_injected(config.deletion_worker_inject_delete_failures)
+        self._offloader = offloader_from_config(config)
         self._http_timeout = 5.0
 
     def evaluate(self, value: bytes | None) -> Outcome:
@@ -63,16 +78,22 @@ class IntentChecker:
 
     def _evaluate(self, intent: DeletionIntent) -> Outcome:
         name, ledger_id = intent.topic_name, intent.ledger_id
-        if intent.ledger_type != LEDGER:
-            return Outcome(Verdict.NOT_OURS, f"no tiered storage handles {intent.ledger_type}")
+        if intent.ledger_type not in (LEDGER, OFFLOAD_LEDGER):
+            return Outcome(Verdict.NOT_OURS, f"unknown ledger type {intent.ledger_type}")
         if not name or formats.CURSOR_KEY_SEPARATOR in name or ledger_id < 0:
             return Outcome(Verdict.NOT_OURS, f"invalid name or id: {name!r} {ledger_id}")
+        if intent.ledger_type == OFFLOAD_LEDGER:
+            refused = self._offload_refusal(intent)
+            if refused is not None:
+                return refused
         allocated_for = self._allocation(ledger_id)
         if allocated_for is None:
             return Outcome(Verdict.NOT_OURS, f"ledger {ledger_id} was never allocated here")
-        in_use = self._in_use(name, ledger_id)
+        in_use = self._in_use(name, ledger_id, intent)
         if in_use is not None:
             return in_use
+        if intent.ledger_type == OFFLOAD_LEDGER:
+            return self._delete_offloaded(intent)
         topic = formats.ledger_topic(self._cluster, ledger_id)
         if not self._kafka.topic_exists(topic):
             return Outcome(Verdict.ALREADY_GONE)
@@ -93,28 +114,115 @@ class IntentChecker:
         assert value is not None
         return formats.decode_ledger_id_allocation(value)
 
-    def _in_use(self, name: str, ledger_id: int) -> Outcome | None:
+    def _in_use(self, name: str, ledger_id: int, intent: DeletionIntent) -> Outcome | None:
         """IN_USE if the owner lists it, FAILED if that cannot be known now, else None."""
         self._managed_ledgers.refresh()
-        stored = self._managed_ledgers.get(name)
-        if stored is None:
+        if self._managed_ledgers.get(name) is None:
             return None  # the managed ledger is gone (topic deleted)
         self._policies.refresh()
         urls = broker_urls(self._policies.items())
-        if not urls:
-            listed = {i.ledger_id for i in formats.decode_managed_ledger_info(stored).ledgers}
-            if ledger_id in listed:
-                return Outcome(Verdict.IN_USE, "listed in the stored ledger list")
+        if urls:
+            answers = [self._ask(url, name, ledger_id, intent) for url in urls]
+            if "in-use" in answers:
+                return Outcome(Verdict.IN_USE, "the broker still lists it")
+            if not all(answer == "deletable" for answer in answers):
+                return Outcome(Verdict.FAILED, f"brokers answered {answers}")
+            # What the brokers stored before answering is visible now.
+            self._managed_ledgers.refresh()
+        stored = self._managed_ledgers.get(name)
+        if stored is None:
             return None
-        answers = [self._ask(url, name, ledger_id) for url in urls]
-        if "in-use" in answers:
-            return Outcome(Verdict.IN_USE, "the broker still lists it")
-        if all(answer == "deletable" for answer in answers):
+        info = next(
+            (
+                i
+                for i in formats.decode_managed_ledger_info(stored).ledgers
+                if i.ledger_id == ledger_id
+            ),
+            None,
+        )
+        if info is None:
             return None
-        return Outcome(Verdict.FAILED, f"brokers answered {answers}")
+        if intent.ledger_type == OFFLOAD_LEDGER:
+            if info.offload is not None and info.offload.uid == intent.offload.get("uid"):
+                return Outcome(Verdict.IN_USE, "the offloaded copy is listed")
+            return None
+        return self._kafka_copy_may_go(name, info)
 
-    def _ask(self, url: str, name: str, ledger_id: int) -> str:
-        query = urllib.parse.urlencode({"managedLedger": name})
+    def _kafka_copy_may_go(self, name: str, info: LedgerInfo) -> Outcome | None:
+        """A listed ledger loses its Kafka copy only once a verified offloaded copy exists
+        and the deletion is recorded; otherwise it is in use."""
+        offload = info.offload
+        if offload is None or not offload.complete or not offload.kafka_deleted:
+            return Outcome(Verdict.IN_USE, "listed, and its offload is not complete")
+        if self._offloader is None:
+            return Outcome(Verdict.IN_USE, "listed and offloaded, but no offloader here")
+        try:
+            header = self._offloader.read_header(self._offloader.path(info.ledger_id, offload.uid))
+        except (OSError, StorageError) as exc:
+            return Outcome(Verdict.IN_USE, f"listed; its offloaded copy is not readable: {exc}")
+        if (header.ledger_id, header.managed_ledger_name, header.uid) != (
+            info.ledger_id,
+            name,
+            offload.uid,
+        ) or header.entries != info.entries:
+            return Outcome(Verdict.IN_USE, "listed; its offloaded copy does not match")
+        return None
+
+    # --- offloaded copies -------------------------------------------------------------
+    def _offload_refusal(self, intent: DeletionIntent) -> Outcome | None:
+        if self._offloader is None:
+            return Outcome(Verdict.NOT_OURS, "no tiered storage is configured here")
+        if intent.offload.get("driver") != DRIVER:
+            return Outcome(Verdict.NOT_OURS, f"offload driver {intent.offload.get('driver')!r}")
+        uid = intent.offload.get("uid", "")
+        if not re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", uid):
+            return Outcome(Verdict.NOT_OURS, f"no valid offload uid: {uid!r}")
+        return None
+
+    def _delete_offloaded(self, intent: DeletionIntent) -> Outcome:
+        offloader = self._offloader
+        assert offloader is not None
+        uid = intent.offload["uid"]
+        final = offloader.path(intent.ledger_id, uid)
+        temp = final.with_name(final.name + TEMP_SUFFIX)
+        present = [path for path in (final, temp) if path.exists()]
+        if not present:
+            return Outcome(Verdict.ALREADY_GONE)
+        try:
+            header = offloader.read_header(present[0])
+        except FileNotFoundError:
+            return Outcome(Verdict.ALREADY_GONE)
+        except StorageError as exc:
+            # A temp file cut short by a crash before its header reached the disk.
+            if present[0] == temp and temp.stat().st_size < 64:
+                header = None
+            else:
+                return Outcome(Verdict.MISMATCH, str(exc))
+        if header is not None and (
+            header.ledger_id,
+            header.managed_ledger_name,
+            header.uid,
+            header.component,
+            header.cluster_name,
+        ) != (intent.ledger_id, intent.topic_name, uid, intent.component, self._cluster):
+            return Outcome(
+                Verdict.MISMATCH,
+                f"{present[0].name} belongs to {header.managed_ledger_name!r} "
+                f"(ledger {header.ledger_id}), the intent says {intent.topic_name!r}",
+            )
+        if self._fails(intent.ledger_id):
+            return Outcome(Verdict.FAILED, "injected delete failure")
+        try:
+            deleted = offloader.delete(intent.ledger_id, uid)
+        except OSError as exc:
+            return Outcome(Verdict.FAILED, f"deleting {final}: {exc}")
+        return Outcome(Verdict.DELETED if deleted else Verdict.ALREADY_GONE)
+
+    def _ask(self, url: str, name: str, ledger_id: int, intent: DeletionIntent) -> str:
+        params = {"managedLedger": name}
+        if intent.ledger_type == OFFLOAD_LEDGER:
+            params |= {"type": OFFLOAD_LEDGER, "uid": intent.offload.get("uid", "")}
+        query = urllib.parse.urlencode(params)
         request = f"{url}/admin/v2/ledger-deletion/ledgers/{ledger_id}?{query}"
         try:
             with urllib.request.urlopen(request, timeout=self._http_timeout) as response:

@@ -55,7 +55,7 @@ def add_commands(commands: Any, config_options: Callable[[argparse.ArgumentParse
     config_options(worker)
     worker.set_defaults(func=_worker)
     doctor = commands.add_parser(
-        "doctor", help="list orphaned ledger topics and listed ledgers whose topic is missing"
+        "doctor", help="list orphaned or missing ledger topics and offloaded copies"
     )
     config_options(doctor)
     doctor.set_defaults(func=_doctor)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from google.protobuf.message import DecodeError
 
 from dedup_broker.errors import PermanentError
+from dedup_broker.storage.formats import uid_from_longs, uid_to_longs
 from system_topics import ledger_deletion_pb2 as pb
 
 COMPONENTS = ("MANAGED_LEDGER", "MANAGED_CURSOR", "SCHEMA_STORAGE")
@@ -48,8 +49,14 @@ def encode_intent(intent: DeletionIntent) -> bytes:
         msg.schemaId = intent.schema_id
     if intent.offload:
         context = msg.offloadContext
-        context.complete = True
         props = dict(intent.offload)
+        try:
+            # Pulsar's shape: the uid as two 64-bit halves; anything else stays a property.
+            context.uidMsb, context.uidLsb = uid_to_longs(props["uid"])
+            del props["uid"]
+        except (KeyError, ValueError):
+            pass
+        context.complete = True
         context.driverMetadata.name = props.pop("driver", "")
         for key, value in sorted(props.items()):
             context.driverMetadata.properties.add(key=key, value=value)
@@ -73,9 +80,12 @@ def decode_intent(data: bytes | None) -> DeletionIntent:
         raise MalformedIntentError(str(exc)) from None
     offload: dict[str, str] = {}
     if msg.HasField("offloadContext"):
-        driver = msg.offloadContext.driverMetadata
+        context = msg.offloadContext
+        driver = context.driverMetadata
         offload = {kv.key: kv.value for kv in driver.properties}
         offload["driver"] = driver.name
+        if context.HasField("uidMsb") and context.HasField("uidLsb"):
+            offload["uid"] = uid_from_longs(context.uidMsb, context.uidLsb)
     return DeletionIntent(
         topic_name=msg.topicName,
         ledger_id=msg.ledgerId,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from dedup_broker.admin.metrics import Counter, Registry
 from dedup_broker.errors import StorageError
 from dedup_broker.storage.deletion import LedgerToDelete
-from system_topics.intents import LEDGER, DeletionIntent, encode_intent
+from system_topics.intents import LEDGER, OFFLOAD_LEDGER, DeletionIntent, encode_intent
 from system_topics.topics import DeletionTopics
 
 if TYPE_CHECKING:
@@ -31,6 +31,29 @@ log = logging.getLogger(__name__)
 def intent_key(ledger_id: int) -> bytes:
     """Record key: intents of one ledger always land in the same partition."""
     return struct.pack(">q", ledger_id)
+
+
+def intents_for(ledger: LedgerToDelete) -> list[DeletionIntent]:
+    """The intents deleting ``ledger``'s copies."""
+    types = [LEDGER] if ledger.kafka else []
+    offload: dict[str, str] = {}
+    if ledger.offload is not None:
+        types.append(OFFLOAD_LEDGER)
+        offload = ledger.offload.properties | {
+            "driver": ledger.offload.driver,
+            "uid": ledger.offload.uid,
+        }
+    return [
+        DeletionIntent(
+            topic_name=ledger.managed_ledger_name,
+            ledger_id=ledger.ledger_id,
+            component=ledger.component,
+            ledger_type=ledger_type,
+            cursor_name=ledger.cursor_name,
+            offload=offload if ledger_type == OFFLOAD_LEDGER else {},
+        )
+        for ledger_type in types
+    ]
 
 
 async def create_deletion_topics(admin: KafkaAdmin, topics: DeletionTopics) -> None:
@@ -52,17 +75,13 @@ class TwoPhaseLedgerDeleter:
         registry.register(self.sent)
 
     async def mark(self, ledgers: Sequence[LedgerToDelete]) -> set[int]:
+        """One intent per copy (Kafka: LEDGER, tiered storage: OFFLOAD_LEDGER); a ledger
+        is accepted once every intent of it was acknowledged."""
         if not ledgers:
             return set()
+        intents = [(ledger, intent) for ledger in ledgers for intent in intents_for(ledger)]
         futures: list[asyncio.Future[int]] = []
-        for ledger in ledgers:
-            intent = DeletionIntent(
-                topic_name=ledger.managed_ledger_name,
-                ledger_id=ledger.ledger_id,
-                component=ledger.component,
-                ledger_type=LEDGER,
-                cursor_name=ledger.cursor_name,
-            )
+        for ledger, intent in intents:
             try:
                 futures.append(
                     self._producer.send(
@@ -74,15 +93,19 @@ class TwoPhaseLedgerDeleter:
                 failed.set_exception(exc)
                 futures.append(failed)
         results = await asyncio.gather(*futures, return_exceptions=True)
-        accepted: set[int] = set()
-        for ledger, result in zip(ledgers, results, strict=True):
+        accepted = {ledger.ledger_id for ledger in ledgers}
+        for (ledger, intent), result in zip(intents, results, strict=True):
             if isinstance(result, BaseException):
                 log.warning(
-                    "deletion intent for ledger %d not stored: %s", ledger.ledger_id, result
+                    "deletion intent (%s) for ledger %d not stored: %s",
+                    intent.ledger_type,
+                    ledger.ledger_id,
+                    result,
                 )
+                accepted.discard(ledger.ledger_id)
             else:
-                accepted.add(ledger.ledger_id)
-        self.sent.labels(type="ledger").inc(len(accepted))
+                kind = "offload" if intent.ledger_type == OFFLOAD_LEDGER else "ledger"
+                self.sent.labels(type=kind).inc()
         return accepted
 
     async def after_metadata(self, ledgers: Sequence[LedgerToDelete]) -> None:

@@ -2,8 +2,9 @@
 
 - ``POST/GET/DELETE /admin/v2/namespaces/{tenant}/{namespace}/retention`` (Pulsar's shape)
 - ``POST /admin/v2/persistent/{tenant}/{namespace}/{topic}/trim`` (Pulsar's trimTopic)
-- ``GET /admin/v2/ledger-deletion/ledgers/{ledgerId}?managedLedger=...``: may a worker
-  delete this ledger? ``in-use``, ``pending`` (ask again later) or ``deletable``
+- ``GET /admin/v2/ledger-deletion/ledgers/{ledgerId}?managedLedger=...[&type=OFFLOAD_LEDGER
+  &uid=...]``: may a worker delete this ledger's Kafka copy (or offloaded copy ``uid``)?
+  ``in-use``, ``pending`` (ask again later) or ``deletable``
 - ``GET /admin/v2/ledger-deletion/stats``: estimated deletions in flight
 """
 
@@ -104,7 +105,9 @@ class _DeletionApi:
             raise HttpError(400, "ledgerId must be an integer") from None
         if not name:
             raise HttpError(400, "the managedLedger query parameter is required")
-        status = await self.broker.storage.ledger_status(name, ledger_id)
+        ledger_type = request.query.get("type", ["LEDGER"])[-1]
+        uid = request.query.get("uid", [""])[-1]
+        status = await self.broker.storage.ledger_status(name, ledger_id, ledger_type, uid)
         return json_response({"managedLedger": name, "ledgerId": ledger_id, "status": status})
 
     async def stats(self, request: Request) -> Response:

@@ -16,6 +16,7 @@ from dedup_broker.admin.http import (
     text_response,
 )
 from dedup_broker.admin.key_dedup_routes import add_key_dedup_routes
+from dedup_broker.admin.offload_routes import register_offload_routes
 from dedup_broker.errors import BrokerError, InvalidTopicNameError, TopicNotFoundError
 from dedup_broker.server.policies import DEDUP
 from dedup_broker.server.policies import DEDUP_SNAPSHOT_INTERVAL as SNAPSHOT_POLICY
@@ -69,6 +70,7 @@ def build_router(broker: BrokerService) -> Router:
         router.add(method, pattern, _translating_errors(handler))
     add_key_dedup_routes(router, broker)
     register_deletion_routes(router, broker, _translating_errors)
+    register_offload_routes(router, broker, _translating_errors)
     return router
 
 

@@ -106,6 +106,7 @@ class RetentionChecker:
         for topic in list(self._broker.topics.values()):
             if namespace is None or topic.name.namespace_name == namespace:
                 topic.managed_ledger.trimmer.trim_soon()
+                topic.managed_ledger.offloads.check_soon()
 
     async def _run(self) -> None:
         interval = max(self._broker.config.retention_check_interval_in_seconds, 1)

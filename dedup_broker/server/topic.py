@@ -15,6 +15,7 @@ from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import parse_metadata_only
 from dedup_broker.server.deduplication import TopicDeduplication
 from dedup_broker.server.key_dedup import TopicKeyDedup
+from dedup_broker.server.offload_policy import offload_threshold
 from dedup_broker.server.producer import Producer
 from dedup_broker.server.retention import topic_retention
 from dedup_broker.server.subscription import Subscription, SubscriptionType
@@ -58,6 +59,7 @@ class Topic:
         ledger = await broker.storage.open_managed_ledger(name.managed_ledger_name, create=create)
         topic = cls(broker, name, ledger)
         ledger.retention = lambda: topic_retention(broker, name, ledger)
+        ledger.offloads.threshold = lambda: offload_threshold(broker, name)
         for cursor_name in ledger.stored_cursor_names():
             if cursor_name.startswith(SYSTEM_CURSOR_PREFIX):
                 continue
@@ -343,6 +345,7 @@ class Topic:
                     "entries": info.entries,
                     "size": info.size,
                     "timestamp": info.timestamp_ms,
+                    "offloaded": info.offloaded,
                 }
                 for info in ledger.ledgers()
             ],

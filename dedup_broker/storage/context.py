@@ -10,6 +10,7 @@ from dedup_broker.storage.entry_cache import EntryCache
 from dedup_broker.storage.kafka_producer import SharedProducer
 from dedup_broker.storage.ledger_store import LedgerStore
 from dedup_broker.storage.metadata_table import MetadataTable
+from dedup_broker.storage.offload_fs import FilesystemOffloader
 from dedup_broker.storage.rollover import RolloverPolicy
 
 
@@ -23,5 +24,8 @@ class StorageContext:
     cursor_infos: MetadataTable
     rollover: RolloverPolicy
     deleter: LedgerDeleter
+    offloader: FilesystemOffloader | None = None
+    """Tiered storage, when ``managedLedgerOffloadDriver`` is set."""
+    broker_id: str = ""
     pending_deletions: dict[str, set[int]] = field(default_factory=dict)
     """Per managed ledger: ids being deleted whose metadata update is not stored yet."""

@@ -12,6 +12,7 @@ acknowledged); the list is updated for those only; then ``after_metadata`` is ca
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -19,10 +20,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from dedup_broker.errors import StorageError
-from dedup_broker.storage.position import LedgerInfo, Position
+from dedup_broker.storage.position import LedgerInfo, OffloadInfo, Position
 
 if TYPE_CHECKING:
     from dedup_broker.storage.ledger_store import LedgerStore
+    from dedup_broker.storage.offload_fs import FilesystemOffloader
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,18 @@ class LedgerToDelete:
     ledger_id: int
     component: str = "MANAGED_LEDGER"
     cursor_name: str = ""
+    kafka: bool = True
+    """Delete the Kafka copy (a LEDGER intent)."""
+    offload: OffloadInfo | None = None
+    """Delete this tiered-storage copy too (an OFFLOAD_LEDGER intent)."""
+
+
+def targets_for(name: str, ledgers: Iterable[LedgerInfo]) -> list[LedgerToDelete]:
+    """What deleting these ledgers entirely means: each copy they still have."""
+    return [
+        LedgerToDelete(name, info.ledger_id, kafka=info.in_kafka, offload=info.offload)
+        for info in ledgers
+    ]
 
 
 class LedgerDeleter(Protocol):
@@ -48,20 +62,30 @@ class LedgerDeleter(Protocol):
 
 
 class DirectLedgerDeleter:
-    """Deletes ledger topics right after the metadata update (no intent, no worker)."""
+    """Deletes ledger topics (and offloaded copies) right after the metadata update (no
+    intent, no worker)."""
 
-    def __init__(self, store: LedgerStore) -> None:
+    def __init__(self, store: LedgerStore, offloader: FilesystemOffloader | None = None) -> None:
         self._store = store
+        self._offloader = offloader
 
     async def mark(self, ledgers: Sequence[LedgerToDelete]) -> set[int]:
         return {ledger.ledger_id for ledger in ledgers}
 
     async def after_metadata(self, ledgers: Sequence[LedgerToDelete]) -> None:
-        ids = [ledger.ledger_id for ledger in ledgers]
+        ids = [ledger.ledger_id for ledger in ledgers if ledger.kafka]
         try:
             await self._store.delete(ids)
         except StorageError as exc:
             log.error("deleting ledgers %s failed; they are orphaned: %s", ids, exc)
+        for ledger in ledgers:
+            if ledger.offload is not None and self._offloader is not None:
+                try:
+                    await asyncio.to_thread(
+                        self._offloader.delete, ledger.ledger_id, ledger.offload.uid
+                    )
+                except OSError as exc:
+                    log.error("deleting offloaded ledger %d failed: %s", ledger.ledger_id, exc)
 
 
 @dataclass(frozen=True, slots=True)

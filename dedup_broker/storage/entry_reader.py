@@ -1,19 +1,40 @@
-"""Reading a managed ledger's entries: from the broker-wide cache, else from Kafka."""
+"""Reading a managed ledger's entries: from the broker-wide cache, else from Kafka, or
+from tiered storage for an offloaded ledger (same positions: readers cannot tell)."""
 
 from __future__ import annotations
 
-from dedup_broker.errors import StorageError
+import asyncio
+
+from dedup_broker.errors import OffloadNotConfiguredError, StorageError
 from dedup_broker.storage.entry_cache import EntryCache
 from dedup_broker.storage.ledger_list import LedgerList
 from dedup_broker.storage.ledger_store import LedgerStore
-from dedup_broker.storage.position import Entry, Position
+from dedup_broker.storage.offload_fs import FilesystemOffloader
+from dedup_broker.storage.position import Entry, OffloadInfo, Position
 
 
 class EntryReader:
-    def __init__(self, name: str, store: LedgerStore, cache: EntryCache) -> None:
+    def __init__(
+        self,
+        name: str,
+        store: LedgerStore,
+        cache: EntryCache,
+        offloader: FilesystemOffloader | None = None,
+    ) -> None:
         self._name = name
         self._store = store
         self._cache = cache
+        self._offloader = offloader
+
+    def _tiered(self, offload: OffloadInfo | None) -> FilesystemOffloader | None:
+        """The offloader to read from, if the ledger's offload is complete."""
+        if offload is None or not offload.complete:
+            return None
+        if self._offloader is None:
+            raise OffloadNotConfiguredError(
+                f"{self._name}: a ledger is offloaded but no offload driver is configured"
+            )
+        return self._offloader
 
     async def read(
         self,
@@ -53,11 +74,23 @@ class EntryReader:
         """A run of entries of one ledger from Kafka, kept in the cache for the next reader."""
         count = ledgers.count(position.ledger_id) or 0
         wanted = min(count - position.entry_id, max_entries)
-        entries = await self._store.read(
-            position.ledger_id, position.entry_id, wanted, max(max_bytes, 1)
-        )
+        offload = ledgers.offload_of(position.ledger_id)
+        tiered = self._tiered(offload)
+        if tiered is not None and offload is not None:
+            entries = await asyncio.to_thread(
+                tiered.read,
+                position.ledger_id,
+                offload.uid,
+                position.entry_id,
+                wanted,
+                max(max_bytes, 1),
+            )
+        else:
+            entries = await self._store.read(
+                position.ledger_id, position.entry_id, wanted, max(max_bytes, 1)
+            )
         if not entries or entries[0].position != position:
-            raise StorageError(f"{self._name}: entry {position} could not be read from Kafka")
+            raise StorageError(f"{self._name}: entry {position} could not be read")
         for entry in entries:
             self._cache.put(entry)
         return entries
@@ -73,7 +106,18 @@ class EntryReader:
         candidates = [
             info.ledger_id for info in ledgers.infos() if (ledgers.count(info.ledger_id) or 0) > 0
         ]
-        found = await self._store.first_offsets_at_or_after(candidates, timestamp_ms)
+        in_kafka = []
+        found: dict[int, int] = {}
+        for ledger_id in candidates:
+            offload = ledgers.offload_of(ledger_id)
+            tiered = self._tiered(offload)
+            if tiered is not None and offload is not None:
+                found[ledger_id] = await asyncio.to_thread(
+                    tiered.first_at_or_after, ledger_id, offload.uid, timestamp_ms
+                )
+            else:
+                in_kafka.append(ledger_id)
+        found |= await self._store.first_offsets_at_or_after(in_kafka, timestamp_ms)
         for ledger_id in candidates:
             entry_id = found.get(ledger_id, -1)
             position = Position(ledger_id, entry_id)

@@ -7,10 +7,11 @@ too; ``docs/storage.md`` describes the same formats for people.
 from __future__ import annotations
 
 import struct
+import uuid
 from dataclasses import dataclass, field
 
 from dedup_broker.storage import storage_pb2 as pb
-from dedup_broker.storage.position import LedgerInfo, Position
+from dedup_broker.storage.position import LedgerInfo, OffloadInfo, Position
 
 LEDGER_HEADER_KEY = "dedup-broker-ledger-metadata"
 """Record header marking offset 0 of a ledger topic as the ledger's metadata."""
@@ -101,6 +102,8 @@ def encode_managed_ledger_info(record: ManagedLedgerRecord) -> bytes:
         if not info.is_open:
             ledger.size = info.size
             ledger.timestamp = info.timestamp_ms
+        if info.offload is not None:
+            _encode_offload(info.offload, ledger.offloadContext)
     for key, value in sorted(record.properties.items()):
         msg.properties.add(key=key, value=value)
     return msg.SerializeToString()
@@ -114,8 +117,100 @@ def decode_managed_ledger_info(data: bytes) -> ManagedLedgerRecord:
         if entries < 0:
             ledgers.append(LedgerInfo(ledger.ledgerId, -1, 0, 0))
         else:
-            ledgers.append(LedgerInfo(ledger.ledgerId, entries, ledger.size, ledger.timestamp))
+            offload = (
+                _decode_offload(ledger.offloadContext)
+                if ledger.HasField("offloadContext")
+                else None
+            )
+            ledgers.append(
+                LedgerInfo(ledger.ledgerId, entries, ledger.size, ledger.timestamp, offload)
+            )
     return ManagedLedgerRecord(ledgers, {kv.key: kv.value for kv in msg.properties})
+
+
+# --- offloaded ledgers ------------------------------------------------------------
+def _signed64(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def uid_to_longs(uid: str) -> tuple[int, int]:
+    """Pulsar keeps an offload uid as two signed 64-bit halves (msb, lsb)."""
+    value = uuid.UUID(uid).int
+    return _signed64(value >> 64), _signed64(value & ((1 << 64) - 1))
+
+
+def uid_from_longs(msb: int, lsb: int) -> str:
+    return str(uuid.UUID(int=((msb & ((1 << 64) - 1)) << 64) | (lsb & ((1 << 64) - 1))))
+
+
+def _encode_offload(offload: OffloadInfo, context: pb.OffloadContext) -> None:
+    context.uidMsb, context.uidLsb = uid_to_longs(offload.uid)
+    context.complete = offload.complete
+    context.bookkeeperDeleted = offload.kafka_deleted
+    context.timestamp = offload.timestamp_ms
+    context.driverMetadata.name = offload.driver
+    for key, value in sorted(offload.properties.items()):
+        context.driverMetadata.properties.add(key=key, value=value)
+
+
+def _decode_offload(context: pb.OffloadContext) -> OffloadInfo:
+    return OffloadInfo(
+        uid=uid_from_longs(context.uidMsb, context.uidLsb),
+        complete=context.complete,
+        kafka_deleted=context.bookkeeperDeleted,
+        timestamp_ms=context.timestamp,
+        driver=context.driverMetadata.name,
+        properties={kv.key: kv.value for kv in context.driverMetadata.properties},
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadedHeader:
+    """What an offloaded copy says about itself (its first record)."""
+
+    ledger_id: int
+    managed_ledger_name: str
+    component: str
+    cursor_name: str
+    uid: str
+    entries: int
+    size: int
+    offloaded_ms: int
+    offloaded_by: str
+    cluster_name: str
+
+
+def encode_offloaded_header(header: OffloadedHeader) -> bytes:
+    return pb.OffloadedLedgerHeader(
+        ledger_id=header.ledger_id,
+        managed_ledger_name=header.managed_ledger_name,
+        component=header.component,
+        cursor_name=header.cursor_name,
+        uid=header.uid,
+        entries=header.entries,
+        size=header.size,
+        offloaded_ms=header.offloaded_ms,
+        offloaded_by=header.offloaded_by,
+        cluster_name=header.cluster_name,
+    ).SerializeToString()
+
+
+def decode_offloaded_header(data: bytes) -> OffloadedHeader:
+    msg = pb.OffloadedLedgerHeader.FromString(data)
+    if not msg.IsInitialized():
+        raise ValueError("the offloaded ledger header misses required fields")
+    return OffloadedHeader(
+        ledger_id=msg.ledger_id,
+        managed_ledger_name=msg.managed_ledger_name,
+        component=pb.LedgerComponent.Name(msg.component),
+        cursor_name=msg.cursor_name,
+        uid=msg.uid,
+        entries=msg.entries,
+        size=msg.size,
+        offloaded_ms=msg.offloaded_ms,
+        offloaded_by=msg.offloaded_by,
+        cluster_name=msg.cluster_name,
+    )
 
 
 # --- cursors --------------------------------------------------------------------

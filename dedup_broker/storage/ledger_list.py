@@ -16,7 +16,7 @@ import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from dedup_broker.storage.position import LedgerInfo, Position
+from dedup_broker.storage.position import LedgerInfo, OffloadInfo, Position
 
 
 @dataclass(slots=True)
@@ -26,6 +26,7 @@ class _Ledger:
     size: int
     timestamp_ms: int
     open: bool
+    offload: OffloadInfo | None = None
 
 
 class LedgerList:
@@ -40,6 +41,7 @@ class LedgerList:
             self._append(
                 info.ledger_id, max(info.entries, 0), info.size, info.timestamp_ms, info.is_open
             )
+            self._ledgers[-1].offload = info.offload
 
     # --- changes ------------------------------------------------------------------
     def _append(self, ledger_id: int, entries: int, size: int, ts: int, is_open: bool) -> None:
@@ -69,6 +71,19 @@ class LedgerList:
         current.timestamp_ms, current.open = timestamp_ms, False
         return self._info(current)
 
+    def set_offload(self, ledger_id: int, offload: OffloadInfo | None) -> None:
+        """Record (or clear) the tiered-storage copy of a closed ledger."""
+        ledger = self._find(ledger_id)
+        if ledger is None:
+            raise ValueError(f"ledger {ledger_id} is not in the list")
+        if ledger.open:
+            raise ValueError(f"ledger {ledger_id} is open and cannot be offloaded")
+        ledger.offload = offload
+
+    def offload_of(self, ledger_id: int) -> OffloadInfo | None:
+        ledger = self._find(ledger_id)
+        return None if ledger is None else ledger.offload
+
     def remove(self, ledger_ids: Iterable[int]) -> None:
         drop = set(ledger_ids)
         self._ledgers = [ledger for ledger in self._ledgers if ledger.ledger_id not in drop]
@@ -79,7 +94,9 @@ class LedgerList:
     def _info(ledger: _Ledger) -> LedgerInfo:
         if ledger.open:
             return LedgerInfo(ledger.ledger_id, -1, ledger.size, 0)
-        return LedgerInfo(ledger.ledger_id, ledger.entries, ledger.size, ledger.timestamp_ms)
+        return LedgerInfo(
+            ledger.ledger_id, ledger.entries, ledger.size, ledger.timestamp_ms, ledger.offload
+        )
 
     def infos(self) -> list[LedgerInfo]:
         return [self._info(ledger) for ledger in self._ledgers]

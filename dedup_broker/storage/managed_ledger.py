@@ -15,12 +15,16 @@ The ``ManagedLedgerInfo`` record is written only when ledgers are created or clo
 Before each such write the stored record is compared with the last one this instance
 wrote: if another broker changed it, this instance stops ("Closed") instead of
 overwriting the newer state.
+
+The read side (positions, reads, cursors) is ``ledger_view.py``; trimming is
+``trimmer.py``, offloading to tiered storage ``offload_manager.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections import deque
@@ -30,7 +34,6 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError
 
 from dedup_broker.errors import (
-    EntryNotFoundError,
     LedgerFencedError,
     ManagedLedgerClosedError,
     ManagedLedgerFencedError,
@@ -38,20 +41,22 @@ from dedup_broker.errors import (
 )
 from dedup_broker.storage import formats
 from dedup_broker.storage.context import StorageContext
-from dedup_broker.storage.cursor import DEFAULT_MAX_BYTES, ManagedCursor
 from dedup_broker.storage.cursor_registry import CursorRegistry
 from dedup_broker.storage.deletion import LedgerToDelete, Retention
 from dedup_broker.storage.entry_reader import EntryReader
+from dedup_broker.storage.info_store import LedgerInfoWriter
 from dedup_broker.storage.kafka_producer import storage_error
 from dedup_broker.storage.ledger_list import LedgerList
 from dedup_broker.storage.ledger_store import FIRST_ENTRY_OFFSET, now_ms
-from dedup_broker.storage.position import Entry, LedgerInfo, Position
-from dedup_broker.storage.trimmer import LedgerTrimmer
+from dedup_broker.storage.ledger_view import ManagedLedgerView
+from dedup_broker.storage.offload_manager import LedgerOffloads
+from dedup_broker.storage.position import Entry, LedgerInfo, OffloadInfo, Position
+from dedup_broker.storage.trimmer import DELETABLE, IN_USE, PENDING, LedgerTrimmer
 
 log = logging.getLogger(__name__)
 
 OPEN, FENCED, CLOSED = "Open", "Fenced", "Closed"
-IN_USE, PENDING, DELETABLE = "in-use", "pending", "deletable"
+__all__ = ["CLOSED", "DELETABLE", "FENCED", "IN_USE", "OPEN", "PENDING", "ManagedLedger"]
 _RETRY_MIN_S, _RETRY_MAX_S = 0.1, 5.0
 
 
@@ -73,7 +78,7 @@ class _Append:
         self.ledger._on_delivered(self, error, offset)
 
 
-class ManagedLedger:
+class ManagedLedger(ManagedLedgerView):
     def __init__(
         self, name: str, ctx: StorageContext, on_closed: Callable[[ManagedLedger], None]
     ) -> None:
@@ -103,12 +108,9 @@ class ManagedLedger:
         self._roll_task: asyncio.Task[None] | None = None
         self._recovery_task: asyncio.Task[None] | None = None
         self._rollover_timer: asyncio.TimerHandle | None = None
-        # Metadata record: what this instance last wrote (or tried to, outcome unknown).
-        self._info_lock = asyncio.Lock()
-        self._last_info: bytes | None = None
-        self._unknown_info: bytes | None = None
+        self._info = LedgerInfoWriter(name, ctx.managed_ledger_infos)
         # Reads, cursors and listeners.
-        self._reader = EntryReader(name, ctx.ledgers, ctx.cache)
+        self._reader = EntryReader(name, ctx.ledgers, ctx.cache, ctx.offloader)
         self._cursors = CursorRegistry(
             name, self, ctx.cursor_infos, ctx.config, on_moved=self._cursor_moved
         )
@@ -117,6 +119,7 @@ class ManagedLedger:
         self.trimmer = LedgerTrimmer(self, ctx)
         self.retention: Callable[[], Retention] | None = None
         """Set by the owner to enable automatic trimming; None: trim only when asked."""
+        self.offloads = LedgerOffloads(self, ctx)
         self._listeners: list[Callable[[], None]] = []
         self._notify_scheduled = False
         self.entries_added = 0
@@ -138,7 +141,7 @@ class ManagedLedger:
 
     async def _initialize(self) -> None:
         stored = self._ctx.managed_ledger_infos.get(self.name)
-        self._last_info = stored
+        self._info.last = stored
         record = (
             formats.decode_managed_ledger_info(stored)
             if stored is not None
@@ -179,6 +182,7 @@ class ManagedLedger:
                 await self.trimmer.delete_orphans(orphans)
             except StorageError as exc:
                 log.warning("%s: deleting unlisted ledgers failed: %s", self.name, exc)
+        self.offloads.on_open()
 
     def _start_ledger(self, ledger_id: int) -> None:
         self._topic = self._ctx.ledgers.topic(ledger_id)
@@ -191,23 +195,17 @@ class ManagedLedger:
     async def _write_info(
         self, ledgers: list[LedgerInfo], properties: dict[str, str] | None = None
     ) -> None:
-        table = self._ctx.managed_ledger_infos
-        # Trimmed ledgers never come back, whatever list a caller computed before.
-        ledgers = [info for info in ledgers if info.ledger_id not in self._trimmed]
-        async with self._info_lock:
-            await table.refresh()
-            stored = table.get(self.name)
-            if stored != self._last_info and (
-                self._unknown_info is None or stored != self._unknown_info
-            ):
-                raise ManagedLedgerFencedError(
-                    f"managed ledger {self.name} was changed by another broker"
-                )
-            props = self._properties if properties is None else properties
-            data = formats.encode_managed_ledger_info(formats.ManagedLedgerRecord(ledgers, props))
-            self._unknown_info = data
-            await table.put(self.name, data)
-            self._last_info, self._unknown_info = data, None
+        # Trimmed ledgers never come back, and the offload state in memory wins, whatever
+        # list a caller computed before.
+        ledgers = [
+            dataclasses.replace(info, offload=self._ledgers.offload_of(info.ledger_id))
+            if self._ledgers.count(info.ledger_id) is not None
+            else info
+            for info in ledgers
+            if info.ledger_id not in self._trimmed
+        ]
+        props = self._properties if properties is None else properties
+        await self._info.write(ledgers, props)
 
     @property
     def properties(self) -> dict[str, str]:
@@ -239,25 +237,30 @@ class ManagedLedger:
         self._ctx.cache.invalidate_ledgers(list(ledger_ids))
         await self._write_info(self._ledgers.infos())
 
-    def _stored_ids(self) -> set[int]:
-        ids: set[int] = set()
-        for data in (self._last_info, self._unknown_info):
-            if data is not None:
-                ids.update(i.ledger_id for i in formats.decode_managed_ledger_info(data).ledgers)
-        return ids
+    async def update_offloads(self, changes: dict[int, OffloadInfo | None]) -> None:
+        """Record (or clear) tiered-storage copies of listed ledgers and store the list."""
+        for ledger_id, offload in changes.items():
+            if self._ledgers.count(ledger_id) is not None:
+                self._ledgers.set_offload(ledger_id, offload)
+        await self._write_info(self._ledgers.infos())
+
+    def stored_views(self) -> list[list[LedgerInfo]]:
+        """The ledger lists that may be the stored one."""
+        return self._info.stored_views()
+
+    def trimmed(self, ledger_id: int) -> bool:
+        return ledger_id in self._trimmed
 
     async def store_trimmed_removal(self) -> None:
-        """Write the list again if a removal of trimmed ledgers was not stored."""
-        if self._trimmed & self._stored_ids():
+        """Write the list again if a removal of trimmed ledgers (or another change) was not
+        stored."""
+        if self._trimmed & self._info.stored_ids() or self._info.unknown is not None:
             await self._write_info(self._ledgers.infos())
 
-    def ledger_status(self, ledger_id: int) -> str:
-        """IN_USE (listed), PENDING (leaving the list, not stored yet) or DELETABLE."""
-        if self._ledgers.count(ledger_id) is not None:
-            return IN_USE
-        if ledger_id in self._stored_ids():
-            return PENDING if ledger_id in self._trimmed else IN_USE
-        return DELETABLE
+    def ledger_status(self, ledger_id: int, ledger_type: str = "LEDGER", uid: str = "") -> str:
+        """IN_USE (listed), PENDING (leaving the list, not stored yet) or DELETABLE, for
+        the Kafka copy (``LEDGER``) or the tiered-storage copy ``uid`` (``OFFLOAD_LEDGER``)."""
+        return self.trimmer.status(ledger_id, ledger_type, uid)
 
     async def set_properties(self, properties: dict[str, str]) -> None:
         """Replace the managed ledger's properties (stored with its ledger list)."""
@@ -501,125 +504,12 @@ class ManagedLedger:
         log.debug("%s rolled over to ledger %d", self.name, new_id)
         if self.retention is not None:
             self.trimmer.trim_soon()
+        self.offloads.check_soon()
         while self._queued and self._state == OPEN and not self._rolling:
             if self._rollover_due():
                 self._begin_rollover()
                 break
             self._send(self._queued.popleft())
-
-    # --- positions ------------------------------------------------------------------
-    @property
-    def last_confirmed(self) -> Position:
-        return self._last_confirmed
-
-    def first_position(self) -> Position:
-        return self._ledgers.first_position()
-
-    def next_position(self, p: Position) -> Position:
-        return self._ledgers.next_position(p)
-
-    def previous_position(self, p: Position) -> Position:
-        return self._ledgers.previous_position(p)
-
-    def normalize_position(self, p: Position) -> Position:
-        """The first position at or after ``p`` that exists or will be written next."""
-        return self._ledgers.normalize(p)
-
-    def is_valid_position(self, p: Position) -> bool:
-        """True if an entry exists at ``p``."""
-        return self._ledgers.exists(p)
-
-    def number_of_entries(self) -> int:
-        return self._ledgers.number_of_entries()
-
-    def entries_between(self, start: Position, end: Position) -> int:
-        return self._ledgers.entries_between(start, end)
-
-    def ledgers(self) -> list[LedgerInfo]:
-        return self._ledgers.infos()
-
-    @property
-    def total_size(self) -> int:
-        return self._ledgers.total_size()
-
-    # --- reading --------------------------------------------------------------------
-    async def read_entries(
-        self, start: Position, max_entries: int, max_bytes: int = DEFAULT_MAX_BYTES
-    ) -> list[Entry]:
-        """Entries from ``start`` on, never beyond ``last_confirmed``, across ledgers; at
-        least one (if any is available) even when larger than ``max_bytes``."""
-        self._check_readable()
-        return await self._reader.read(
-            self._ledgers, self._last_confirmed, start, max_entries, max_bytes
-        )
-
-    async def read_entry(self, position: Position) -> Entry:
-        if not self._ledgers.exists(position) or position > self._last_confirmed:
-            raise EntryNotFoundError(f"{self.name}: no entry at {position}")
-        entries = await self.read_entries(position, 1)
-        if not entries or entries[0].position != position:
-            raise EntryNotFoundError(f"{self.name}: no entry at {position}")
-        return entries[0]
-
-    async def find_position_by_time(self, timestamp_ms: int) -> Position:
-        """The first entry whose timestamp is >= ``timestamp_ms``, else the position
-        after ``last_confirmed`` (timestamps are assumed not to decrease)."""
-        self._check_readable()
-        return await self._reader.find_by_time(self._ledgers, self._last_confirmed, timestamp_ms)
-
-    def add_entries_listener(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """``callback`` runs (on the loop) whenever ``last_confirmed`` advances."""
-        self._listeners.append(callback)
-
-        def unsubscribe() -> None:
-            with contextlib.suppress(ValueError):
-                self._listeners.remove(callback)
-
-        return unsubscribe
-
-    def _schedule_notify(self) -> None:
-        if not self._notify_scheduled:
-            self._notify_scheduled = True
-            self._loop.call_soon(self._notify)
-
-    def _notify(self) -> None:
-        self._notify_scheduled = False
-        for callback in list(self._listeners):
-            try:
-                callback()
-            except Exception:
-                log.exception("%s: entries listener failed", self.name)
-
-    # --- cursors --------------------------------------------------------------------
-    async def open_cursor(self, name: str, initial_position: str = "latest") -> ManagedCursor:
-        """The durable cursor ``name``: its stored state if it exists, else a new one at
-        ``"latest"`` (mark-delete = last_confirmed) or ``"earliest"`` (just before the
-        first entry), stored before this returns."""
-        self._check_open()
-        return await self._cursors.open(name, initial_position)
-
-    def new_non_durable_cursor(
-        self, start: Position | None, inclusive: bool = False, name: str = ""
-    ) -> ManagedCursor:
-        """A cursor kept in memory only (readers). ``start`` None: after last_confirmed; a
-        position before the first entry: from the first entry; else from ``start`` if
-        ``inclusive``, otherwise from the entry after it."""
-        return self._cursors.new_non_durable(start, inclusive, name)
-
-    async def delete_cursor(self, name: str) -> None:
-        await self._cursors.delete(name)
-        self._cursor_moved()  # the slowest cursor may have gone
-
-    def cursors(self) -> dict[str, ManagedCursor]:
-        """The durable cursors opened on this instance."""
-        return self._cursors.opened()
-
-    def cursor_exists(self, name: str) -> bool:
-        """True for a durable cursor that is stored (opened here or not)."""
-        return self._cursors.exists(name)
-
-    def stored_cursor_names(self) -> list[str]:
-        return self._cursors.stored_names()
 
     # --- closing --------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -641,6 +531,7 @@ class ManagedLedger:
         self._rolling = False
         self._cancel_rollover_timer()
         await self.trimmer.cancel()
+        await self.offloads.cancel()
         for op in self._queued:
             op.settled = True
             op.future.set_exception(ManagedLedgerClosedError(f"managed ledger {self.name} closed"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -30,6 +30,22 @@ class Entry:
 
 
 @dataclass(frozen=True, slots=True)
+class OffloadInfo:
+    """A ledger's copy in tiered storage (Pulsar's ``OffloadContext``)."""
+
+    uid: str
+    """Names one offload attempt (a UUID); the copy's own header repeats it."""
+    complete: bool = False
+    """The copy is stored and readable."""
+    kafka_deleted: bool = False
+    """Deleting the Kafka copy was recorded (its intent acknowledged): read the copy only."""
+    timestamp_ms: int = 0
+    """When the offload completed."""
+    driver: str = ""
+    properties: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class LedgerInfo:
     """One ledger of a managed ledger, as recorded in its ``ManagedLedgerInfo``."""
 
@@ -40,7 +56,19 @@ class LedgerInfo:
     """Bytes of entry data (for the open ledger: the acknowledged entries so far)."""
     timestamp_ms: int
     """When the ledger was closed; 0 while it is open."""
+    offload: OffloadInfo | None = None
+    """Set once an offload of this (closed) ledger started."""
 
     @property
     def is_open(self) -> bool:
         return self.entries < 0
+
+    @property
+    def offloaded(self) -> bool:
+        """A complete copy is in tiered storage (reads go there)."""
+        return self.offload is not None and self.offload.complete
+
+    @property
+    def in_kafka(self) -> bool:
+        """The Kafka copy exists (its deletion was not recorded)."""
+        return self.offload is None or not self.offload.kafka_deleted

@@ -17,7 +17,7 @@ from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import StorageError, TopicNotFoundError
 from dedup_broker.storage import formats
 from dedup_broker.storage.context import StorageContext
-from dedup_broker.storage.deletion import DirectLedgerDeleter, LedgerDeleter, LedgerToDelete
+from dedup_broker.storage.deletion import DirectLedgerDeleter, LedgerDeleter, targets_for
 from dedup_broker.storage.entry_cache import EntryCache
 from dedup_broker.storage.kafka_admin import KafkaAdmin
 from dedup_broker.storage.kafka_producer import SharedProducer, max_record_bytes
@@ -25,6 +25,7 @@ from dedup_broker.storage.kafka_reader import KafkaReader
 from dedup_broker.storage.ledger_store import LedgerStore
 from dedup_broker.storage.managed_ledger import DELETABLE, IN_USE, PENDING, ManagedLedger
 from dedup_broker.storage.metadata_table import MetadataTable
+from dedup_broker.storage.offload_fs import offloader_from_config
 from dedup_broker.storage.rollover import RolloverPolicy
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ class StorageService:
         )
         self._cursor_infos = MetadataTable(f"{cluster}.cursors", producer, admin, reader)
         self.policies = MetadataTable(f"{cluster}.policies", producer, admin, reader)
+        self.offloader = offloader_from_config(config)
         self._ctx = StorageContext(
             config=config,
             producer=producer,
@@ -79,7 +81,9 @@ class StorageService:
             managed_ledger_infos=self._managed_ledger_infos,
             cursor_infos=self._cursor_infos,
             rollover=RolloverPolicy.from_config(config),
-            deleter=DirectLedgerDeleter(self.ledger_store),
+            deleter=DirectLedgerDeleter(self.ledger_store, self.offloader),
+            offloader=self.offloader,
+            broker_id=self.broker_id,
         )
         self._open: dict[str, ManagedLedger] = {}
         self._name_locks: dict[str, asyncio.Lock] = {}
@@ -188,25 +192,35 @@ class StorageService:
     def deleter(self) -> LedgerDeleter:
         return self._ctx.deleter
 
-    async def ledger_status(self, name: str, ledger_id: int) -> str:
-        """Whether a deletion worker may delete ``ledger_id`` of managed ledger ``name``:
-        ``in-use`` (listed), ``pending`` (leaving the list, not stored yet: ask again) or
-        ``deletable``."""
+    async def ledger_status(
+        self, name: str, ledger_id: int, ledger_type: str = "LEDGER", uid: str = ""
+    ) -> str:
+        """Whether a deletion worker may delete a copy of ``ledger_id`` of managed ledger
+        ``name`` (the Kafka copy, ``LEDGER``, or the offloaded copy ``uid``,
+        ``OFFLOAD_LEDGER``): ``in-use``, ``pending`` (being changed, not stored yet: ask
+        again) or ``deletable``."""
         if ledger_id in self._ctx.pending_deletions.get(name, ()):
             return PENDING
         ledger = self._open.get(name)
         if ledger is not None and ledger.state != "Closed":
-            return ledger.ledger_status(ledger_id)
+            return ledger.ledger_status(ledger_id, ledger_type, uid)
         await self._managed_ledger_infos.refresh()
-        if ledger_id in self._pending_or_listed(name):
-            return IN_USE
-        return DELETABLE
-
-    def _pending_or_listed(self, name: str) -> set[int]:
         stored = self._managed_ledger_infos.get(name)
-        if stored is None:
-            return set()
-        return {info.ledger_id for info in formats.decode_managed_ledger_info(stored).ledgers}
+        listed = (
+            [
+                i
+                for i in formats.decode_managed_ledger_info(stored).ledgers
+                if i.ledger_id == ledger_id
+            ]
+            if stored is not None
+            else []
+        )
+        if not listed:
+            return DELETABLE
+        info = listed[0]
+        if ledger_type == "OFFLOAD_LEDGER":
+            return IN_USE if info.offload is not None and info.offload.uid == uid else DELETABLE
+        return DELETABLE if info.offloaded and not info.in_kafka else IN_USE
 
     async def delete_managed_ledger(self, name: str) -> None:
         """Close ``name``; secure the deletion of its ledgers (the deleter's ``mark``),
@@ -223,12 +237,9 @@ class StorageService:
             ]
             if stored is None and not cursor_keys:
                 raise TopicNotFoundError(f"managed ledger {name} does not exist")
-            ledger_ids = (
-                [info.ledger_id for info in formats.decode_managed_ledger_info(stored).ledgers]
-                if stored is not None
-                else []
-            )
-            targets = [LedgerToDelete(name, ledger_id) for ledger_id in ledger_ids]
+            infos = formats.decode_managed_ledger_info(stored).ledgers if stored is not None else []
+            ledger_ids = [info.ledger_id for info in infos]
+            targets = targets_for(name, infos)
             pending = self._ctx.pending_deletions.setdefault(name, set())
             pending.update(ledger_ids)
             try:

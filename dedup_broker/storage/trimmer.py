@@ -11,10 +11,18 @@ so a worker asking about them retries instead of deleting or giving up.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from dedup_broker.storage.deletion import LedgerToDelete, Retention, consumed_ledgers, slowest
+from dedup_broker.storage.deletion import (
+    LedgerToDelete,
+    Retention,
+    consumed_ledgers,
+    slowest,
+    targets_for,
+)
 
 if TYPE_CHECKING:
     from dedup_broker.storage.context import StorageContext
@@ -22,12 +30,30 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+IN_USE, PENDING, DELETABLE = "in-use", "pending", "deletable"
+OFFLOAD_LEDGER = "OFFLOAD_LEDGER"
+
+
+@contextlib.contextmanager
+def pending_deletion(ctx: StorageContext, name: str, ids: Iterable[int]) -> Iterator[None]:
+    """While inside, a worker asking about these ledgers is told to come back later."""
+    ids = set(ids)
+    pending = ctx.pending_deletions.setdefault(name, set())
+    pending.update(ids)
+    try:
+        yield
+    finally:
+        pending.difference_update(ids)
+        if not pending:
+            ctx.pending_deletions.pop(name, None)
+
 
 class LedgerTrimmer:
     def __init__(self, ledger: ManagedLedger, ctx: StorageContext) -> None:
         self._ledger = ledger
         self._ctx = ctx
-        self._lock = asyncio.Lock()
+        self.lock = asyncio.Lock()
+        """Held by trims and offloads alike: a ledger is never offloaded while trimmed."""
         self._task: asyncio.Task[None] | None = None
         self._again = False
 
@@ -67,7 +93,7 @@ class LedgerTrimmer:
         ml = self._ledger
         if retention is None:
             retention = ml.retention() if ml.retention is not None else Retention()
-        async with self._lock:
+        async with self.lock:
             if not ml.is_writable_state():
                 return []
             await ml.store_trimmed_removal()
@@ -80,15 +106,17 @@ class LedgerTrimmer:
         """Ledgers allocated to this managed ledger but never listed (a crash mid-create)."""
         if not ids:
             return
-        async with self._lock:
+        async with self.lock:
             await self._delete(ids, listed=False)
 
     async def _delete(self, ids: list[int], listed: bool = True) -> list[int]:
         ml = self._ledger
-        pending = self._ctx.pending_deletions.setdefault(ml.name, set())
-        pending.update(ids)
-        try:
-            targets = [LedgerToDelete(ml.name, ledger_id) for ledger_id in ids]
+        with pending_deletion(self._ctx, ml.name, ids):
+            if listed:
+                wanted = set(ids)
+                targets = targets_for(ml.name, [i for i in ml.ledgers() if i.ledger_id in wanted])
+            else:
+                targets = [LedgerToDelete(ml.name, ledger_id) for ledger_id in ids]
             accepted = await self._ctx.deleter.mark(targets) & set(ids)
             if not accepted:
                 return []
@@ -97,7 +125,30 @@ class LedgerTrimmer:
             await self._ctx.deleter.after_metadata([t for t in targets if t.ledger_id in accepted])
             log.info("%s: ledgers %s trimmed", ml.name, sorted(accepted))
             return sorted(accepted)
-        finally:
-            pending.difference_update(ids)
-            if not pending:
-                self._ctx.pending_deletions.pop(ml.name, None)
+
+    # --- questions of deletion workers ----------------------------------------------
+    def status(self, ledger_id: int, ledger_type: str, uid: str) -> str:
+        """May a worker delete this copy of ``ledger_id``? See ``ManagedLedger.ledger_status``."""
+        ml = self._ledger
+        current = ml.ledger_info(ledger_id)
+        stored = [
+            next((i for i in view if i.ledger_id == ledger_id), None) for view in ml.stored_views()
+        ]
+        if ledger_type == OFFLOAD_LEDGER:
+            uids = {i.offload.uid for i in (current, *stored) if i is not None and i.offload}
+            if uid not in uids:
+                return DELETABLE
+            if current is None or current.offload is None or current.offload.uid != uid:
+                return PENDING  # leaving the list, not stored yet
+            return IN_USE
+        if current is not None:
+            # A listed ledger's Kafka copy may go once its offload is complete and the
+            # deletion of that copy is recorded, in memory and in what is stored.
+            if current.offloaded and not current.in_kafka:
+                if all(i is None or not i.in_kafka for i in stored):
+                    return DELETABLE
+                return PENDING
+            return IN_USE
+        if any(i is not None for i in stored):
+            return PENDING if ml.trimmed(ledger_id) else IN_USE
+        return DELETABLE

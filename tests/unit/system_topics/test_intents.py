@@ -22,6 +22,12 @@ def test_round_trip_keeps_every_field() -> None:
         DeletionIntent(
             "ml", 11, ledger_type=OFFLOAD_LEDGER, offload={"driver": "filesystem", "uid": "u"}
         ),
+        DeletionIntent(
+            "ml",
+            12,
+            ledger_type=OFFLOAD_LEDGER,
+            offload={"driver": "filesystem", "uid": "9f0c2a8e-5b1d-4c3e-a7f6-0123456789ab"},
+        ),
     ]
     for intent in intents:
         assert decode_intent(encode_intent(intent)) == intent
@@ -52,3 +58,14 @@ def test_missing_required_fields_are_refused() -> None:
     partial = pb.PendingDeleteLedgerInfo(topicName="x").SerializePartialToString()
     with pytest.raises(MalformedIntentError):
         decode_intent(partial)
+
+
+def test_offload_uid_is_stored_as_pulsar_does() -> None:
+    uid = "ff0c2a8e-5b1d-4c3e-a7f6-0123456789ab"
+    data = encode_intent(
+        DeletionIntent("ml", 3, ledger_type=OFFLOAD_LEDGER, offload={"driver": "fs", "uid": uid})
+    )
+    context = pb.PendingDeleteLedgerInfo.FromString(data).offloadContext
+    assert context.uidMsb < 0  # the high bit is set: a signed 64-bit half
+    assert context.complete and context.driverMetadata.name == "fs"
+    assert not context.driverMetadata.properties
