@@ -239,8 +239,7 @@ class Pipeline:
     # --- topic and consumer -----------------------------------------------------------
     def _consume(self, stop: threading.Event) -> ConsumeStats:
         def progress(applied: int) -> None:
-            if applied % max(1, self.total // 5) == 0:
-                print(f"   consumer: {applied} results applied")
+            print(f"   consumer: {applied} of {self.total} results applied")
 
         return consume_into_results(
             self.broker.service_url, self.topic, self.database, self.total, stop, progress

@@ -1,7 +1,8 @@
 """The demo's last stage: apply each message of the topic once to a SQLite results table.
 
-Each message's result row and the id of the last applied message are written in one
-SQLite transaction, and anything at or before that id is skipped, so redeliveries (a
+It is the project's effectively-once consumer (``connectors.effectively_once``): each
+message's result row and the topic's last applied position are written in one SQLite
+transaction, and anything at or before that position is skipped, so redeliveries (a
 reader reconnecting after the broker was killed, a restart of this stage) never apply a
 message twice.
 """
@@ -12,28 +13,29 @@ import json
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pulsar
 
-RECEIVE_MS = 1_000
+from connectors.effectively_once import EffectivelyOnceConsumer
+from dedup_broker.errors import RetriableError
 
-SCHEMA = """
+log = logging.getLogger(__name__)
+
+RESULTS_TABLE = """
 CREATE TABLE IF NOT EXISTS results (
     event_id   INTEGER NOT NULL,
     user       TEXT    NOT NULL,
     amount     REAL    NOT NULL,
     message_id TEXT    NOT NULL
-);
-CREATE TABLE IF NOT EXISTS applied_position (
-    topic       TEXT PRIMARY KEY,
-    ledger_id   INTEGER NOT NULL,
-    entry_id    INTEGER NOT NULL,
-    batch_index INTEGER NOT NULL
-);
+)
 """
+PROGRESS_STEPS = 5
+IDLE_SECONDS = 1.0
 
 
 @dataclass
@@ -41,6 +43,15 @@ class ConsumeStats:
     applied: int = 0
     skipped: int = 0
     """Messages at or before the stored position: delivered again, not applied again."""
+
+
+def _apply(cursor: Any, message: pulsar.Message) -> None:
+    """The application's part: one result row per event, in the consumer's transaction."""
+    event = json.loads(message.data())
+    cursor.execute(
+        "INSERT INTO results VALUES (?, ?, ?, ?)",
+        (event["id"], event["user"], event["amount"], str(message.message_id())),
+    )
 
 
 def consume_into_results(
@@ -52,47 +63,30 @@ def consume_into_results(
     progress: Callable[[int], None] | None = None,
 ) -> ConsumeStats:
     """Read ``topic`` and apply every message once, until ``expected`` rows or ``stop``."""
-    stats = ConsumeStats()
-    db = sqlite3.connect(database)
-    db.executescript(SCHEMA)
-    row = db.execute(
-        "SELECT ledger_id, entry_id, batch_index FROM applied_position WHERE topic = ?",
-        (topic,),
-    ).fetchone()
-    last: tuple[int, int, int] = tuple(row) if row else (-1, -1, -1)
-    stats.applied = db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
     client = pulsar.Client(service_url, operation_timeout_seconds=60, logger=quiet_client_logger())
+    consumer = EffectivelyOnceConsumer(client, topic, _apply, store=database, name="demo-results")
     try:
-        reader = client.create_reader(topic, pulsar.MessageId.earliest)
-        while stats.applied < expected and not stop.is_set():
+        with consumer.store.transaction() as cursor:
+            cursor.execute(RESULTS_TABLE)
+            cursor.execute("SELECT COUNT(*) FROM results")
+            applied = int(cursor.fetchone()[0])
+        step = max(1, expected // PROGRESS_STEPS)
+        while applied < expected and not stop.is_set():
+            before = consumer.stats.applied
             try:
-                message = reader.read_next(RECEIVE_MS)
-            except pulsar.Timeout:
-                continue
-            mid = message.message_id()
-            position = (mid.ledger_id(), mid.entry_id(), mid.batch_index())
-            if position <= last:
-                stats.skipped += 1
-                continue
-            event = json.loads(message.data())
-            with db:  # one transaction: the result and the position, or neither
-                db.execute(
-                    "INSERT INTO results VALUES (?, ?, ?, ?)",
-                    (event["id"], event["user"], event["amount"], str(mid)),
+                consumer.run(
+                    stop=stop, max_messages=min(step, expected - applied), idle_timeout=IDLE_SECONDS
                 )
-                db.execute(
-                    "INSERT OR REPLACE INTO applied_position VALUES (?, ?, ?, ?)",
-                    (topic, *position),
-                )
-            last = position
-            stats.applied += 1
-            if progress is not None:
-                progress(stats.applied)
-        reader.close()
+            except RetriableError as exc:  # the broker is being restarted: read again
+                log.info("consumer: %s; resuming from the stored position", exc)
+                time.sleep(IDLE_SECONDS)
+            applied += consumer.stats.applied - before
+            if progress is not None and consumer.stats.applied > before:
+                progress(applied)
+        return ConsumeStats(applied=applied, skipped=consumer.stats.skipped)
     finally:
+        consumer.close()
         client.close()
-        db.close()
-    return stats
 
 
 def quiet_client_logger() -> logging.Logger:
