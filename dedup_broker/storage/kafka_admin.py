@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 SEALED_MAX_MESSAGE_BYTES = "0"
 """``max.message.bytes`` of a sealed ledger topic: Kafka rejects every further write."""
+LIST_OFFSETS_ATTEMPTS = 6
+"""Offset queries tried this often (about 3 s of back-off in all) before they fail."""
 
 
 def _error_code(exc: BaseException) -> int | None:
@@ -92,7 +94,7 @@ class KafkaAdmin:
     async def _list_offsets(self, request: dict[TopicPartition, Any], what: str) -> dict[str, int]:
         """Offsets per topic for ``request`` (partition -> OffsetSpec)."""
         topics = sorted({tp.topic for tp in request})
-        for attempt in (1, 2):
+        for attempt in range(1, LIST_OFFSETS_ATTEMPTS + 1):
             futures = self._client.list_offsets(request, request_timeout=self._timeout_s)
             try:
                 return {
@@ -100,12 +102,14 @@ class KafkaAdmin:
                     for tp, future in futures.items()
                 }
             except KafkaException as exc:
-                if attempt == 2:
+                if attempt == LIST_OFFSETS_ATTEMPTS:
                     raise storage_error(what, exc) from exc
                 # The client sends these from cached metadata (leader, leader epoch) and
-                # does not refresh it when they fail, e.g. after a broker restart.
+                # does not refresh it when they fail, e.g. after a broker restart; a topic
+                # created a moment ago may have no leader in that metadata yet.
                 log.debug("%s failed (%s); refreshing metadata of %s", what, exc, topics)
                 await asyncio.to_thread(self._refresh_metadata, topics)
+                await asyncio.sleep(0.05 * 2**attempt)
         raise AssertionError("unreachable")
 
     def _refresh_metadata(self, topics: list[str]) -> None:
