@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import subprocess
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -90,12 +89,7 @@ class NativeKafka(NativeServer):
         detached: bool = False,
         extra_properties: Mapping[str, str] | None = None,
     ) -> None:
-        self._owns_dir = data_dir is None
-        self.data_dir = (
-            Path(tempfile.mkdtemp(prefix="dedup-broker-kafka-"))
-            if data_dir is None
-            else Path(data_dir).resolve()
-        )
+        self._init_native("kafka", data_dir, startup_timeout, stop_timeout, detached)
         if port is None or controller_port is None:
             picked = process.free_ports(2)
             port = picked[0] if port is None else port
@@ -106,11 +100,7 @@ class NativeKafka(NativeServer):
         self.controller_port = controller_port
         self.version = version
         self.heap = heap
-        self.startup_timeout = startup_timeout
-        self.stop_timeout = stop_timeout
-        self.detached = detached
         self.extra_properties = dict(extra_properties or {})
-        self._popen: subprocess.Popen[bytes] | None = None
 
     # --- addresses and files --------------------------------------------------------
     @property
@@ -224,21 +214,11 @@ class NativeKafka(NativeServer):
         return result.stdout.decode()
 
     def _wait_ready(self) -> None:
-        assert self._popen is not None
-        popen = self._popen
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if popen.poll() is not None:
-                raise DevServerError(
-                    f"Kafka exited with code {popen.returncode} while starting "
-                    f"(log {self.log_path}):\n{process.tail(self.log_path)}"
-                )
-            if process.port_accepts(self.port) and _metadata_ready(self.bootstrap_servers):
-                return
-            time.sleep(0.25)
-        raise DevServerError(
-            f"Kafka at {self.bootstrap_servers} not ready within {self.startup_timeout:.0f} s "
-            f"(log {self.log_path}):\n{process.tail(self.log_path)}"
+        self._wait_until(
+            lambda: process.port_accepts(self.port) and _metadata_ready(self.bootstrap_servers),
+            "Kafka",
+            self.bootstrap_servers,
+            poll_seconds=0.25,
         )
 
 

@@ -17,8 +17,6 @@ import shutil
 import signal
 import stat
 import subprocess
-import tempfile
-import time
 from pathlib import Path
 
 from dedup_broker.devservers import process
@@ -108,18 +106,9 @@ class NativePostgres(NativeServer):
         stop_timeout: float = 20.0,
         detached: bool = False,
     ) -> None:
-        self._owns_dir = data_dir is None
-        self.data_dir = (
-            Path(tempfile.mkdtemp(prefix="dedup-broker-postgres-"))
-            if data_dir is None
-            else Path(data_dir).resolve()
-        )
+        self._init_native("postgres", data_dir, startup_timeout, stop_timeout, detached)
         self.port = process.free_ports(1)[0] if port is None else port
         self.fsync = fsync
-        self.startup_timeout = startup_timeout
-        self.stop_timeout = stop_timeout
-        self.detached = detached
-        self._popen: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -219,21 +208,8 @@ class NativePostgres(NativeServer):
             _give_to(self.log_path, user)
 
     def _wait_ready(self) -> None:
-        assert self._popen is not None
-        popen = self._popen
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if popen.poll() is not None:
-                raise DevServerError(
-                    f"postgres exited with code {popen.returncode} while starting:\n"
-                    f"{process.tail(self.log_path)}"
-                )
-            if process.port_accepts(self.port) and ping(self.url):
-                return
-            time.sleep(0.2)
-        raise DevServerError(
-            f"PostgreSQL at {self.url} not ready within {self.startup_timeout:.0f} s:\n"
-            f"{process.tail(self.log_path)}"
+        self._wait_until(
+            lambda: process.port_accepts(self.port) and ping(self.url), "postgres", self.url
         )
 
     def __repr__(self) -> str:

@@ -11,8 +11,6 @@ import logging
 import os
 import shutil
 import subprocess
-import tempfile
-import time
 from pathlib import Path
 
 from dedup_broker.devservers import process
@@ -63,18 +61,9 @@ class NativeRedis(NativeServer):
         stop_timeout: float = 10.0,
         detached: bool = False,
     ) -> None:
-        self._owns_dir = data_dir is None
-        self.data_dir = (
-            Path(tempfile.mkdtemp(prefix="dedup-broker-redis-"))
-            if data_dir is None
-            else Path(data_dir).resolve()
-        )
+        self._init_native("redis", data_dir, startup_timeout, stop_timeout, detached)
         self.port = process.free_ports(1)[0] if port is None else port
         self.persistent = persistent
-        self.startup_timeout = startup_timeout
-        self.stop_timeout = stop_timeout
-        self.detached = detached
-        self._popen: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -132,21 +121,11 @@ class NativeRedis(NativeServer):
         return f"NativeRedis({self.url}, {self.data_dir}, {state})"
 
     def _wait_ready(self) -> None:
-        assert self._popen is not None
-        popen = self._popen
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if popen.poll() is not None:
-                raise DevServerError(
-                    f"redis-server exited with code {popen.returncode} while starting:\n"
-                    f"{process.tail(self.log_path)}"
-                )
-            if process.port_accepts(self.port) and ping(self.url):
-                return
-            time.sleep(0.1)
-        raise DevServerError(
-            f"Redis at {self.url} not ready within {self.startup_timeout:.0f} s:\n"
-            f"{process.tail(self.log_path)}"
+        self._wait_until(
+            lambda: process.port_accepts(self.port) and ping(self.url),
+            "redis-server",
+            self.url,
+            poll_seconds=0.1,
         )
 
 
