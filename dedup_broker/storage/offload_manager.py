@@ -35,6 +35,7 @@ from dedup_broker.errors import (
     StorageError,
 )
 from dedup_broker.storage import formats
+from dedup_broker.storage.coalesced import CoalescedJob
 from dedup_broker.storage.deletion import LedgerToDelete
 from dedup_broker.storage.position import LedgerInfo, OffloadInfo, Position
 from dedup_broker.storage.trimmer import pending_deletion
@@ -87,8 +88,7 @@ class LedgerOffloads:
         """Set by the owner: the ``offloadThreshold`` in bytes (negative: off)."""
         self.status = NOT_RUN
         self.last_error = ""
-        self._task: asyncio.Task[None] | None = None
-        self._again = False
+        self._job = CoalescedJob(self.check, f"{ledger.name}: offload housekeeping")
         self._timer: asyncio.TimerHandle | None = None
         self._requested: asyncio.Task[None] | None = None
 
@@ -107,38 +107,20 @@ class LedgerOffloads:
         """Run :meth:`check` in the background (coalescing requests)."""
         if self._offloader is None:
             return
-        if self._task is not None:
-            self._again = True
-            return
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def _run(self) -> None:
-        try:
-            while True:
-                self._again = False
-                try:
-                    await self.check()
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    log.warning("%s: offload housekeeping failed: %s", self._ledger.name, exc)
-                if not self._again:
-                    break
-        finally:
-            self._task = None
+        self._job.request()
 
     async def cancel(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        for task in (self._task, self._requested):
-            if task is not None:
-                task.cancel()
-                try:
-                    await task
-                except BaseException as exc:
-                    log.debug("%s: offload ended at close: %r", self._ledger.name, exc)
-        self._task = self._requested = None
+        await self._job.cancel()
+        task, self._requested = self._requested, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except BaseException as exc:
+                log.debug("%s: offload ended at close: %r", self._ledger.name, exc)
 
     def _arm_timer(self) -> None:
         """Wake up when the next Kafka copy's deletion lag has passed."""

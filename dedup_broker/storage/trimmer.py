@@ -16,6 +16,7 @@ import logging
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
+from dedup_broker.storage.coalesced import CoalescedJob
 from dedup_broker.storage.deletion import (
     LedgerToDelete,
     Retention,
@@ -54,39 +55,14 @@ class LedgerTrimmer:
         self._ctx = ctx
         self.lock = asyncio.Lock()
         """Held by trims and offloads alike: a ledger is never offloaded while trimmed."""
-        self._task: asyncio.Task[None] | None = None
-        self._again = False
+        self._job = CoalescedJob(self.trim, f"{ledger.name}: trimming")
 
     def trim_soon(self) -> None:
         """Run a trim in the background (coalescing requests)."""
-        if self._task is not None:
-            self._again = True
-            return
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def _run(self) -> None:
-        try:
-            while True:
-                self._again = False
-                try:
-                    await self.trim()
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    log.warning("%s: trimming failed: %s", self._ledger.name, exc)
-                if not self._again:
-                    break
-        finally:
-            self._task = None
+        self._job.request()
 
     async def cancel(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except BaseException as exc:
-                log.debug("%s: trim ended at close: %r", self._ledger.name, exc)
+        await self._job.cancel()
 
     async def trim(self, retention: Retention | None = None) -> list[int]:
         """Delete the consumed ledgers retention lets go; returns their ids."""
