@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
-from dedup_broker.devservers.distribution import MARKER, cache_root
+from dedup_broker.devservers.distribution import MARKER, cache_root, copy_maven_dependencies
 from dedup_broker.errors import DevServerError
 
 VERSION_ENV = "DEDUP_BROKER_SPARK_KAFKA_VERSION"
-RESOLVE_TIMEOUT_SECONDS = 900.0
 NEEDED = (
     "spark-sql-kafka-0-10",
     "spark-token-provider-kafka-0-10",
@@ -84,39 +81,14 @@ def _ensure(version: str, scala: str) -> list[Path]:
 
 
 def _resolve(home: Path, version: str, scala: str) -> None:
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise DevServerError("Maven is needed to fetch spark-sql-kafka (apt-get install maven)")
-    shutil.rmtree(home / "libs", ignore_errors=True)
     (home / "pom.xml").write_text(_POM.format(scala=scala, version=version))
     (home / "settings.xml").write_text(_SETTINGS)
-    argv = [
-        mvn,
-        "-q",
-        "-B",
-        "-s",
-        str(home / "settings.xml"),
-        "-f",
-        str(home / "pom.xml"),
-        "dependency:copy-dependencies",
-        f"-DoutputDirectory={home / 'libs'}",
-        "-DincludeScope=runtime",
-    ]
-    with (home / "mvn.log").open("wb") as log:
-        try:
-            result = subprocess.run(
-                argv,
-                cwd=home,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                timeout=RESOLVE_TIMEOUT_SECONDS,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise DevServerError(f"Maven did not finish (log: {home / 'mvn.log'})") from None
-    names = {jar.name for jar in (home / "libs").glob("*.jar")}
-    if result.returncode != 0 or not all(any(n.startswith(p) for n in names) for p in NEEDED):
-        tail = (home / "mvn.log").read_text(errors="replace").strip().splitlines()[-5:]
-        raise DevServerError(f"Maven failed (exit {result.returncode}): " + " ".join(tail))
+    names = copy_maven_dependencies(
+        home,
+        home / "pom.xml",
+        f"spark-sql-kafka {version}",
+        ("-s", str(home / "settings.xml")),
+    )
+    if not all(any(n.startswith(p) for n in names) for p in NEEDED):
+        raise DevServerError(f"Maven resolved only {names} (log: {home / 'mvn.log'})")
     (home / MARKER).write_text("\n".join(sorted(names)) + "\n")

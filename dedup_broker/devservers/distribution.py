@@ -77,32 +77,33 @@ def find_java() -> str:
     return found
 
 
-def _resolve(home: Path, version: str) -> None:
+def copy_maven_dependencies(
+    home: Path, pom: Path, what: str, extra_args: tuple[str, ...] = (), alternative: str = ""
+) -> list[str]:
+    """Runs ``mvn dependency:copy-dependencies`` for ``pom`` into ``home/libs``.
+
+    Returns the jar names; fails with the tail of Maven's log (``home/mvn.log``).
+    """
     mvn = shutil.which("mvn")
     if mvn is None:
         raise DevServerError(
-            f"Kafka {version} is not in the cache at {home} and Maven is missing to fetch "
-            "it (Debian: apt-get install -y maven); or point KAFKA_BOOTSTRAP_SERVERS at a "
-            "running Kafka"
+            f"{what} is not in the cache at {home} and Maven is missing to fetch it "
+            f"(Debian: apt-get install -y maven){alternative}"
         )
-    (home / MARKER).unlink(missing_ok=True)
     shutil.rmtree(home / "libs", ignore_errors=True)
-    home.mkdir(parents=True, exist_ok=True)
-    pom = home / "pom.xml"
-    pom.write_bytes(resources.files(__package__).joinpath("kafka-pom.xml").read_bytes())
     log_path = home / "mvn.log"
     argv = [
         mvn,
         "-q",
         "-B",
+        *extra_args,
         "-f",
         str(pom),
         "dependency:copy-dependencies",
         f"-DoutputDirectory={home / 'libs'}",
         "-DincludeScope=runtime",
-        f"-Dkafka.version={version}",
     ]
-    _log.info("resolving Apache Kafka %s with Maven into %s", version, home)
+    _log.info("resolving %s with Maven into %s", what, home)
     with log_path.open("wb") as log:
         try:
             result = subprocess.run(
@@ -116,16 +117,32 @@ def _resolve(home: Path, version: str) -> None:
             )
         except subprocess.TimeoutExpired:
             raise DevServerError(
-                f"Maven did not resolve Kafka {version} within {RESOLVE_TIMEOUT_SECONDS:.0f} s"
+                f"Maven did not resolve {what} within {RESOLVE_TIMEOUT_SECONDS:.0f} s"
                 f" (log: {log_path})"
             ) from None
-    if result.returncode != 0 or not any((home / "libs").glob("kafka_2.13-*.jar")):
+    if result.returncode != 0:
         output = log_path.read_text(errors="replace").strip().splitlines()[-30:]
         raise DevServerError(
-            f"Maven failed to resolve Kafka {version} (exit {result.returncode}):\n"
-            + "\n".join(output)
+            f"Maven failed to resolve {what} (exit {result.returncode}):\n" + "\n".join(output)
         )
-    jars = sorted(path.name for path in (home / "libs").glob("*.jar"))
+    return sorted(path.name for path in (home / "libs").glob("*.jar"))
+
+
+def _resolve(home: Path, version: str) -> None:
+    (home / MARKER).unlink(missing_ok=True)
+    home.mkdir(parents=True, exist_ok=True)
+    pom = home / "pom.xml"
+    pom.write_bytes(resources.files(__package__).joinpath("kafka-pom.xml").read_bytes())
+    what = f"Apache Kafka {version}"
+    jars = copy_maven_dependencies(
+        home,
+        pom,
+        what,
+        (f"-Dkafka.version={version}",),
+        "; or point KAFKA_BOOTSTRAP_SERVERS at a running Kafka",
+    )
+    if not any(name.startswith("kafka_2.13-") for name in jars):
+        raise DevServerError(f"Maven resolved no Kafka jar for {what} (log: {home / 'mvn.log'})")
     (home / MARKER).write_text(f"kafka {version}\n" + "\n".join(jars) + "\n")
     _log.info("Kafka %s resolved: %d jars", version, len(jars))
 
