@@ -11,10 +11,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from dedup_broker.admin.http import HttpError, Request, Response, Router, json_response, no_content
+from dedup_broker.admin.http import HttpError, Request, Response, json_response, no_content
+from dedup_broker.admin.paths import NAMESPACES, TOPIC, Route, namespace_of, topic_of
 from dedup_broker.errors import TopicNotFoundError
 from dedup_broker.server.retention import (
     RETENTION,
@@ -23,25 +23,18 @@ from dedup_broker.server.retention import (
     retention_json,
     topic_retention,
 )
-from dedup_broker.server.topic_name import TopicName
 from system_topics.lag import group_lag
 from system_topics.topics import DeletionTopics
 
 if TYPE_CHECKING:
     from dedup_broker.server.broker import BrokerService
 
-Handler = Callable[[Request], Awaitable[Response]]
-
-NAMESPACES = "/admin/v2/namespaces/{tenant}/{namespace}"
-TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
 DELETION = "/admin/v2/ledger-deletion"
 
 
-def register_deletion_routes(
-    router: Router, broker: BrokerService, wrap: Callable[[Handler], Handler]
-) -> None:
+def deletion_routes(broker: BrokerService) -> list[Route]:
     api = _DeletionApi(broker)
-    routes: list[tuple[str, str, Handler]] = [
+    return [
         ("GET", NAMESPACES + "/retention", api.get_retention),
         ("POST", NAMESPACES + "/retention", api.set_retention),
         ("DELETE", NAMESPACES + "/retention", api.remove_retention),
@@ -49,12 +42,6 @@ def register_deletion_routes(
         ("GET", DELETION + "/ledgers/{ledgerId}", api.ledger_status),
         ("GET", DELETION + "/stats", api.stats),
     ]
-    for method, pattern, handler in routes:
-        router.add(method, pattern, wrap(handler))
-
-
-def _namespace(request: Request) -> str:
-    return f"{request.params['tenant']}/{request.params['namespace']}"
 
 
 class _DeletionApi:
@@ -67,14 +54,14 @@ class _DeletionApi:
                 topic.managed_ledger.trimmer.trim_soon()
 
     async def get_retention(self, request: Request) -> Response:
-        return json_response(self.broker.policies.namespace_value(_namespace(request), RETENTION))
+        return json_response(self.broker.policies.namespace_value(namespace_of(request), RETENTION))
 
     async def set_retention(self, request: Request) -> Response:
         try:
             retention = parse_retention(request.json())
         except InvalidRetentionError as exc:
             raise HttpError(412, str(exc)) from None
-        namespace = _namespace(request)
+        namespace = namespace_of(request)
         await self.broker.policies.set_namespace_value(
             namespace, RETENTION, retention_json(retention)
         )
@@ -82,14 +69,13 @@ class _DeletionApi:
         return no_content()
 
     async def remove_retention(self, request: Request) -> Response:
-        namespace = _namespace(request)
+        namespace = namespace_of(request)
         await self.broker.policies.set_namespace_value(namespace, RETENTION, None)
         self._trim_namespace(namespace)
         return no_content()
 
     async def trim_topic(self, request: Request) -> Response:
-        p = request.params
-        name = TopicName.parse(f"persistent://{p['tenant']}/{p['namespace']}/{p['topic']}")
+        name = topic_of(request)
         if not self.broker.topic_exists(name):
             raise TopicNotFoundError(f"topic {name} does not exist")
         topic = await self.broker.get_topic(name)

@@ -9,41 +9,37 @@ such as ``{"enabled": true, "keySource": "content", "window": "5m", "scope": "to
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from dedup_broker.admin.http import HttpError, Request, Response, Router, json_response, no_content
+from dedup_broker.admin.http import Handler, HttpError, Request, Response, json_response, no_content
+from dedup_broker.admin.paths import NAMESPACES, TOPIC, Route, namespace_of, topic_of
 from dedup_broker.dedup.key_window import InvalidKeyDedupPolicyError, KeyDedupPolicy
 from dedup_broker.errors import BrokerError, InvalidTopicNameError
 from dedup_broker.server.key_dedup_service import POLICY
-from dedup_broker.server.topic_name import TopicName
 
 if TYPE_CHECKING:
     from dedup_broker.server.broker import BrokerService
 
-TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}/keyDeduplication"
-NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}/keyDeduplication"
+TOPIC_POLICY = TOPIC + "/keyDeduplication"
+NAMESPACE_POLICY = NAMESPACES + "/keyDeduplication"
 BROKER_STATS = "/admin/v2/broker-stats/keyDeduplication"
 
-Handler = Callable[[Request], Awaitable[Response]]
 
-
-def add_key_dedup_routes(router: Router, broker: BrokerService) -> None:
+def key_dedup_routes(broker: BrokerService) -> list[Route]:
+    """Registered with ``key_dedup_errors``: a malformed policy is a 400."""
     api = _KeyDedupApi(broker)
-    routes: list[tuple[str, str, Handler]] = [
-        ("GET", NAMESPACE, api.get_namespace),
-        ("POST", NAMESPACE, api.set_namespace),
-        ("DELETE", NAMESPACE, api.remove_namespace),
-        ("GET", TOPIC, api.get_topic),
-        ("POST", TOPIC, api.set_topic),
-        ("DELETE", TOPIC, api.remove_topic),
+    return [
+        ("GET", NAMESPACE_POLICY, api.get_namespace),
+        ("POST", NAMESPACE_POLICY, api.set_namespace),
+        ("DELETE", NAMESPACE_POLICY, api.remove_namespace),
+        ("GET", TOPIC_POLICY, api.get_topic),
+        ("POST", TOPIC_POLICY, api.set_topic),
+        ("DELETE", TOPIC_POLICY, api.remove_topic),
         ("GET", BROKER_STATS, api.broker_stats),
     ]
-    for method, pattern, handler in routes:
-        router.add(method, pattern, _errors(handler))
 
 
-def _errors(handler: Handler) -> Handler:
+def key_dedup_errors(handler: Handler) -> Handler:
     async def wrapped(request: Request) -> Response:
         try:
             return await handler(request)
@@ -55,15 +51,6 @@ def _errors(handler: Handler) -> Handler:
             raise HttpError(503 if exc.retriable else 412, str(exc)) from None
 
     return wrapped
-
-
-def _namespace(request: Request) -> str:
-    return f"{request.params['tenant']}/{request.params['namespace']}"
-
-
-def _topic(request: Request) -> TopicName:
-    p = request.params
-    return TopicName.parse(f"persistent://{p['tenant']}/{p['namespace']}/{p['topic']}")
 
 
 def _applied(request: Request) -> bool:
@@ -81,7 +68,7 @@ class _KeyDedupApi:
         return body
 
     async def get_namespace(self, request: Request) -> Response:
-        namespace = _namespace(request)
+        namespace = namespace_of(request)
         value = self.broker.policies.namespace_value(namespace, POLICY)
         if _applied(request):
             defaults = self.broker.key_dedup.defaults
@@ -91,29 +78,29 @@ class _KeyDedupApi:
 
     async def set_namespace(self, request: Request) -> Response:
         await self.broker.policies.set_namespace_value(
-            _namespace(request), POLICY, self._body(request)
+            namespace_of(request), POLICY, self._body(request)
         )
         await self.broker.key_dedup.apply_policies()
         return no_content()
 
     async def remove_namespace(self, request: Request) -> Response:
-        await self.broker.policies.set_namespace_value(_namespace(request), POLICY, None)
+        await self.broker.policies.set_namespace_value(namespace_of(request), POLICY, None)
         await self.broker.key_dedup.apply_policies()
         return no_content()
 
     async def get_topic(self, request: Request) -> Response:
-        name = _topic(request)
+        name = topic_of(request)
         if _applied(request):
             return json_response(self.broker.key_dedup.policy_for(name).to_json())
         return json_response(self.broker.policies.topic_value(name, POLICY))
 
     async def set_topic(self, request: Request) -> Response:
-        await self.broker.policies.set_topic_value(_topic(request), POLICY, self._body(request))
+        await self.broker.policies.set_topic_value(topic_of(request), POLICY, self._body(request))
         await self.broker.key_dedup.apply_policies()
         return no_content()
 
     async def remove_topic(self, request: Request) -> Response:
-        await self.broker.policies.set_topic_value(_topic(request), POLICY, None)
+        await self.broker.policies.set_topic_value(topic_of(request), POLICY, None)
         await self.broker.key_dedup.apply_policies()
         return no_content()
 

@@ -11,30 +11,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from dedup_broker.admin.http import HttpError, Request, Response, Router, json_response, no_content
+from dedup_broker.admin.http import HttpError, Request, Response, json_response, no_content
+from dedup_broker.admin.paths import NAMESPACES, TOPIC, Route, namespace_of, topic_of
 from dedup_broker.errors import OffloadInProgressError, TopicNotFoundError
 from dedup_broker.server.offload_policy import OFFLOAD_THRESHOLD
-from dedup_broker.server.topic_name import TopicName
 from dedup_broker.storage.position import Position
 
 if TYPE_CHECKING:
     from dedup_broker.server.broker import BrokerService
     from dedup_broker.server.topic import Topic
 
-Handler = Callable[[Request], Awaitable[Response]]
 
-NAMESPACES = "/admin/v2/namespaces/{tenant}/{namespace}"
-TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
-
-
-def register_offload_routes(
-    router: Router, broker: BrokerService, wrap: Callable[[Handler], Handler]
-) -> None:
+def offload_routes(broker: BrokerService) -> list[Route]:
     api = _OffloadApi(broker)
-    routes: list[tuple[str, str, Handler]] = [
+    return [
         ("PUT", TOPIC + "/offload", api.trigger),
         ("GET", TOPIC + "/offload", api.status),
         ("PUT", NAMESPACES + "/offloadThreshold", api.set_threshold),
@@ -42,8 +34,6 @@ def register_offload_routes(
         ("GET", NAMESPACES + "/offloadThreshold", api.get_threshold),
         ("DELETE", NAMESPACES + "/offloadThreshold", api.remove_threshold),
     ]
-    for method, pattern, handler in routes:
-        router.add(method, pattern, wrap(handler))
 
 
 def _message_id(body: Any) -> Position:
@@ -57,17 +47,12 @@ def _message_id(body: Any) -> Position:
         ) from None
 
 
-def _namespace(request: Request) -> str:
-    return f"{request.params['tenant']}/{request.params['namespace']}"
-
-
 class _OffloadApi:
     def __init__(self, broker: BrokerService) -> None:
         self.broker = broker
 
     async def _topic(self, request: Request) -> Topic:
-        p = request.params
-        name = TopicName.parse(f"persistent://{p['tenant']}/{p['namespace']}/{p['topic']}")
+        name = topic_of(request)
         if not self.broker.topic_exists(name):
             raise TopicNotFoundError(f"topic {name} does not exist")
         return await self.broker.get_topic(name)
@@ -97,7 +82,7 @@ class _OffloadApi:
         )
 
     async def get_threshold(self, request: Request) -> Response:
-        value = self.broker.policies.namespace_value(_namespace(request), OFFLOAD_THRESHOLD)
+        value = self.broker.policies.namespace_value(namespace_of(request), OFFLOAD_THRESHOLD)
         if value is None:
             value = self.broker.config.managed_ledger_offload_auto_trigger_size_threshold_bytes
         return json_response(value)
@@ -108,11 +93,11 @@ class _OffloadApi:
             threshold = int(text)
         except ValueError:
             raise HttpError(400, f"expected a number of bytes as the body, got {text!r}") from None
-        await self._apply(_namespace(request), threshold)
+        await self._apply(namespace_of(request), threshold)
         return no_content()
 
     async def remove_threshold(self, request: Request) -> Response:
-        await self._apply(_namespace(request), None)
+        await self._apply(namespace_of(request), None)
         return no_content()
 
     async def _apply(self, namespace: str, threshold: int | None) -> None:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from dedup_broker.admin.deletion_routes import register_deletion_routes
+from dedup_broker.admin.deletion_routes import deletion_routes
 from dedup_broker.admin.http import (
+    Handler,
     HttpError,
     Request,
     Response,
@@ -15,8 +15,9 @@ from dedup_broker.admin.http import (
     no_content,
     text_response,
 )
-from dedup_broker.admin.key_dedup_routes import add_key_dedup_routes
-from dedup_broker.admin.offload_routes import register_offload_routes
+from dedup_broker.admin.key_dedup_routes import key_dedup_errors, key_dedup_routes
+from dedup_broker.admin.offload_routes import offload_routes
+from dedup_broker.admin.paths import NAMESPACES, TOPIC, Route, namespace_of, register, topic_of
 from dedup_broker.errors import BrokerError, InvalidTopicNameError, TopicNotFoundError
 from dedup_broker.server.policies import DEDUP
 from dedup_broker.server.policies import DEDUP_SNAPSHOT_INTERVAL as SNAPSHOT_POLICY
@@ -26,18 +27,14 @@ if TYPE_CHECKING:
     from dedup_broker.server.broker import BrokerService
     from dedup_broker.server.topic import Topic
 
-TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
 NAMESPACE = "/admin/v2/persistent/{tenant}/{namespace}"
-NAMESPACES = "/admin/v2/namespaces/{tenant}/{namespace}"
 SNAPSHOT_INTERVAL = "/deduplicationSnapshotInterval"
-
-Handler = Callable[[Request], Awaitable[Response]]
 
 
 def build_router(broker: BrokerService) -> Router:
     api = AdminApi(broker)
     router = Router()
-    routes: list[tuple[str, str, Handler]] = [
+    routes: list[Route] = [
         ("GET", "/metrics", api.metrics),
         ("GET", "/admin/v2/brokers/health", api.health),
         ("GET", NAMESPACE, api.list_topics),
@@ -66,11 +63,9 @@ def build_router(broker: BrokerService) -> Router:
         ("POST", TOPIC + SNAPSHOT_INTERVAL, api.set_topic_snapshot_interval),
         ("DELETE", TOPIC + SNAPSHOT_INTERVAL, api.remove_topic_snapshot_interval),
     ]
-    for method, pattern, handler in routes:
-        router.add(method, pattern, _translating_errors(handler))
-    add_key_dedup_routes(router, broker)
-    register_deletion_routes(router, broker, _translating_errors)
-    register_offload_routes(router, broker, _translating_errors)
+    routes += deletion_routes(broker) + offload_routes(broker)
+    register(router, routes, _translating_errors)
+    register(router, key_dedup_routes(broker), key_dedup_errors)
     return router
 
 
@@ -98,11 +93,6 @@ class _NotFoundError(BrokerError):
     pass
 
 
-def _topic(request: Request) -> TopicName:
-    p = request.params
-    return TopicName.parse(f"persistent://{p['tenant']}/{p['namespace']}/{p['topic']}")
-
-
 def _flag(request: Request, name: str) -> bool:
     return request.query.get(name, ["false"])[-1].lower() in ("true", "1", "yes")
 
@@ -112,10 +102,6 @@ def _bool_body(request: Request) -> bool:
     if text not in ("true", "false"):
         raise HttpError(400, f"expected true or false as the body, got {text!r}")
     return text == "true"
-
-
-def _namespace(request: Request) -> str:
-    return f"{request.params['tenant']}/{request.params['namespace']}"
 
 
 def _int_body(request: Request, what: str = "a number of partitions") -> int:
@@ -152,29 +138,29 @@ class AdminApi:
         return json_response(self.broker.list_partitioned_topics(namespace))
 
     async def create_topic(self, request: Request) -> Response:
-        name = _topic(request)
+        name = topic_of(request)
         if self.broker.topic_exists(name) or self.broker.partitions_of(name):
             raise HttpError(409, f"topic {name} already exists")
         await self.broker.get_topic(name)
         return no_content()
 
     async def delete_topic(self, request: Request) -> Response:
-        await self.broker.delete_topic(_topic(request), force=_flag(request, "force"))
+        await self.broker.delete_topic(topic_of(request), force=_flag(request, "force"))
         return no_content()
 
     async def create_partitioned_topic(self, request: Request) -> Response:
-        await self.broker.create_partitioned_topic(_topic(request), _int_body(request))
+        await self.broker.create_partitioned_topic(topic_of(request), _int_body(request))
         return no_content()
 
     async def update_partitioned_topic(self, request: Request) -> Response:
-        await self.broker.update_partitions(_topic(request), _int_body(request))
+        await self.broker.update_partitions(topic_of(request), _int_body(request))
         return no_content()
 
     async def get_partitioned_metadata(self, request: Request) -> Response:
-        return json_response({"partitions": self.broker.partitions_of(_topic(request))})
+        return json_response({"partitions": self.broker.partitions_of(topic_of(request))})
 
     async def delete_partitioned_topic(self, request: Request) -> Response:
-        await self.broker.delete_partitioned_topic(_topic(request), force=_flag(request, "force"))
+        await self.broker.delete_partitioned_topic(topic_of(request), force=_flag(request, "force"))
         return no_content()
 
     async def _loaded(self, name: TopicName) -> Topic:
@@ -183,15 +169,15 @@ class AdminApi:
         return await self.broker.get_topic(name)
 
     async def stats(self, request: Request) -> Response:
-        topic = await self._loaded(_topic(request))
+        topic = await self._loaded(topic_of(request))
         return json_response(topic.stats())
 
     async def internal_stats(self, request: Request) -> Response:
-        topic = await self._loaded(_topic(request))
+        topic = await self._loaded(topic_of(request))
         return json_response(topic.internal_stats())
 
     async def partitioned_stats(self, request: Request) -> Response:
-        name = _topic(request)
+        name = topic_of(request)
         partitions = self.broker.partitions_of(name)
         if not partitions:
             raise _NotFoundError(f"partitioned topic {name} does not exist")
@@ -213,11 +199,11 @@ class AdminApi:
         return json_response(result)
 
     async def list_subscriptions(self, request: Request) -> Response:
-        topic = await self._loaded(_topic(request))
+        topic = await self._loaded(topic_of(request))
         return json_response(sorted(topic.subscriptions))
 
     async def delete_subscription(self, request: Request) -> Response:
-        topic = await self._loaded(_topic(request))
+        topic = await self._loaded(topic_of(request))
         name = request.params["subscription"]
         subscription = topic.subscriptions.get(name)
         if subscription is not None and subscription.consumers and _flag(request, "force"):
@@ -228,61 +214,61 @@ class AdminApi:
 
     # --- deduplication policies (namespace and topic level) ----------------------------
     async def get_namespace_dedup(self, request: Request) -> Response:
-        return json_response(self.broker.policies.namespace_value(_namespace(request), DEDUP))
+        return json_response(self.broker.policies.namespace_value(namespace_of(request), DEDUP))
 
     async def set_namespace_dedup(self, request: Request) -> Response:
         await self.broker.policies.set_namespace_value(
-            _namespace(request), DEDUP, _bool_body(request)
+            namespace_of(request), DEDUP, _bool_body(request)
         )
         await self.broker.apply_policies()
         return no_content()
 
     async def remove_namespace_dedup(self, request: Request) -> Response:
-        await self.broker.policies.set_namespace_value(_namespace(request), DEDUP, None)
+        await self.broker.policies.set_namespace_value(namespace_of(request), DEDUP, None)
         await self.broker.apply_policies()
         return no_content()
 
     async def get_topic_dedup(self, request: Request) -> Response:
-        return json_response(self.broker.policies.topic_value(_topic(request), DEDUP))
+        return json_response(self.broker.policies.topic_value(topic_of(request), DEDUP))
 
     async def set_topic_dedup(self, request: Request) -> Response:
-        await self.broker.policies.set_topic_value(_topic(request), DEDUP, _bool_body(request))
+        await self.broker.policies.set_topic_value(topic_of(request), DEDUP, _bool_body(request))
         await self.broker.apply_policies()
         return no_content()
 
     async def remove_topic_dedup(self, request: Request) -> Response:
-        await self.broker.policies.set_topic_value(_topic(request), DEDUP, None)
+        await self.broker.policies.set_topic_value(topic_of(request), DEDUP, None)
         await self.broker.apply_policies()
         return no_content()
 
     # --- deduplication snapshot interval (namespace and topic level) -------------------
     async def get_namespace_snapshot_interval(self, request: Request) -> Response:
-        namespace = _namespace(request)
+        namespace = namespace_of(request)
         return json_response(self.broker.policies.namespace_value(namespace, SNAPSHOT_POLICY))
 
     async def set_namespace_snapshot_interval(self, request: Request) -> Response:
         seconds = _interval_body(request)
         await self.broker.policies.set_namespace_value(
-            _namespace(request), SNAPSHOT_POLICY, seconds
+            namespace_of(request), SNAPSHOT_POLICY, seconds
         )
         await self.broker.apply_policies()
         return no_content()
 
     async def remove_namespace_snapshot_interval(self, request: Request) -> Response:
-        await self.broker.policies.set_namespace_value(_namespace(request), SNAPSHOT_POLICY, None)
+        await self.broker.policies.set_namespace_value(namespace_of(request), SNAPSHOT_POLICY, None)
         await self.broker.apply_policies()
         return no_content()
 
     async def get_topic_snapshot_interval(self, request: Request) -> Response:
-        return json_response(self.broker.policies.topic_value(_topic(request), SNAPSHOT_POLICY))
+        return json_response(self.broker.policies.topic_value(topic_of(request), SNAPSHOT_POLICY))
 
     async def set_topic_snapshot_interval(self, request: Request) -> Response:
         seconds = _interval_body(request)
-        await self.broker.policies.set_topic_value(_topic(request), SNAPSHOT_POLICY, seconds)
+        await self.broker.policies.set_topic_value(topic_of(request), SNAPSHOT_POLICY, seconds)
         await self.broker.apply_policies()
         return no_content()
 
     async def remove_topic_snapshot_interval(self, request: Request) -> Response:
-        await self.broker.policies.set_topic_value(_topic(request), SNAPSHOT_POLICY, None)
+        await self.broker.policies.set_topic_value(topic_of(request), SNAPSHOT_POLICY, None)
         await self.broker.apply_policies()
         return no_content()
