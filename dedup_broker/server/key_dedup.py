@@ -375,7 +375,10 @@ class TopicKeyDedup:
             scope.unchecked += max(item.metadata.num_messages_in_batch, 1)
             self._append(item, item.entry, item.metadata, [], scope, [])
             return
-        settled = [k for k in p.keys if k is not None and k in futures and futures[k].done()]
+        # A batch may carry one key twice: settle each key once.
+        settled = list(
+            dict.fromkeys(k for k in p.keys if k is not None and k in futures and futures[k].done())
+        )
         if settled:
             await self._settled(scope, policy, settled, states, futures, owned)
         result = verdicts(p.keys, states)
