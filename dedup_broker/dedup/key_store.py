@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,24 +159,17 @@ class KeyStore:
         await self._client.aclose()
 
     async def _call(self, script: Any, keys: Sequence[str], args: Sequence[object]) -> Any:
-        started = time.monotonic()
-        self.round_trips += 1
-        try:
-            result = await script(keys=list(keys), args=list(args))
-        except (RedisError, OSError) as exc:
-            self.errors += 1
-            if self._observe is not None:
-                self._observe(time.monotonic() - started, False)
-            raise KeyStoreUnavailableError(f"Redis at {self.url}: {exc}") from exc
-        if self._observe is not None:
-            self._observe(time.monotonic() - started, True)
-        return result
+        return await self._timed(lambda: script(keys=list(keys), args=list(args)))
 
     async def _plain(self, method: str, *args: object) -> Any:
+        return await self._timed(lambda: getattr(self._client, method)(*args))
+
+    async def _timed(self, call: Callable[[], Awaitable[Any]]) -> Any:
+        """One round trip: counted, timed, and a Redis failure made a store error."""
         started = time.monotonic()
         self.round_trips += 1
         try:
-            result = await getattr(self._client, method)(*args)
+            result = await call()
         except (RedisError, OSError) as exc:
             self.errors += 1
             if self._observe is not None:
