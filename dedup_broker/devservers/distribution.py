@@ -129,22 +129,51 @@ def copy_maven_dependencies(
 
 
 def _resolve(home: Path, version: str) -> None:
-    (home / MARKER).unlink(missing_ok=True)
-    home.mkdir(parents=True, exist_ok=True)
-    pom = home / "pom.xml"
-    pom.write_bytes(resources.files(__package__).joinpath("kafka-pom.xml").read_bytes())
-    what = f"Apache Kafka {version}"
-    jars = copy_maven_dependencies(
+    resolve_into(
         home,
-        pom,
-        what,
+        resources.files(__package__).joinpath("kafka-pom.xml").read_bytes(),
+        f"Apache Kafka {version}",
+        "kafka_2.13-",
         (f"-Dkafka.version={version}",),
         "; or point KAFKA_BOOTSTRAP_SERVERS at a running Kafka",
     )
-    if not any(name.startswith("kafka_2.13-") for name in jars):
-        raise DevServerError(f"Maven resolved no Kafka jar for {what} (log: {home / 'mvn.log'})")
-    (home / MARKER).write_text(f"kafka {version}\n" + "\n".join(jars) + "\n")
-    _log.info("Kafka %s resolved: %d jars", version, len(jars))
+
+
+def ensure_resolved(home: Path, pom: bytes, what: str, expected_jar_prefix: str) -> Path:
+    """``home`` with ``libs/`` holding the runtime jars of ``pom``; resolves once.
+
+    For Java tools next to Kafka (the official Pulsar Java client, its command-line tools):
+    the same cache, lock and completion marker as Kafka's jars.
+    """
+    if (home / MARKER).is_file():
+        return home
+    home.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(home.parent / f"{home.name}.lock"):
+        if not (home / MARKER).is_file():
+            resolve_into(home, pom, what, expected_jar_prefix)
+    return home
+
+
+def resolve_into(
+    home: Path,
+    pom: bytes,
+    what: str,
+    expected_jar_prefix: str,
+    extra_args: tuple[str, ...] = (),
+    alternative: str = "",
+) -> None:
+    """Resolves ``pom``'s runtime jars into ``home/libs`` and writes the marker last."""
+    (home / MARKER).unlink(missing_ok=True)
+    home.mkdir(parents=True, exist_ok=True)
+    pom_path = home / "pom.xml"
+    pom_path.write_bytes(pom)
+    jars = copy_maven_dependencies(home, pom_path, what, extra_args, alternative)
+    if not any(name.startswith(expected_jar_prefix) for name in jars):
+        raise DevServerError(
+            f"Maven resolved no {expected_jar_prefix}* jar for {what} (log: {home / 'mvn.log'})"
+        )
+    (home / MARKER).write_text(f"{what}\n" + "\n".join(jars) + "\n")
+    _log.info("%s resolved: %d jars", what, len(jars))
 
 
 @contextmanager

@@ -241,8 +241,9 @@ def producer_success(
     out.request_id = _u64(request_id)
     out.producer_name = producer_name
     out.last_sequence_id = last_sequence_id
-    if schema_version:
-        out.schema_version = schema_version
+    # Always present, empty without a schema (as Pulsar sends it): the Java client reads
+    # the field unconditionally and fails producer creation when it is absent.
+    out.schema_version = schema_version
     if topic_epoch is not None:
         out.topic_epoch = topic_epoch
     out.producer_ready = producer_ready

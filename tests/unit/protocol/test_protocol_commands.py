@@ -77,7 +77,8 @@ def test_connected_fields() -> None:
 def test_producer_success_fields() -> None:
     out = c.producer_success(4, "p-1").producer_success
     assert (out.request_id, out.producer_name, out.last_sequence_id) == (4, "p-1", -1)
-    assert not out.HasField("schema_version")
+    # Set (empty) even without a schema: the Java client requires the field.
+    assert out.HasField("schema_version") and out.schema_version == b""
     assert not out.HasField("topic_epoch")
     assert out.producer_ready
     out = c.producer_success(4, "p-1", 99, b"\x01", 2, producer_ready=False).producer_success
