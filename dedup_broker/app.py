@@ -9,9 +9,9 @@ import signal
 from dedup_broker.admin.http import HttpServer
 from dedup_broker.admin.routes import build_router
 from dedup_broker.config import BrokerConfig
+from dedup_broker.domain.broker import BrokerService
 from dedup_broker.errors import BrokerError
-from dedup_broker.server.broker import BrokerService
-from dedup_broker.server.retention import RetentionChecker
+from dedup_broker.retention.policy import RetentionChecker
 from dedup_broker.storage.service import StorageService
 from system_topics.mark_phase import TwoPhaseLedgerDeleter, two_phase_deleter
 from system_topics.registry import broker_key, broker_record

@@ -256,7 +256,7 @@ def _validate(config: BrokerConfig) -> None:
 
 
 def _validate_key_dedup(config: BrokerConfig) -> None:
-    from dedup_broker.dedup.key_window import (
+    from dedup_broker.key_dedup.window import (
         InvalidKeyDedupPolicyError,
         KeyDedupPolicy,
     )

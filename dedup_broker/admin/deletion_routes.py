@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from dedup_broker.admin.http import HttpError, Request, Response, json_response, no_content
 from dedup_broker.admin.paths import NAMESPACES, TOPIC, Route, namespace_of, topic_of
 from dedup_broker.errors import TopicNotFoundError
-from dedup_broker.server.retention import (
+from dedup_broker.retention.policy import (
     RETENTION,
     InvalidRetentionError,
     parse_retention,
@@ -27,7 +27,7 @@ from system_topics.lag import group_lag
 from system_topics.topics import DeletionTopics
 
 if TYPE_CHECKING:
-    from dedup_broker.server.broker import BrokerService
+    from dedup_broker.domain.broker import BrokerService
 
 DELETION = "/admin/v2/ledger-deletion"
 

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 
 from dedup_broker.admin.http import Handler, HttpError, Request, Response, json_response, no_content
 from dedup_broker.admin.paths import NAMESPACES, TOPIC, Route, namespace_of, topic_of
-from dedup_broker.dedup.key_window import InvalidKeyDedupPolicyError, KeyDedupPolicy
 from dedup_broker.errors import BrokerError, InvalidTopicNameError
-from dedup_broker.server.key_dedup_service import POLICY
+from dedup_broker.key_dedup.service import POLICY
+from dedup_broker.key_dedup.window import InvalidKeyDedupPolicyError, KeyDedupPolicy
 
 if TYPE_CHECKING:
-    from dedup_broker.server.broker import BrokerService
+    from dedup_broker.domain.broker import BrokerService
 
 TOPIC_POLICY = TOPIC + "/keyDeduplication"
 NAMESPACE_POLICY = NAMESPACES + "/keyDeduplication"

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 from dedup_broker.admin.http import HttpError, Request, Response, json_response, no_content
 from dedup_broker.admin.paths import NAMESPACES, TOPIC, Route, namespace_of, topic_of
 from dedup_broker.errors import OffloadInProgressError, TopicNotFoundError
-from dedup_broker.server.offload_policy import OFFLOAD_THRESHOLD
 from dedup_broker.storage.position import Position
+from dedup_broker.tiered.policy import OFFLOAD_THRESHOLD
 
 if TYPE_CHECKING:
-    from dedup_broker.server.broker import BrokerService
-    from dedup_broker.server.topic import Topic
+    from dedup_broker.domain.broker import BrokerService
+    from dedup_broker.domain.topic import Topic
 
 
 def offload_routes(broker: BrokerService) -> list[Route]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from dedup_broker.admin.http import Handler, Request, Router
-from dedup_broker.server.topic_name import TopicName
+from dedup_broker.domain.names import TopicName
 
 TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
 NAMESPACES = "/admin/v2/namespaces/{tenant}/{namespace}"

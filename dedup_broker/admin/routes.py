@@ -18,14 +18,14 @@ from dedup_broker.admin.http import (
 from dedup_broker.admin.key_dedup_routes import key_dedup_errors, key_dedup_routes
 from dedup_broker.admin.offload_routes import offload_routes
 from dedup_broker.admin.paths import NAMESPACES, TOPIC, Route, namespace_of, register, topic_of
+from dedup_broker.domain.names import TopicName
+from dedup_broker.domain.policies import DEDUP
+from dedup_broker.domain.policies import DEDUP_SNAPSHOT_INTERVAL as SNAPSHOT_POLICY
 from dedup_broker.errors import BrokerError, InvalidTopicNameError, TopicNotFoundError
-from dedup_broker.server.policies import DEDUP
-from dedup_broker.server.policies import DEDUP_SNAPSHOT_INTERVAL as SNAPSHOT_POLICY
-from dedup_broker.server.topic_name import TopicName
 
 if TYPE_CHECKING:
-    from dedup_broker.server.broker import BrokerService
-    from dedup_broker.server.topic import Topic
+    from dedup_broker.domain.broker import BrokerService
+    from dedup_broker.domain.topic import Topic
 
 NAMESPACE = "/admin/v2/persistent/{tenant}/{namespace}"
 SNAPSHOT_INTERVAL = "/deduplicationSnapshotInterval"

@@ -14,8 +14,8 @@ import pulsar
 import pytest
 import redis
 
-from dedup_broker.dedup.key_store import ScopeKeys
 from dedup_broker.devservers import RedisService
+from dedup_broker.key_dedup.store import ScopeKeys
 from dedup_broker.testing.admin_http import http_request
 from dedup_broker.testing.broker_process import BrokerProcess
 from dedup_broker.testing.key_events import (

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.dedup.sequence import DEDUP_CURSOR, MessageDeduplication, Verdict
+from dedup_broker.pip6.state import DEDUP_CURSOR, MessageDeduplication, Verdict
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch import batch_sequence_range
 from dedup_broker.protocol.framing import encode_message, parse_message

@@ -13,8 +13,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.dedup.sequence import MessageDeduplication
 from dedup_broker.errors import CursorNotFoundError, StorageError
+from dedup_broker.pip6.state import MessageDeduplication
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import encode_message
 from dedup_broker.storage import formats

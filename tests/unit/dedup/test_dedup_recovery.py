@@ -7,8 +7,8 @@ import logging
 import pytest
 from dedup_fakes import FakeLedger, async_test, make_dedup, message
 
-from dedup_broker.dedup import sequence
-from dedup_broker.dedup.sequence import (
+from dedup_broker.pip6 import state as sequence
+from dedup_broker.pip6.state import (
     DEDUP_CURSOR,
     DedupStatus,
     StoredSequence,
@@ -128,7 +128,7 @@ async def test_replay_counts_batches_chunks_and_skips_what_does_not_count(
     ledger.append(message("marker", 5, marker_type=2))
     garbage = ledger.append(b"\x00\x00\x00\x09not-proto")
     dedup, _, _ = make_dedup(ledger)
-    with caplog.at_level(logging.WARNING, logger="dedup_broker.dedup.sequence"):
+    with caplog.at_level(logging.WARNING, logger="dedup_broker.pip6.state"):
         await dedup.enable()
     assert [dedup.last_sequence_id(n) for n in ("cpp", "java", "chunked", "marker")] == [
         2,

@@ -9,7 +9,7 @@ import time
 import pytest
 from dedup_fakes import FakeLedger, async_test, make_dedup, message
 
-from dedup_broker.dedup.sequence import DEDUP_CURSOR, MessageDeduplication, Verdict
+from dedup_broker.pip6.state import DEDUP_CURSOR, MessageDeduplication, Verdict
 from dedup_broker.storage import formats
 from dedup_broker.storage.position import Position
 
@@ -26,7 +26,7 @@ def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         r.getMessage()
         for r in caplog.records
-        if r.name == "dedup_broker.dedup.sequence" and r.levelno >= logging.WARNING
+        if r.name == "dedup_broker.pip6.state" and r.levelno >= logging.WARNING
     ]
 
 
@@ -91,7 +91,7 @@ async def test_failed_snapshot_is_logged_and_retried_later(
     dedup, ledger, _ = make_dedup(broker_deduplication_entries_interval=2)
     await dedup.enable()
     ledger.fail_cursor_writes = True
-    with caplog.at_level(logging.WARNING, logger="dedup_broker.dedup.sequence"):
+    with caplog.at_level(logging.WARNING, logger="dedup_broker.pip6.state"):
         publish(dedup, ledger, "p", 0)
         publish(dedup, ledger, "p", 1)
         await settle()
@@ -277,7 +277,7 @@ async def test_close_survives_a_failing_snapshot(caplog: pytest.LogCaptureFixtur
     await dedup.enable()
     publish(dedup, ledger, "p", 0)
     ledger.fail_cursor_writes = True
-    with caplog.at_level(logging.WARNING, logger="dedup_broker.dedup.sequence"):
+    with caplog.at_level(logging.WARNING, logger="dedup_broker.pip6.state"):
         await dedup.close()
     assert warnings(caplog) == [
         f"final deduplication snapshot of {ledger.name} failed: "

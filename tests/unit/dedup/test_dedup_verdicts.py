@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from dedup_fakes import async_test, make_dedup, message
 
-from dedup_broker.dedup.sequence import DedupStatus, MessageDeduplication, Verdict
 from dedup_broker.errors import StorageError
+from dedup_broker.pip6.state import DedupStatus, MessageDeduplication, Verdict
 from dedup_broker.storage.position import Entry, Position
 
 NOT_DUP, DUP, UNKNOWN = Verdict.NOT_DUP, Verdict.DUP, Verdict.UNKNOWN

@@ -7,8 +7,8 @@ import hashlib
 
 import pytest
 
-from dedup_broker.dedup.key_store import ScopeKeys
-from dedup_broker.dedup.key_window import (
+from dedup_broker.key_dedup.store import ScopeKeys
+from dedup_broker.key_dedup.window import (
     InFlightKeys,
     InvalidKeyDedupPolicyError,
     KeyDedupPolicy,

@@ -11,19 +11,19 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from dedup_broker.dedup.key_store import KeyStore
-from dedup_broker.dedup.key_window import (
+from dedup_broker.domain.names import TopicName
+from dedup_broker.key_dedup.scope import KeyScope
+from dedup_broker.key_dedup.store import KeyStore
+from dedup_broker.key_dedup.window import (
     KeyDedupPolicy,
     KeySource,
     OnRedisUnavailable,
     Scope,
     parse_window,
 )
-from dedup_broker.server.key_dedup_scope import KeyScope
-from dedup_broker.server.topic_name import TopicName
 
 if TYPE_CHECKING:
-    from dedup_broker.server.broker import BrokerService
+    from dedup_broker.domain.broker import BrokerService
 
 log = logging.getLogger(__name__)
 

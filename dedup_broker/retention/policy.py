@@ -17,8 +17,8 @@ from dedup_broker.errors import BrokerError, PermanentError
 from dedup_broker.storage.deletion import Retention
 
 if TYPE_CHECKING:
-    from dedup_broker.server.broker import BrokerService
-    from dedup_broker.server.topic_name import TopicName
+    from dedup_broker.domain.broker import BrokerService
+    from dedup_broker.domain.names import TopicName
     from dedup_broker.storage.managed_ledger import ManagedLedger
 
 log = logging.getLogger(__name__)

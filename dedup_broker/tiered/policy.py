@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dedup_broker.server.broker import BrokerService
-    from dedup_broker.server.topic_name import TopicName
+    from dedup_broker.domain.broker import BrokerService
+    from dedup_broker.domain.names import TopicName
 
 OFFLOAD_THRESHOLD = "offload_threshold"
 

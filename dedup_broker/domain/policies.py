@@ -10,7 +10,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.server.topic_name import TopicName
+from dedup_broker.domain.names import TopicName
 
 if TYPE_CHECKING:
     from dedup_broker.storage.metadata_table import MetadataTable

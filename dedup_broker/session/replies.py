@@ -12,13 +12,13 @@ from dedup_broker.protocol import pulsar_api_pb2 as pb
 
 def server_error_of(exc: BaseException) -> pb.ServerError:
     # Imported here: these classes live in modules that import this one indirectly.
-    from dedup_broker.server.connection import UnknownIdError
-    from dedup_broker.server.subscription import ConsumerBusyError
-    from dedup_broker.server.topic import (
+    from dedup_broker.domain.subscription import ConsumerBusyError
+    from dedup_broker.domain.topic import (
         ConsumerStillConnectedError,
         ProducerBusyError,
         SubscriptionNotFoundError,
     )
+    from dedup_broker.session.connection import UnknownIdError
 
     table: tuple[tuple[type[BaseException], pb.ServerError], ...] = (
         (errors.ChecksumError, pb.ChecksumError),

@@ -8,12 +8,12 @@ import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-from dedup_broker.dedup.key_window import KeyDedupPolicy, KeySource, stored_keys
 from dedup_broker.errors import BrokerError, ProtocolError
-from dedup_broker.server.key_dedup_scope import now_ms
+from dedup_broker.key_dedup.scope import now_ms
+from dedup_broker.key_dedup.window import KeyDedupPolicy, KeySource, stored_keys
 
 if TYPE_CHECKING:
-    from dedup_broker.server.key_dedup_scope import KeyScope
+    from dedup_broker.key_dedup.scope import KeyScope
     from dedup_broker.storage.managed_ledger import ManagedLedger
     from dedup_broker.storage.position import Entry, Position
 

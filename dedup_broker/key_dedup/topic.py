@@ -22,8 +22,12 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dedup_broker.dedup.key_store import KeyStoreUnavailableError, ScopeLostError
-from dedup_broker.dedup.key_window import (
+from dedup_broker.errors import BrokerError, ProtocolError, RetriableError
+from dedup_broker.key_dedup import recovery
+from dedup_broker.key_dedup.replies import OrderedReplies
+from dedup_broker.key_dedup.scope import now_ms
+from dedup_broker.key_dedup.store import KeyStoreUnavailableError, ScopeLostError
+from dedup_broker.key_dedup.window import (
     KeyDedupPolicy,
     KeyState,
     MessageVerdict,
@@ -32,21 +36,17 @@ from dedup_broker.dedup.key_window import (
     message_key,
     verdicts,
 )
-from dedup_broker.errors import BrokerError, ProtocolError, RetriableError
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch import SingleMessage
 from dedup_broker.protocol.batch_rewrite import rewrite_batch
 from dedup_broker.protocol.commands import as_signed64
-from dedup_broker.server import key_dedup_recovery as recovery
-from dedup_broker.server.key_dedup_replies import OrderedReplies
-from dedup_broker.server.key_dedup_scope import now_ms
 from dedup_broker.storage.position import Position
 
 if TYPE_CHECKING:
-    from dedup_broker.server.key_dedup_scope import KeyScope
-    from dedup_broker.server.producer import Producer
-    from dedup_broker.server.topic import Topic
+    from dedup_broker.domain.producer import Producer
+    from dedup_broker.domain.topic import Topic
+    from dedup_broker.key_dedup.scope import KeyScope
 
 log = logging.getLogger(__name__)
 

@@ -15,13 +15,13 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
-from dedup_broker.dedup.key_store import KeyStoreUnavailableError, ScopeKeys
-from dedup_broker.dedup.key_window import InFlightKeys, KeyDedupPolicy, LocalKeyCache
 from dedup_broker.errors import BrokerError
+from dedup_broker.key_dedup.store import KeyStoreUnavailableError, ScopeKeys
+from dedup_broker.key_dedup.window import InFlightKeys, KeyDedupPolicy, LocalKeyCache
 
 if TYPE_CHECKING:
-    from dedup_broker.server.key_dedup import TopicKeyDedup
-    from dedup_broker.server.key_dedup_service import KeyDedupService
+    from dedup_broker.key_dedup.service import KeyDedupService
+    from dedup_broker.key_dedup.topic import TopicKeyDedup
 
 log = logging.getLogger(__name__)
 

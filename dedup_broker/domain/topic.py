@@ -8,23 +8,23 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from dedup_broker.dedup.sequence import Verdict
+from dedup_broker.domain.names import TopicName
+from dedup_broker.domain.producer import Producer
+from dedup_broker.domain.subscription import Subscription, SubscriptionType
 from dedup_broker.errors import BrokerError, ProtocolError, RetriableError
+from dedup_broker.key_dedup.topic import TopicKeyDedup
+from dedup_broker.pip6.state import Verdict
+from dedup_broker.pip6.topic_dedup import TopicDeduplication
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import parse_metadata_only
-from dedup_broker.server.deduplication import TopicDeduplication
-from dedup_broker.server.key_dedup import TopicKeyDedup
-from dedup_broker.server.offload_policy import offload_threshold
-from dedup_broker.server.producer import Producer
-from dedup_broker.server.retention import topic_retention
-from dedup_broker.server.subscription import Subscription, SubscriptionType
-from dedup_broker.server.topic_name import TopicName
+from dedup_broker.retention.policy import topic_retention
 from dedup_broker.storage.position import Position
+from dedup_broker.tiered.policy import offload_threshold
 
 if TYPE_CHECKING:
-    from dedup_broker.server.broker import BrokerService
-    from dedup_broker.server.consumer import Consumer
+    from dedup_broker.domain.broker import BrokerService
+    from dedup_broker.domain.consumer import Consumer
     from dedup_broker.storage.managed_ledger import ManagedLedger
 
 log = logging.getLogger(__name__)

@@ -20,8 +20,8 @@ from dedup_broker.protocol.framing import parse_metadata_only
 from dedup_broker.storage.position import Entry, Position
 
 if TYPE_CHECKING:
-    from dedup_broker.server.consumer import Consumer
-    from dedup_broker.server.topic import Topic
+    from dedup_broker.domain.consumer import Consumer
+    from dedup_broker.domain.topic import Topic
     from dedup_broker.storage.cursor import ManagedCursor
 
 log = logging.getLogger(__name__)

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dedup_broker.server.connection import ClientConnection
-    from dedup_broker.server.topic import Topic
+    from dedup_broker.domain.topic import Topic
+    from dedup_broker.session.connection import ClientConnection
 
 
 @dataclass(eq=False)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from dedup_broker.admin.metrics import Registry, new_registry
 
 if TYPE_CHECKING:
-    from dedup_broker.server.broker import BrokerService
+    from dedup_broker.domain.broker import BrokerService
 
 PUBLISH_LATENCY_BUCKETS = (
     0.0005,

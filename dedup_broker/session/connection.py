@@ -14,6 +14,11 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from dedup_broker import __version__
+from dedup_broker.domain.consumer import Consumer
+from dedup_broker.domain.names import TopicName
+from dedup_broker.domain.producer import Producer
+from dedup_broker.domain.subscription import SubscriptionType
+from dedup_broker.domain.topic import LATEST_LEDGER_ID
 from dedup_broker.errors import BrokerError, ProtocolError
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
@@ -25,16 +30,11 @@ from dedup_broker.protocol.framing import (
     parse_metadata_only,
     verify_checksum,
 )
-from dedup_broker.server.consumer import Consumer
-from dedup_broker.server.errors_map import server_error_of
-from dedup_broker.server.producer import Producer
-from dedup_broker.server.subscription import SubscriptionType
-from dedup_broker.server.topic import LATEST_LEDGER_ID
-from dedup_broker.server.topic_name import TopicName
+from dedup_broker.session.replies import server_error_of
 from dedup_broker.storage.position import Position
 
 if TYPE_CHECKING:
-    from dedup_broker.server.broker import BrokerService
+    from dedup_broker.domain.broker import BrokerService
 
 log = logging.getLogger(__name__)
 

@@ -10,13 +10,13 @@ from itertools import count
 from typing import TYPE_CHECKING
 
 from dedup_broker.config import BrokerConfig
+from dedup_broker.domain.metrics import BrokerMetrics
+from dedup_broker.domain.names import TopicName
+from dedup_broker.domain.policies import Policies
+from dedup_broker.domain.topic import Topic
 from dedup_broker.errors import BrokerError, InvalidTopicNameError, TopicNotFoundError
-from dedup_broker.server.connection import ClientConnection
-from dedup_broker.server.key_dedup_service import KeyDedupService
-from dedup_broker.server.metrics import BrokerMetrics
-from dedup_broker.server.policies import Policies
-from dedup_broker.server.topic import Topic
-from dedup_broker.server.topic_name import TopicName
+from dedup_broker.key_dedup.service import KeyDedupService
+from dedup_broker.session.connection import ClientConnection
 
 if TYPE_CHECKING:
     from dedup_broker.storage.service import StorageService

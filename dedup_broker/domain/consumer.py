@@ -10,8 +10,8 @@ from dedup_broker.protocol import commands
 from dedup_broker.protocol.framing import encode_payload_command
 
 if TYPE_CHECKING:
-    from dedup_broker.server.connection import ClientConnection
-    from dedup_broker.server.subscription import Subscription
+    from dedup_broker.domain.subscription import Subscription
+    from dedup_broker.session.connection import ClientConnection
     from dedup_broker.storage.position import Entry, Position
 
 

@@ -1,7 +1,7 @@
 """PIP-6 on one topic: turns a SEND into a verdict and keeps the state machine fed.
 
 The state machine itself (pushed/persisted maps, snapshots, recovery) lives in
-``dedup_broker.dedup.sequence``; this module knows the protocol side: where a SEND's
+``dedup_broker.pip6.state``; this module knows the protocol side: where a SEND's
 sequence range comes from, chunked messages, and reading back what landed after a
 failed Kafka write.
 """
@@ -12,15 +12,15 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from dedup_broker.dedup.sequence import DedupStatus, MessageDeduplication, Verdict
 from dedup_broker.errors import BrokerError
+from dedup_broker.pip6.state import DedupStatus, MessageDeduplication, Verdict
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch import batch_sequence_range
 from dedup_broker.protocol.commands import as_signed64
 from dedup_broker.protocol.framing import parse_message
 
 if TYPE_CHECKING:
-    from dedup_broker.server.topic import Topic
+    from dedup_broker.domain.topic import Topic
     from dedup_broker.storage.position import Position
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 
 if TYPE_CHECKING:
-    from dedup_broker.server.producer import Producer
+    from dedup_broker.domain.producer import Producer
 
 DEPENDENCY_LOST = (
     "a message of this batch was dropped as a repeat of a write that then failed; resend"

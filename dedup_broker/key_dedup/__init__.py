@@ -1,0 +1,1 @@
+"""Key-window deduplication in Redis: a key, a time window, no repeats."""

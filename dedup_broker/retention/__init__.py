@@ -1,0 +1,1 @@
+"""Retention of consumed ledgers: Pulsar's policies and the periodic trim check."""

@@ -1,0 +1,1 @@
+"""Tiered storage policies: when closed ledgers are offloaded."""
