@@ -1,17 +1,30 @@
-"""The broker process: storage on Kafka, the Pulsar listener and the admin HTTP server."""
+"""The composition root: builds every collaborator, wires them, runs until a signal.
+
+Nothing else constructs its own collaborators: Kafka clients and storage, the Redis key
+store, the broker domain, the protocol listener and the HTTP app are all made here.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import signal
+import time
 
 from dedup_broker.admin.http import HttpServer
+from dedup_broker.admin.metrics import new_registry
 from dedup_broker.admin.routes import build_router
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.broker import BrokerService
+from dedup_broker.domain.broker import Broker
+from dedup_broker.domain.metrics import BrokerMetrics
+from dedup_broker.domain.policies import Policies
 from dedup_broker.errors import BrokerError
+from dedup_broker.key_dedup.metrics import KeyDedupMetrics
+from dedup_broker.key_dedup.service import KeyDedupService
+from dedup_broker.key_dedup.store import KeyStore
 from dedup_broker.retention.policy import RetentionChecker
+from dedup_broker.session.listener import Listener
+from dedup_broker.session.metrics import SessionMetrics
 from dedup_broker.storage.service import StorageService
 from system_topics.mark_phase import TwoPhaseLedgerDeleter, two_phase_deleter
 from system_topics.registry import broker_key, broker_record
@@ -22,35 +35,50 @@ log = logging.getLogger(__name__)
 class BrokerApp:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
+        self.registry = new_registry()
         self.storage: StorageService | None = None
-        self.broker: BrokerService | None = None
+        self.broker: Broker | None = None
+        self.listener: Listener | None = None
         self.http: HttpServer | None = None
         self.retention: RetentionChecker | None = None
 
     async def start(self) -> None:
-        two_phase = self.config.topic_two_phase_deletion_enabled
-        self.storage = await StorageService.start(
-            self.config, two_phase_deleter if two_phase else None
+        config = self.config
+        two_phase = config.topic_two_phase_deletion_enabled
+        self.storage = storage = await StorageService.start(
+            config, two_phase_deleter if two_phase else None
         )
-        self.broker = BrokerService(self.config, self.storage)
-        await self.broker.start()
-        deleter = self.storage.deleter
-        if isinstance(deleter, TwoPhaseLedgerDeleter):
-            deleter.register_metrics(self.broker.metrics.registry)
-        self.retention = RetentionChecker(self.broker)
+        if isinstance(storage.deleter, TwoPhaseLedgerDeleter):
+            storage.deleter.register_metrics(self.registry)
+        policies = Policies(storage.policies)
+        key_metrics = KeyDedupMetrics(self.registry)
+        key_store = KeyStore(
+            config.redis_url,
+            timeout_seconds=config.key_deduplication_redis_timeout_seconds,
+            cluster=config.redis_cluster_enabled,
+            observe=key_metrics.observe_redis,
+        )
+        key_dedup = KeyDedupService(config, key_store, policies, key_metrics)
+        self.broker = broker = Broker(
+            config, storage, policies, BrokerMetrics(self.registry), key_dedup
+        )
+        broker.start()
+        self.listener = listener = Listener(config, broker, SessionMetrics(self.registry))
+        await listener.start()
+        self.retention = RetentionChecker(config, broker.loaded_ledgers)
         self.retention.start()
         self.http = HttpServer(
-            build_router(self.broker), self.config.bind_address, self.config.web_service_port
+            build_router(broker, self.registry), config.bind_address, config.web_service_port
         )
         await self.http.start()
         await self._register()
         log.info(
             "dedup-broker ready: pulsar://%s:%d, http://%s:%d, Kafka %s",
-            self.config.advertised_address,
-            self.broker.port,
-            self.config.advertised_address,
+            config.advertised_address,
+            listener.port,
+            config.advertised_address,
             self.http.port,
-            self.config.kafka_bootstrap_servers,
+            config.kafka_bootstrap_servers,
         )
 
     async def _register(self) -> None:
@@ -61,23 +89,40 @@ class BrokerApp:
         await self.storage.policies.put(key, broker_record(url, self.storage.broker_id))
 
     async def stop(self) -> None:
+        """Graceful and bounded (``brokerShutdownTimeoutMs``): stop accepting, tell clients
+        to go, finish writes in flight, store cursors and PIP-6 snapshots; whatever is not
+        done by the deadline is abandoned (a restart recovers it from the log)."""
+        deadline = time.monotonic() + self.config.broker_shutdown_timeout_ms / 1000
+        try:
+            await asyncio.wait_for(self._drain(), self.config.broker_shutdown_timeout_ms / 1000)
+        except TimeoutError:
+            log.error(
+                "graceful shutdown did not finish within %d ms; stopping anyway",
+                self.config.broker_shutdown_timeout_ms,
+            )
+        if self.listener is not None:
+            await self.listener.close()
+        if self.http is not None:
+            await self.http.stop()
+        if self.storage is not None:
+            await self.storage.close(max(deadline - time.monotonic(), 1.0))
+
+    async def _drain(self) -> None:
+        if self.listener is not None:
+            self.listener.stop_accepting()
         if self.retention is not None:
             await self.retention.stop()
-        if self.storage is not None and self.broker is not None:
+        if self.storage is not None:
             key = broker_key(self.config.advertised_address, self.config.broker_service_port)
             try:
                 await self.storage.policies.delete(key)
             except BrokerError as exc:
                 log.warning("unregistering the broker failed: %s", exc)
-        if self.http is not None:
-            await self.http.stop()
         if self.broker is not None:
-            await self.broker.stop()
-        if self.storage is not None:
-            await self.storage.close()
+            await self.broker.close()
 
     async def run_until_signalled(self) -> None:
-        """Serve until SIGINT/SIGTERM, then shut down cleanly (cursors flushed)."""
+        """Serve until SIGINT/SIGTERM, then shut down within ``brokerShutdownTimeoutMs``."""
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -88,3 +133,4 @@ class BrokerApp:
         finally:
             log.info("shutting down")
             await self.stop()
+            log.info("stopped")

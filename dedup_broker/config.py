@@ -33,6 +33,10 @@ class BrokerConfig:
     max_message_size: int = 5 * 1024 * 1024
     keep_alive_interval_seconds: int = 30
     allow_auto_topic_creation: bool = True
+    max_pending_publish_requests_per_connection: int = 1000
+    """SENDs of one connection awaiting their outcome before the broker stops reading it."""
+    broker_shutdown_timeout_ms: int = 60000
+    """Bound of a graceful shutdown (clients told to go, writes finished, state stored)."""
     default_tenant: str = "public"
     default_namespace: str = "default"
 
@@ -234,6 +238,8 @@ def _validate(config: BrokerConfig) -> None:
         "two_phase_deletion_ledger_deletion_parallelism",
         "dispatcher_max_read_batch_size",
         "keep_alive_interval_seconds",
+        "max_pending_publish_requests_per_connection",
+        "broker_shutdown_timeout_ms",
     )
     for name in positive:
         if getattr(config, name) <= 0:

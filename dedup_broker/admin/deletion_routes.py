@@ -27,12 +27,12 @@ from system_topics.lag import group_lag
 from system_topics.topics import DeletionTopics
 
 if TYPE_CHECKING:
-    from dedup_broker.domain.broker import BrokerService
+    from dedup_broker.domain.broker import Broker
 
 DELETION = "/admin/v2/ledger-deletion"
 
 
-def deletion_routes(broker: BrokerService) -> list[Route]:
+def deletion_routes(broker: Broker) -> list[Route]:
     api = _DeletionApi(broker)
     return [
         ("GET", NAMESPACES + "/retention", api.get_retention),
@@ -45,7 +45,7 @@ def deletion_routes(broker: BrokerService) -> list[Route]:
 
 
 class _DeletionApi:
-    def __init__(self, broker: BrokerService) -> None:
+    def __init__(self, broker: Broker) -> None:
         self.broker = broker
 
     def _trim_namespace(self, namespace: str) -> None:
@@ -80,7 +80,9 @@ class _DeletionApi:
             raise TopicNotFoundError(f"topic {name} does not exist")
         topic = await self.broker.get_topic(name)
         ledger = topic.managed_ledger
-        await ledger.trim_consumed_ledgers(topic_retention(self.broker, name, ledger))
+        await ledger.trim_consumed_ledgers(
+            topic_retention(self.broker.policies, self.broker.config, name, ledger)
+        )
         return no_content()
 
     async def ledger_status(self, request: Request) -> Response:

@@ -18,14 +18,14 @@ from dedup_broker.key_dedup.service import POLICY
 from dedup_broker.key_dedup.window import InvalidKeyDedupPolicyError, KeyDedupPolicy
 
 if TYPE_CHECKING:
-    from dedup_broker.domain.broker import BrokerService
+    from dedup_broker.domain.broker import Broker
 
 TOPIC_POLICY = TOPIC + "/keyDeduplication"
 NAMESPACE_POLICY = NAMESPACES + "/keyDeduplication"
 BROKER_STATS = "/admin/v2/broker-stats/keyDeduplication"
 
 
-def key_dedup_routes(broker: BrokerService) -> list[Route]:
+def key_dedup_routes(broker: Broker) -> list[Route]:
     """Registered with ``key_dedup_errors``: a malformed policy is a 400."""
     api = _KeyDedupApi(broker)
     return [
@@ -58,7 +58,7 @@ def _applied(request: Request) -> bool:
 
 
 class _KeyDedupApi:
-    def __init__(self, broker: BrokerService) -> None:
+    def __init__(self, broker: Broker) -> None:
         self.broker = broker
 
     def _body(self, request: Request) -> dict[str, object]:

@@ -20,11 +20,11 @@ from dedup_broker.storage.position import Position
 from dedup_broker.tiered.policy import OFFLOAD_THRESHOLD
 
 if TYPE_CHECKING:
-    from dedup_broker.domain.broker import BrokerService
+    from dedup_broker.domain.broker import Broker
     from dedup_broker.domain.topic import Topic
 
 
-def offload_routes(broker: BrokerService) -> list[Route]:
+def offload_routes(broker: Broker) -> list[Route]:
     api = _OffloadApi(broker)
     return [
         ("PUT", TOPIC + "/offload", api.trigger),
@@ -48,7 +48,7 @@ def _message_id(body: Any) -> Position:
 
 
 class _OffloadApi:
-    def __init__(self, broker: BrokerService) -> None:
+    def __init__(self, broker: Broker) -> None:
         self.broker = broker
 
     async def _topic(self, request: Request) -> Topic:

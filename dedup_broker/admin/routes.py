@@ -19,20 +19,21 @@ from dedup_broker.admin.key_dedup_routes import key_dedup_errors, key_dedup_rout
 from dedup_broker.admin.offload_routes import offload_routes
 from dedup_broker.admin.paths import NAMESPACES, TOPIC, Route, namespace_of, register, topic_of
 from dedup_broker.domain.names import TopicName
-from dedup_broker.domain.policies import DEDUP
-from dedup_broker.domain.policies import DEDUP_SNAPSHOT_INTERVAL as SNAPSHOT_POLICY
 from dedup_broker.errors import BrokerError, InvalidTopicNameError, TopicNotFoundError
+from dedup_broker.pip6.policy import DEDUP
+from dedup_broker.pip6.policy import DEDUP_SNAPSHOT_INTERVAL as SNAPSHOT_POLICY
 
 if TYPE_CHECKING:
-    from dedup_broker.domain.broker import BrokerService
+    from dedup_broker.admin.metrics import Registry
+    from dedup_broker.domain.broker import Broker
     from dedup_broker.domain.topic import Topic
 
 NAMESPACE = "/admin/v2/persistent/{tenant}/{namespace}"
 SNAPSHOT_INTERVAL = "/deduplicationSnapshotInterval"
 
 
-def build_router(broker: BrokerService) -> Router:
-    api = AdminApi(broker)
+def build_router(broker: Broker, registry: Registry) -> Router:
+    api = AdminApi(broker, registry)
     router = Router()
     routes: list[Route] = [
         ("GET", "/metrics", api.metrics),
@@ -120,11 +121,12 @@ def _interval_body(request: Request) -> int:
 
 
 class AdminApi:
-    def __init__(self, broker: BrokerService) -> None:
+    def __init__(self, broker: Broker, registry: Registry) -> None:
         self.broker = broker
+        self.registry = registry
 
     async def metrics(self, request: Request) -> Response:
-        return text_response(self.broker.metrics.render())
+        return text_response(self.registry.render())
 
     async def health(self, request: Request) -> Response:
         return text_response("ok", content_type="text/plain")
@@ -208,7 +210,7 @@ class AdminApi:
         subscription = topic.subscriptions.get(name)
         if subscription is not None and subscription.consumers and _flag(request, "force"):
             for consumer in list(subscription.consumers):
-                consumer.connection.close_consumer_by_broker(consumer)
+                subscription.disconnect(consumer)
         await topic.unsubscribe(name)
         return no_content()
 

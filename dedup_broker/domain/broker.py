@@ -1,4 +1,7 @@
-"""The broker service: the listener, the topics it serves, partitioned-topic metadata."""
+"""The broker: the topics it serves, their loading and partitioned-topic metadata.
+
+It owns no socket: the session layer accepts clients and calls in; the app wires it.
+"""
 
 from __future__ import annotations
 
@@ -7,108 +10,115 @@ import json
 import logging
 import uuid
 from itertools import count
-from typing import TYPE_CHECKING
+from urllib.parse import unquote
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.names import TopicName
 from dedup_broker.domain.policies import Policies
-from dedup_broker.domain.topic import Topic
-from dedup_broker.errors import BrokerError, InvalidTopicNameError, TopicNotFoundError
+from dedup_broker.domain.topic import Topic, TopicServices
+from dedup_broker.errors import (
+    BrokerError,
+    InvalidTopicNameError,
+    PermanentError,
+    ServiceNotReadyError,
+    TopicNotFoundError,
+)
 from dedup_broker.key_dedup.service import KeyDedupService
-from dedup_broker.session.connection import ClientConnection
-
-if TYPE_CHECKING:
-    from dedup_broker.storage.service import StorageService
+from dedup_broker.key_dedup.topic import TopicKeyDedup
+from dedup_broker.storage.managed_ledger import ManagedLedger
+from dedup_broker.storage.service import StorageService
 
 log = logging.getLogger(__name__)
 
 PARTITIONS_KEY = "partitioned-topics/"
-PERIODIC_SECONDS = 5.0
+HOUSEKEEPING_SECONDS = 5.0
 
 
-class PartitionedTopicError(BrokerError):
+class PartitionedTopicError(PermanentError):
     """A partitioned topic is addressed where one of its partitions is required."""
 
 
-class BrokerService:
-    def __init__(self, config: BrokerConfig, storage: StorageService) -> None:
+class InvalidPartitionsError(PermanentError):
+    """A partition count that cannot be set (not positive, or not an increase)."""
+
+
+class TopicExistsError(PermanentError):
+    """The topic (or partitioned topic) already exists."""
+
+
+class TopicBusyError(PermanentError):
+    """The topic has producers or consumers attached."""
+
+
+class Broker:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        storage: StorageService,
+        policies: Policies,
+        metrics: BrokerMetrics,
+        key_dedup: KeyDedupService,
+    ) -> None:
         self.config = config
         self.storage = storage
-        self.metrics = BrokerMetrics(self)
-        self.policies = Policies(storage.policies, config)
-        self.key_dedup = KeyDedupService(self)
-        self._timer: asyncio.Task[None] | None = None
+        self.policies = policies
+        self.metrics = metrics
+        self.key_dedup = key_dedup
+        self.services = TopicServices(config, policies, metrics, key_dedup)
         self.topics: dict[str, Topic] = {}
         self._loading: dict[str, asyncio.Future[Topic]] = {}
-        self.connections: set[ClientConnection] = set()
-        self._server: asyncio.Server | None = None
+        self._housekeeping: asyncio.Task[None] | None = None
+        self._closing = False
         self._instance = uuid.uuid4().hex[:10]
         self._producer_counter = count()
-        self.port = config.broker_service_port
+        key_dedup.bind(self)
+        metrics.watch_topics(lambda: list(self.topics.values()))
 
     # --- lifecycle ------------------------------------------------------------------
-    async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: ClientConnection(self),
-            self.config.bind_address,
-            self.config.broker_service_port,
-            reuse_address=True,
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
-        self._timer = loop.create_task(self._periodic())
-        log.info("serving the Pulsar protocol on %s:%d", self.config.bind_address, self.port)
+    def start(self) -> None:
+        self._housekeeping = asyncio.get_running_loop().create_task(self._periodic())
 
-    async def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        if self._server is not None:
-            self._server.close()
-        for connection in list(self.connections):
-            connection.close()
-        for topic in list(self.topics.values()):
-            try:
-                await topic.close()
-            except BrokerError as exc:
-                log.warning("closing %s: %s", topic.name, exc)
+    async def close(self) -> None:
+        """Unload every topic (clients told to go, cursors and snapshots stored)."""
+        self._closing = True
+        if self._housekeeping is not None:
+            self._housekeeping.cancel()
+        topics = list(self.topics.values())
         self.topics.clear()
+        results = await asyncio.gather(*(t.close() for t in topics), return_exceptions=True)
+        for topic, result in zip(topics, results, strict=True):
+            if isinstance(result, BaseException):
+                log.warning("closing %s: %s", topic.name, result)
         await self.key_dedup.close()
-        if self._server is not None:
-            await self._server.wait_closed()
 
     async def _periodic(self) -> None:
-        """Housekeeping: quiet-topic snapshots, idle producers, failed recoveries."""
         while True:
-            await asyncio.sleep(PERIODIC_SECONDS)
+            await asyncio.sleep(HOUSEKEEPING_SECONDS)
             for topic in list(self.topics.values()):
                 try:
-                    topic.dedup.on_timer()
-                    if topic.dedup.status == "Failed":
-                        await topic.dedup.apply_policy()
+                    await topic.housekeeping()
                 except BrokerError as exc:
                     log.warning("housekeeping on %s: %s", topic.name, exc)
 
     async def apply_policies(self) -> None:
-        """Policies changed at runtime: every loaded topic follows them now."""
+        """Deduplication policies changed at runtime: every loaded topic follows them now."""
         for topic in list(self.topics.values()):
             await topic.dedup.apply_policy()
-
-    @property
-    def service_url(self) -> str:
-        return f"pulsar://{self.config.advertised_address}:{self.port}"
-
-    def connection_opened(self, connection: ClientConnection) -> None:
-        self.connections.add(connection)
-        self.metrics.connections_opened.inc()
-
-    def connection_closed(self, connection: ClientConnection) -> None:
-        self.connections.discard(connection)
-        self.metrics.connections_closed.inc()
 
     def new_producer_name(self) -> str:
         """Broker-generated producer names are unique across brokers and restarts."""
         return f"{self.config.cluster_name}-{self._instance}-{next(self._producer_counter)}"
+
+    def loaded_ledgers(self) -> list[tuple[TopicName, ManagedLedger]]:
+        return [(t.name, t.managed_ledger) for t in self.topics.values()]
+
+    # --- key deduplication's view of the topics -------------------------------------
+    async def key_dedup_of(self, name: TopicName) -> TopicKeyDedup:
+        return (await self.get_topic(name)).key_dedup
+
+    def loaded_key_dedups(self) -> list[TopicKeyDedup]:
+        return [t.key_dedup for t in self.topics.values()]
 
     # --- partitioned topics ---------------------------------------------------------
     def partitions_of(self, name: TopicName) -> int:
@@ -121,7 +131,7 @@ class BrokerService:
         if name.is_partition:
             raise InvalidTopicNameError(f"{name} is a partition name; use the base topic name")
         if partitions <= 0:
-            raise BrokerError(f"the number of partitions must be > 0, got {partitions}")
+            raise InvalidPartitionsError(f"the number of partitions must be > 0, got {partitions}")
         current = self.partitions_of(name)
         if current:
             raise TopicExistsError(f"partitioned topic {name} already exists")
@@ -136,7 +146,7 @@ class BrokerService:
         if not current:
             raise TopicNotFoundError(f"partitioned topic {name} does not exist")
         if partitions <= current:
-            raise BrokerError(
+            raise InvalidPartitionsError(
                 f"partitions can only be increased: {name} has {current}, asked {partitions}"
             )
         await self.storage.policies.put(
@@ -154,8 +164,6 @@ class BrokerService:
         names = []
         for ledger_name in self.storage.list_managed_ledgers():
             if ledger_name.startswith(prefix):
-                from urllib.parse import unquote
-
                 names.append(f"persistent://{namespace}/{unquote(ledger_name[len(prefix) :])}")
         return sorted(names)
 
@@ -172,12 +180,14 @@ class BrokerService:
             name.managed_ledger_name
         )
 
-    async def get_topic(self, name: TopicName, for_producer: bool = False) -> Topic:
+    async def get_topic(self, name: TopicName) -> Topic:
         """The loaded topic, loading (and, if allowed, creating) it on first use."""
         key = str(name)
         topic = self.topics.get(key)
         if topic is not None:
             return topic
+        if self._closing:
+            raise ServiceNotReadyError("the broker is shutting down")
         if self.partitions_of(name) > 0:
             raise PartitionedTopicError(
                 f"{name} is a partitioned topic: address its partitions ({name}-partition-N)"
@@ -188,7 +198,7 @@ class BrokerService:
             loading = asyncio.get_running_loop().create_future()
             self._loading[key] = loading
             try:
-                topic = await Topic.load(self, name, create=create)
+                topic = await Topic.load(self.services, self.storage, name, create=create)
                 self.topics[key] = topic
                 loading.set_result(topic)
             except BaseException as exc:
@@ -233,11 +243,3 @@ class BrokerService:
             if self.topic_exists(partition):
                 await self.delete_topic(partition, force=force)
         await self.storage.policies.delete(PARTITIONS_KEY + str(name))
-
-
-class TopicExistsError(BrokerError):
-    """The topic (or partitioned topic) already exists."""
-
-
-class TopicBusyError(BrokerError):
-    """The topic has producers or consumers attached."""

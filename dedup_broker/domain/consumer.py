@@ -1,25 +1,51 @@
-"""A consumer attached to a subscription through one client connection."""
+"""A consumer attached to a subscription, and the link that carries its messages."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from dedup_broker.protocol import commands
-from dedup_broker.protocol.framing import encode_payload_command
+from dedup_broker.storage.position import Entry, Position
 
 if TYPE_CHECKING:
     from dedup_broker.domain.subscription import Subscription
-    from dedup_broker.session.connection import ClientConnection
-    from dedup_broker.storage.position import Entry, Position
+
+
+class Delivery(NamedTuple):
+    """One entry on its way to a consumer."""
+
+    entry: Entry
+    messages: int
+    redelivery_count: int
+
+
+class ConsumerLink(Protocol):
+    """What the domain may ask of the client side of a consumer (the session)."""
+
+    @property
+    def remote_address(self) -> str: ...
+
+    @property
+    def writable(self) -> bool:
+        """False while the client's socket buffer is full: dispatch waits."""
+
+    def deliver(self, consumer: Consumer, deliveries: Sequence[Delivery]) -> None:
+        """Send entries to the client (permits were charged already)."""
+
+    def close_consumer(self, consumer: Consumer) -> None:
+        """The broker closes the consumer (seek, unload): the client resubscribes."""
+
+    def active_consumer_changed(self, consumer: Consumer, active: bool) -> None:
+        """Failover: ``consumer`` became the active one of its subscription, or stopped."""
 
 
 @dataclass(eq=False)
 class Consumer:
     """Permits, messages in flight and counters of one consumer."""
 
-    connection: ClientConnection
+    link: ConsumerLink
     consumer_id: int
     name: str
     subscription_name: str
@@ -38,32 +64,16 @@ class Consumer:
 
     @property
     def writable(self) -> bool:
-        return not self.closed and self.connection.writable
+        return not self.closed and self.link.writable
 
-    def send_entries(self, batch: list[tuple[Entry, int, int]]) -> None:
-        """Send ``(entry, messages in entry, redelivery count)`` tuples in one write.
-
-        Permits were charged by the dispatcher when it chose this consumer.
-        """
-        frames = []
-        for entry, count, redeliveries in batch:
-            position = entry.position
-            command = commands.message(
-                self.consumer_id,
-                position.ledger_id,
-                position.entry_id,
-                redelivery_count=redeliveries,
-                # As Pulsar does: ids then match GET_LAST_MESSAGE_ID's, which the client
-                # compares them with (hasMessageAvailable on a partition's reader).
-                partition=self.partition_index,
-                consumer_epoch=self.epoch if self.epoch else None,
-            )
-            frames.append(encode_payload_command(command, entry.data))
-            self.pending[position] = count
-            self.unacked_messages += count
-            self.msgs_out += count
-            self.bytes_out += len(entry.data)
-        self.connection.write_bytes(b"".join(frames))
+    def send(self, deliveries: list[Delivery]) -> None:
+        """Track the entries as in flight and hand them to the link in one write."""
+        for delivery in deliveries:
+            self.pending[delivery.entry.position] = delivery.messages
+            self.unacked_messages += delivery.messages
+            self.msgs_out += delivery.messages
+            self.bytes_out += len(delivery.entry.data)
+        self.link.deliver(self, deliveries)
 
     def forget(self, position: Position) -> bool:
         """Drop a position from the in-flight set; True if it was there."""
@@ -87,7 +97,7 @@ class Consumer:
     def stats(self) -> dict[str, object]:
         return {
             "consumerName": self.name,
-            "address": self.connection.remote_address,
+            "address": self.link.remote_address,
             "connectedSince": self.created_ms,
             "availablePermits": self.permits,
             "unackedMessages": self.unacked_messages,

@@ -1,7 +1,8 @@
 """Namespace and topic policies, stored in the compacted policies table.
 
-Precedence is topic > namespace > broker configuration, as in Pulsar. A partition follows
-the policies of its partitioned topic.
+Each feature names its own policies and decides their defaults; precedence is topic >
+namespace > broker configuration, as in Pulsar. A partition follows the policies of its
+partitioned topic.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.names import TopicName
 
 if TYPE_CHECKING:
@@ -17,14 +17,11 @@ if TYPE_CHECKING:
 
 NAMESPACE_KEY = "namespace-policies/"
 TOPIC_KEY = "topic-policies/"
-DEDUP = "deduplicationEnabled"
-DEDUP_SNAPSHOT_INTERVAL = "deduplicationSnapshotIntervalSeconds"
 
 
 class Policies:
-    def __init__(self, table: MetadataTable, config: BrokerConfig) -> None:
+    def __init__(self, table: MetadataTable) -> None:
         self.table = table
-        self.config = config
 
     def _read(self, key: str) -> dict[str, Any]:
         raw = self.table.get(key)
@@ -57,19 +54,7 @@ class Policies:
     async def set_topic_value(self, topic: TopicName, name: str, value: object | None) -> None:
         await self._write(self._topic_key(topic), name, value)
 
-    def _effective(self, topic: TopicName, name: str) -> Any:
+    def effective(self, topic: TopicName, name: str) -> Any:
         """The topic's setting, else its namespace's; ``None`` when neither is set."""
         value = self.topic_value(topic, name)
         return value if value is not None else self.namespace_value(topic.namespace_name, name)
-
-    def deduplication_snapshot_interval_seconds(self, topic: TopicName) -> int:
-        """Topic, else namespace, else ``brokerDeduplicationSnapshotIntervalSeconds``."""
-        value = self._effective(topic, DEDUP_SNAPSHOT_INTERVAL)
-        if value is None:
-            return self.config.broker_deduplication_snapshot_interval_seconds
-        return int(value)
-
-    def deduplication_enabled(self, topic: TopicName) -> bool:
-        """Topic setting, else namespace setting, else ``brokerDeduplicationEnabled``."""
-        value = self._effective(topic, DEDUP)
-        return self.config.broker_deduplication_enabled if value is None else bool(value)

@@ -1,21 +1,28 @@
-"""A producer attached to a topic through one client connection."""
+"""A producer attached to a topic, and the link back to the client that created it."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from dedup_broker.domain.topic import Topic
-    from dedup_broker.session.connection import ClientConnection
+
+
+class ProducerLink(Protocol):
+    """What the domain may ask of the client side of a producer (the session)."""
+
+    @property
+    def remote_address(self) -> str: ...
+
+    def close_producer(self, producer: Producer) -> None:
+        """The broker closes the producer (topic unloaded): tell the client to reconnect."""
 
 
 @dataclass(eq=False)
 class Producer:
-    """Holds what the publish path needs to answer this producer."""
-
-    connection: ClientConnection
+    link: ProducerLink
     producer_id: int
     name: str
     topic: Topic
@@ -26,15 +33,11 @@ class Producer:
     pending_sends: int = 0
     closed: bool = False
 
-    @property
-    def address(self) -> str:
-        return self.connection.remote_address
-
     def stats(self) -> dict[str, object]:
         return {
             "producerId": self.producer_id,
             "producerName": self.name,
-            "address": self.address,
+            "address": self.link.remote_address,
             "connectedSince": self.created_ms,
             "msgInCounter": self.msgs_in,
             "bytesInCounter": self.bytes_in,

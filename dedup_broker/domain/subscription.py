@@ -14,15 +14,15 @@ from collections.abc import Callable, Iterable
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from dedup_broker.config import BrokerConfig
+from dedup_broker.domain.consumer import Consumer, Delivery
 from dedup_broker.errors import BrokerError, PermanentError
-from dedup_broker.protocol import commands
 from dedup_broker.protocol.framing import parse_metadata_only
 from dedup_broker.storage.position import Entry, Position
 
 if TYPE_CHECKING:
-    from dedup_broker.domain.consumer import Consumer
-    from dedup_broker.domain.topic import Topic
     from dedup_broker.storage.cursor import ManagedCursor
+    from dedup_broker.storage.managed_ledger import ManagedLedger
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +44,20 @@ class ConsumerBusyError(PermanentError):
 class Subscription:
     def __init__(
         self,
-        topic: Topic,
         name: str,
         cursor: ManagedCursor,
         sub_type: SubscriptionType,
         durable: bool,
+        *,
+        ledger: ManagedLedger,
+        partition_index: int,
+        config: BrokerConfig,
+        on_expired: Callable[[Subscription], None],
     ) -> None:
-        self.topic = topic
+        self.ledger = ledger
+        self.partition_index = partition_index
+        self.config = config
+        self._on_expired = on_expired
         self.name = name
         self.cursor = cursor
         self.type = sub_type
@@ -81,7 +88,7 @@ class Subscription:
             raise ConsumerBusyError(f"exclusive subscription {self.name!r} already has a consumer")
         self.consumers.append(consumer)
         if self._unlisten is None:
-            self._unlisten = self.topic.managed_ledger.add_entries_listener(self.trigger)
+            self._unlisten = self.ledger.add_entries_listener(self.trigger)
         self._elect_active()
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -115,14 +122,12 @@ class Subscription:
             self._active = None
             return
         ordered = sorted(self.consumers, key=lambda c: (c.priority_level, c.name))
-        partition = self.topic.name.partition_index
+        partition = self.partition_index
         index = partition % len(ordered) if partition >= 0 else 0
         self._active = ordered[index]
         if self.type == SubscriptionType.FAILOVER and previous is not self._active:
             for consumer in self.consumers:
-                consumer.connection.send_command(
-                    commands.active_consumer_change(consumer.consumer_id, consumer is self._active)
-                )
+                consumer.link.active_consumer_changed(consumer, consumer is self._active)
             if previous is not None and previous in self.consumers:
                 moved = previous.take_pending()
                 self._count_redeliveries(moved)
@@ -133,6 +138,17 @@ class Subscription:
         if self.durable or self.consumers:
             return False
         return time.monotonic() - self._last_seek > SEEK_GRACE_SECONDS
+
+    def consumer_left(self, consumer: Consumer) -> None:
+        """The consumer is gone (closed by its client or its connection lost)."""
+        self.remove_consumer(consumer)
+        if self.should_expire():
+            self._on_expired(self)
+
+    def disconnect(self, consumer: Consumer) -> None:
+        """The broker closes the consumer; its client resubscribes."""
+        self.consumer_left(consumer)
+        consumer.link.close_consumer(consumer)
 
     # --- flow, acks, redelivery ---------------------------------------------------
     def on_flow(self, consumer: Consumer, permits: int) -> None:
@@ -198,7 +214,7 @@ class Subscription:
         before it) find no consumer and cannot move the reset cursor.
         """
         for consumer in list(self.consumers):
-            consumer.connection.close_consumer_by_broker(consumer)
+            self.disconnect(consumer)
         async with self._lock:
             await self.cursor.reset(position)
             self._replay.clear()
@@ -222,17 +238,17 @@ class Subscription:
                 if not await self._dispatch_once() and not self._again:
                     return
         except BrokerError as exc:
-            log.warning("dispatch on %s/%s paused: %s", self.topic.name, self.name, exc)
+            log.warning("dispatch on %s/%s paused: %s", self.ledger.name, self.name, exc)
             asyncio.get_running_loop().call_later(1.0, self.trigger)
         except Exception:
-            log.exception("dispatch on %s/%s failed", self.topic.name, self.name)
+            log.exception("dispatch on %s/%s failed", self.ledger.name, self.name)
             asyncio.get_running_loop().call_later(1.0, self.trigger)
 
     def _targets(self) -> list[Consumer]:
         if self.type in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER):
             active = self._active
             return [active] if active and active.permits > 0 and active.writable else []
-        limit = self.topic.broker.config.max_unacked_messages_per_consumer
+        limit = self.config.max_unacked_messages_per_consumer
         return [
             c
             for c in self.consumers
@@ -246,7 +262,7 @@ class Subscription:
                 return False
             budget = min(
                 sum(c.permits for c in targets),
-                self.topic.broker.config.dispatcher_max_read_batch_size,
+                self.config.dispatcher_max_read_batch_size,
             )
             if self._replay:
                 entries = await self._read_replay(budget)
@@ -268,7 +284,7 @@ class Subscription:
             if self.cursor.is_acknowledged(position):
                 continue
             try:
-                entries.append(await self.topic.managed_ledger.read_entry(position))
+                entries.append(await self.ledger.read_entry(position))
             except BrokerError as exc:
                 if exc.retriable:
                     self._replay.add(position)
@@ -277,18 +293,18 @@ class Subscription:
         return entries
 
     def _send(self, entries: list[Entry], targets: list[Consumer]) -> None:
-        per_consumer: dict[int, list[tuple[Entry, int, int]]] = {}
+        per_consumer: dict[int, list[Delivery]] = {}
         by_id = {id(c): c for c in targets}
         for entry in entries:
             count = messages_in_entry(entry)
             consumer = self._pick(targets)
             redeliveries = self.redelivery_counts.get(entry.position, 0)
-            per_consumer.setdefault(id(consumer), []).append((entry, count, redeliveries))
+            per_consumer.setdefault(id(consumer), []).append(Delivery(entry, count, redeliveries))
             consumer.permits -= count
             self.msgs_out += count
             self.bytes_out += len(entry.data)
         for key, batch in per_consumer.items():
-            by_id[key].send_entries(batch)
+            by_id[key].send(batch)
 
     def _pick(self, targets: list[Consumer]) -> Consumer:
         if len(targets) == 1:

@@ -1,21 +1,35 @@
-"""A persistent topic (or one partition): producers, subscriptions, the publish path."""
+"""A persistent topic (or one partition): producers, subscriptions, the publish path.
+
+``publish`` returns the SEND's outcome as a value (a future of ``PublishOutcome``); the
+session turns it into the receipt or error the client hears.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dedup_broker.config import BrokerConfig
+from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.names import TopicName
+from dedup_broker.domain.outcomes import (
+    DUPLICATE,
+    UNKNOWN,
+    PublishOutcome,
+    PublishResult,
+    settled,
+)
+from dedup_broker.domain.policies import Policies
 from dedup_broker.domain.producer import Producer
 from dedup_broker.domain.subscription import Subscription, SubscriptionType
-from dedup_broker.errors import BrokerError, ProtocolError, RetriableError
+from dedup_broker.errors import BrokerError, PermanentError, RetriableError
+from dedup_broker.key_dedup.service import KeyDedupService
 from dedup_broker.key_dedup.topic import TopicKeyDedup
 from dedup_broker.pip6.state import Verdict
 from dedup_broker.pip6.topic_dedup import TopicDeduplication
-from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import parse_metadata_only
 from dedup_broker.retention.policy import topic_retention
@@ -23,9 +37,10 @@ from dedup_broker.storage.position import Position
 from dedup_broker.tiered.policy import offload_threshold
 
 if TYPE_CHECKING:
-    from dedup_broker.domain.broker import BrokerService
     from dedup_broker.domain.consumer import Consumer
+    from dedup_broker.storage.cursor import ManagedCursor
     from dedup_broker.storage.managed_ledger import ManagedLedger
+    from dedup_broker.storage.service import StorageService
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +51,36 @@ SYSTEM_CURSOR_PREFIX = "pulsar."
 """Cursors the broker keeps for itself (``pulsar.dedup``); never shown as subscriptions."""
 
 
-class ProducerBusyError(BrokerError):
+class ProducerBusyError(PermanentError):
     """A live producer with that name is already attached to the topic."""
 
 
+class ConsumerStillConnectedError(PermanentError):
+    """Unsubscribe refused: other consumers are still attached."""
+
+
+class SubscriptionNotFoundError(PermanentError):
+    """No subscription of that name exists on the topic."""
+
+
+class ReservedSubscriptionError(PermanentError):
+    """The subscription name is reserved for the broker, or clashes with an existing one."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicServices:
+    """What every topic of one broker shares."""
+
+    config: BrokerConfig
+    policies: Policies
+    metrics: BrokerMetrics
+    key_dedup: KeyDedupService
+
+
 class Topic:
-    def __init__(self, broker: BrokerService, name: TopicName, ledger: ManagedLedger) -> None:
-        self.broker = broker
+    def __init__(self, services: TopicServices, name: TopicName, ledger: ManagedLedger) -> None:
+        self.services = services
+        self.config = services.config
         self.name = name
         self.managed_ledger = ledger
         self.producers: dict[str, Producer] = {}
@@ -50,26 +88,46 @@ class Topic:
         self.msgs_in = 0
         self.bytes_in = 0
         self._last_entry_batch: tuple[Position, int] | None = None
-        self.dedup = TopicDeduplication(self)
-        self.key_dedup = TopicKeyDedup(self)
+        self.dedup = TopicDeduplication(name, ledger, services.config, services.policies)
+        self.key_dedup = TopicKeyDedup(name, ledger, services.key_dedup, self.append_checked)
         self.closed = False
+        self._appends_in_flight = 0
+        self._appends_settled = asyncio.Event()
+        self._appends_settled.set()
 
     @classmethod
-    async def load(cls, broker: BrokerService, name: TopicName, create: bool) -> Topic:
-        ledger = await broker.storage.open_managed_ledger(name.managed_ledger_name, create=create)
-        topic = cls(broker, name, ledger)
-        ledger.retention = lambda: topic_retention(broker, name, ledger)
-        ledger.offloads.threshold = lambda: offload_threshold(broker, name)
+    async def load(
+        cls, services: TopicServices, storage: StorageService, name: TopicName, create: bool
+    ) -> Topic:
+        ledger = await storage.open_managed_ledger(name.managed_ledger_name, create=create)
+        topic = cls(services, name, ledger)
+        config, policies = services.config, services.policies
+        ledger.retention = lambda: topic_retention(policies, config, name, ledger)
+        ledger.offloads.threshold = lambda: offload_threshold(policies, config, name)
         for cursor_name in ledger.stored_cursor_names():
             if cursor_name.startswith(SYSTEM_CURSOR_PREFIX):
                 continue
             cursor = await ledger.open_cursor(cursor_name)
-            topic.subscriptions[cursor_name] = Subscription(
-                topic, cursor_name, cursor, SubscriptionType.EXCLUSIVE, durable=True
+            topic.subscriptions[cursor_name] = topic._new_subscription(
+                cursor_name, cursor, SubscriptionType.EXCLUSIVE, durable=True
             )
         await topic.dedup.apply_policy()
         await topic.key_dedup.apply_policy()
         return topic
+
+    def _new_subscription(
+        self, name: str, cursor: ManagedCursor, sub_type: SubscriptionType, durable: bool
+    ) -> Subscription:
+        return Subscription(
+            name,
+            cursor,
+            sub_type,
+            durable,
+            ledger=self.managed_ledger,
+            partition_index=self.name.partition_index,
+            config=self.config,
+            on_expired=self._subscription_expired,
+        )
 
     # --- producers ----------------------------------------------------------------
     def add_producer(self, producer: Producer) -> None:
@@ -96,28 +154,21 @@ class Topic:
         send: pb.CommandSend,
         entry: bytes,
         metadata: pb.MessageMetadata,
-    ) -> None:
-        """Append one SEND's entry; the receipt goes out once Kafka acknowledged it."""
+    ) -> PublishResult:
+        """Publish one SEND's entry: key-window verdicts (when on), PIP-6, the append."""
         if self.key_dedup.intercepts:
-            self.key_dedup.submit(producer, send, entry, metadata)
-            return
-        self.append_entry(producer, send, entry, metadata)
+            return self.key_dedup.submit(producer, send, entry, metadata)
+        return self.append_checked(producer, send, entry, metadata)
 
-    def append_entry(
+    def append_checked(
         self,
         producer: Producer,
         send: pb.CommandSend,
         entry: bytes,
         metadata: pb.MessageMetadata,
         timestamp: int | None = None,
-        answer: Callable[[pb.BaseCommand], None] | None = None,
-    ) -> asyncio.Future[Position] | None:
-        """PIP-6 verdict and append; None when nothing was appended (already answered).
-
-        ``answer`` takes the receipt or error instead of the connection (for callers
-        that order answers themselves)."""
-        sequence_id = send.sequence_id
-        highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else None
+    ) -> PublishResult:
+        """The PIP-6 verdict, then the append; stored once Kafka acknowledged it."""
         in_batch = batch_size(metadata)
         count = max(in_batch, 1)
         started = time.monotonic()
@@ -126,28 +177,27 @@ class Topic:
         try:
             verdict, dedup_name, highest_seen = self.dedup.check(send, entry, metadata)
         except BrokerError as exc:
-            self._send_error(producer, sequence_id, exc, answer)
-            return None
+            return self._refused(send, exc)
         if verdict is not Verdict.NOT_DUP:
-            self._answer_duplicate(producer, sequence_id, highest, verdict, answer)
-            return None
-        try:
-            future = self.managed_ledger.append(entry, timestamp)
-        except BrokerError as exc:
-            self.dedup.write_failed()
-            self._send_error(producer, sequence_id, exc, answer)
-            return None
+            self.services.metrics.dedup_verdicts.labels(verdict=verdict.value).inc()
+            return settled(DUPLICATE if verdict is Verdict.DUP else UNKNOWN)
+        appended = self.managed_ledger.append(entry, timestamp)
+        result: PublishResult = asyncio.get_running_loop().create_future()
         producer.pending_sends += 1
-        producer.connection.publish_started()
+        self._appends_in_flight += 1
+        self._appends_settled.clear()
 
         def written(done: asyncio.Future[Position]) -> None:
             producer.pending_sends -= 1
-            producer.connection.publish_finished()
+            self._appends_in_flight -= 1
+            if self._appends_in_flight == 0:
+                self._appends_settled.set()
             exc = done.exception() if not done.cancelled() else RetriableError("cancelled")
             if exc is not None:
-                self.broker.metrics.kafka_write_errors.inc()
+                self.services.metrics.kafka_write_errors.inc()
                 self.dedup.write_failed()
-                self._send_error(producer, sequence_id, exc, answer)
+                log.warning("publish on %s failed (seq %d): %s", self.name, send.sequence_id, exc)
+                result.set_result(PublishOutcome.failed(exc))
                 return
             position = done.result()
             self.dedup.persisted(dedup_name, highest_seen, position)
@@ -156,65 +206,15 @@ class Topic:
             self.bytes_in += len(entry)
             producer.msgs_in += count
             producer.bytes_in += len(entry)
-            self.broker.metrics.record_publish(count, len(entry), time.monotonic() - started)
-            receipt = commands.send_receipt(
-                producer.producer_id,
-                sequence_id,
-                position.ledger_id,
-                position.entry_id,
-                highest_sequence_id=highest,
-            )
-            if answer is not None:
-                answer(receipt)
-            elif not producer.closed:
-                producer.connection.send_command(receipt)
+            self.services.metrics.record_publish(count, len(entry), time.monotonic() - started)
+            result.set_result(PublishOutcome.stored(position))
 
-        future.add_done_callback(written)
-        return future
+        appended.add_done_callback(written)
+        return result
 
-    def _answer_duplicate(
-        self,
-        producer: Producer,
-        sequence_id: int,
-        highest: int | None,
-        verdict: Verdict,
-        answer: Callable[[pb.BaseCommand], None] | None = None,
-    ) -> None:
-        """Dup: a normal receipt with id -1:-1. Unknown: an error the client resends after."""
-        self.broker.metrics.dedup_verdicts.labels(verdict=verdict.value).inc()
-        if verdict is Verdict.DUP:
-            command = commands.send_receipt(
-                producer.producer_id, sequence_id, -1, -1, highest_sequence_id=highest
-            )
-        else:
-            command = commands.send_error(
-                producer.producer_id,
-                sequence_id,
-                pb.PersistenceError,
-                "an earlier copy of this message is still being written; resend later",
-            )
-        if answer is not None:
-            answer(command)
-        elif not producer.closed:
-            producer.connection.send_command(command)
-
-    def _send_error(
-        self,
-        producer: Producer,
-        sequence_id: int,
-        exc: BaseException,
-        answer: Callable[[pb.BaseCommand], None] | None = None,
-    ) -> None:
-        if isinstance(exc, ProtocolError):
-            code = pb.ChecksumError if "checksum" in str(exc).lower() else pb.UnknownError
-        else:
-            code = pb.PersistenceError
-        log.warning("publish on %s failed (seq %d): %s", self.name, sequence_id, exc)
-        command = commands.send_error(producer.producer_id, sequence_id, code, str(exc))
-        if answer is not None:
-            answer(command)
-        elif not producer.closed:
-            producer.connection.send_command(command)
+    def _refused(self, send: pb.CommandSend, exc: BrokerError) -> PublishResult:
+        log.warning("publish on %s refused (seq %d): %s", self.name, send.sequence_id, exc)
+        return settled(PublishOutcome.failed(exc))
 
     # --- subscriptions ------------------------------------------------------------
     async def subscribe(
@@ -228,15 +228,16 @@ class Topic:
     ) -> Subscription:
         name = consumer.subscription_name
         if name.startswith(SYSTEM_CURSOR_PREFIX):
-            raise BrokerError(
+            raise ReservedSubscriptionError(
                 f"subscription names starting with {SYSTEM_CURSOR_PREFIX!r} are reserved"
             )
         subscription = self.subscriptions.get(name)
         if subscription is not None and subscription.durable != durable:
-            raise BrokerError(f"subscription {name!r} exists with another durability")
+            raise ReservedSubscriptionError(f"subscription {name!r} exists with another durability")
         if start is not None and start.ledger_id == LATEST_LEDGER_ID:
             start = None
         if subscription is None:
+            cursor: ManagedCursor
             if durable:
                 cursor = await self.managed_ledger.open_cursor(name, initial_position)
             else:
@@ -245,8 +246,8 @@ class Topic:
                 cursor = self.managed_ledger.new_non_durable_cursor(
                     start, inclusive=start_inclusive, name=name
                 )
-            subscription = self.subscriptions.get(name) or Subscription(
-                self, name, cursor, sub_type, durable
+            subscription = self.subscriptions.get(name) or self._new_subscription(
+                name, cursor, sub_type, durable
             )
             self.subscriptions[name] = subscription
         consumer.subscription = subscription
@@ -254,12 +255,11 @@ class Topic:
         return subscription
 
     def consumer_closed(self, consumer: Consumer) -> None:
-        subscription = consumer.subscription
-        subscription.remove_consumer(consumer)
-        if (
-            subscription.should_expire()
-            and self.subscriptions.get(subscription.name) is subscription
-        ):
+        """The consumer's client closed it, or its connection went away."""
+        consumer.subscription.consumer_left(consumer)
+
+    def _subscription_expired(self, subscription: Subscription) -> None:
+        if self.subscriptions.get(subscription.name) is subscription:
             del self.subscriptions[subscription.name]
             asyncio.get_running_loop().create_task(subscription.close())
 
@@ -293,15 +293,24 @@ class Topic:
         return last, known[1] - 1 if known[1] > 0 else -1
 
     # --- lifecycle and stats --------------------------------------------------------
+    async def housekeeping(self) -> None:
+        """Periodic: quiet-topic snapshots, idle producers, failed recoveries."""
+        await self.dedup.housekeeping()
+
     async def close(self) -> None:
+        """Unload: producers are told to go first (their clients reconnect and resend), the
+        writes in flight settle, the PIP-6 snapshot covers all of them, then consumers go
+        and cursors are stored."""
         self.closed = True
-        await self.key_dedup.close()
-        await self.dedup.close()
         for producer in list(self.producers.values()):
-            producer.connection.close_producer_by_broker(producer)
+            self.remove_producer(producer)
+            producer.link.close_producer(producer)
+        await self.key_dedup.close()
+        await self._appends_settled.wait()
+        await self.dedup.close()
         for subscription in list(self.subscriptions.values()):
             for consumer in list(subscription.consumers):
-                consumer.connection.close_consumer_by_broker(consumer)
+                subscription.disconnect(consumer)
             await subscription.close()
         await self.managed_ledger.close()
 
@@ -312,7 +321,7 @@ class Topic:
             "msgOutCounter": sum(s.msgs_out for s in self.subscriptions.values()),
             "bytesOutCounter": sum(s.bytes_out for s in self.subscriptions.values()),
             "storageSize": self.managed_ledger.total_size,
-            "deduplicationStatus": self.dedup.status,
+            "deduplicationStatus": self.dedup.status.value,
             "keyDeduplication": self.key_dedup.stats(),
             "publishers": [p.stats() for p in self.producers.values()],
             "subscriptions": {n: s.stats() for n, s in self.subscriptions.items()},
@@ -352,14 +361,6 @@ class Topic:
             "cursors": cursors,
             "deduplication": self.dedup.stats(),
         }
-
-
-class ConsumerStillConnectedError(BrokerError):
-    """Unsubscribe refused: other consumers are still attached."""
-
-
-class SubscriptionNotFoundError(BrokerError):
-    """No subscription of that name exists on the topic."""
 
 
 def batch_size(metadata: pb.MessageMetadata) -> int:

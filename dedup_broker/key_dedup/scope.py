@@ -92,13 +92,12 @@ class KeyScope:
         await store.forget_scope(self.keys)
         checkpoints: dict[str, str] = {}
         for name in await self.service.member_names(self):
-            topic = await self.service.broker.get_topic(name)
-            member = topic.key_dedup
+            member = await self.service.directory.key_dedup_of(name)
             if member.scope is not self:
                 continue
             last = await member.replay(None)
             if last is not None:
-                checkpoints[topic.managed_ledger.name] = last
+                checkpoints[member.ledger.name] = last
         if checkpoints:
             await store.set_checkpoints(self.keys, checkpoints)
         await store.set_marker(self.keys)

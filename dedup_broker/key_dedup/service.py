@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.names import TopicName
+from dedup_broker.domain.policies import Policies
+from dedup_broker.key_dedup.metrics import KeyDedupMetrics
 from dedup_broker.key_dedup.scope import KeyScope
 from dedup_broker.key_dedup.store import KeyStore
 from dedup_broker.key_dedup.window import (
@@ -23,24 +26,46 @@ from dedup_broker.key_dedup.window import (
 )
 
 if TYPE_CHECKING:
-    from dedup_broker.domain.broker import BrokerService
+    from dedup_broker.key_dedup.topic import TopicKeyDedup
 
 log = logging.getLogger(__name__)
 
 POLICY = "keyDeduplication"
 
-REDIS_LATENCY_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0)
+
+class TopicDirectory(Protocol):
+    """What key deduplication needs to know of the broker's topics (a scope spans many)."""
+
+    def topics_of_namespace(self, namespace: str) -> list[str]: ...
+
+    def partitions_of(self, name: TopicName) -> int: ...
+
+    def topic_exists(self, name: TopicName) -> bool: ...
+
+    async def key_dedup_of(self, name: TopicName) -> TopicKeyDedup:
+        """The topic's key deduplication, loading the topic if needed."""
+
+    def loaded_key_dedups(self) -> list[TopicKeyDedup]: ...
 
 
 class KeyDedupService:
-    def __init__(self, broker: BrokerService) -> None:
-        self.broker = broker
-        self.config = broker.config
+    def __init__(
+        self,
+        config: BrokerConfig,
+        store: KeyStore,
+        policies: Policies,
+        metrics: KeyDedupMetrics,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.policies = policies
+        self.metrics = metrics
+        self.dropped = metrics.dropped
+        self._directory: TopicDirectory | None = None
         self.scopes: dict[str, KeyScope] = {}
-        self._store: KeyStore | None = None
         self.accepted_without_redis = 0
-        self.pending_ttl_ms = self.config.key_deduplication_pending_timeout_seconds * 1000
-        c = self.config
+        self.pending_ttl_ms = config.key_deduplication_pending_timeout_seconds * 1000
+        c = config
         self.defaults = KeyDedupPolicy(
             enabled=c.broker_key_deduplication_enabled,
             key_source=KeySource.parse(c.key_deduplication_key_source),
@@ -48,50 +73,22 @@ class KeyDedupService:
             scope=Scope(c.key_deduplication_scope),
             on_redis_unavailable=OnRedisUnavailable(c.key_deduplication_on_redis_unavailable),
         )
-        r = broker.metrics.registry
-        self.dropped = r.counter(
-            "dedup_broker_key_dedup_repeats_dropped_total",
-            "Messages dropped as repeats of a key stored within its window",
-        )
-        self.redis_latency = r.histogram(
-            "dedup_broker_key_dedup_redis_latency_seconds",
-            "Duration of one Redis round trip of key deduplication",
-            buckets=REDIS_LATENCY_BUCKETS,
-        )
-        self.redis_errors = r.counter(
-            "dedup_broker_key_dedup_redis_errors_total", "Redis calls that failed or timed out"
-        )
-        round_trips = r.gauge(
-            "dedup_broker_key_dedup_redis_round_trips_total", "Redis round trips so far"
-        )
-        round_trips.set_function(lambda: float(self._store.round_trips if self._store else 0))
-        tracked = r.gauge(
-            "dedup_broker_key_dedup_keys_tracked",
-            "Keys in the window stored by this broker, per scope",
-            ("scope",),
-        )
-        self._tracked_gauge = tracked
+        metrics.count_round_trips(lambda: store.round_trips)
+
+    def bind(self, directory: TopicDirectory) -> None:
+        """The broker whose topics this service deduplicates (set once, at wiring)."""
+        self._directory = directory
 
     @property
-    def store(self) -> KeyStore:
-        if self._store is None:
-            self._store = KeyStore(
-                self.config.redis_url,
-                timeout_seconds=self.config.key_deduplication_redis_timeout_seconds,
-                cluster=self.config.redis_cluster_enabled,
-                observe=self._observe,
-            )
-        return self._store
-
-    def _observe(self, seconds: float, ok: bool) -> None:
-        self.redis_latency.observe(seconds)
-        if not ok:
-            self.redis_errors.inc()
+    def directory(self) -> TopicDirectory:
+        if self._directory is None:
+            raise RuntimeError("key deduplication is not bound to a broker")
+        return self._directory
 
     # --- policies ---------------------------------------------------------------------
     def policy_for(self, topic: TopicName) -> KeyDedupPolicy:
         """Topic policy, else namespace policy, else the broker's defaults."""
-        policies = self.broker.policies
+        policies = self.policies
         for value in (
             policies.topic_value(topic, POLICY),
             policies.namespace_value(topic.namespace_name, POLICY),
@@ -114,8 +111,7 @@ class KeyDedupService:
         if scope is None or scope.closed:
             scope = KeyScope(self, scope_id, policy)
             self.scopes[scope_id] = scope
-            tracked = scope.keys_tracked
-            self._tracked_gauge.labels(scope=scope_id).set_function(lambda: float(tracked()))
+            self.metrics.track_scope(scope_id, scope.keys_tracked)
         return scope
 
     def scope_released(self, scope: KeyScope) -> None:
@@ -123,27 +119,27 @@ class KeyDedupService:
             return
         if self.scopes.get(scope.scope_id) is scope:
             del self.scopes[scope.scope_id]
-            self._tracked_gauge.remove(scope=scope.scope_id)
+            self.metrics.forget_scope(scope.scope_id)
         asyncio.get_running_loop().create_task(scope.close())
 
     async def member_names(self, scope: KeyScope) -> list[TopicName]:
         """Every topic whose effective policy puts it in ``scope`` (loaded or not)."""
         names: list[TopicName] = []
         for member in list(scope.members):
-            names.append(member.topic.name)
+            names.append(member.name)
         namespace = scope.scope_id.split("|")[1]
         kind, _, value = namespace.partition(":")
         if kind == "namespace":
-            candidates = self.broker.topics_of_namespace(value)
+            candidates = self.directory.topics_of_namespace(value)
         else:
             base = TopicName.parse(value)
-            partitions = self.broker.partitions_of(base)
+            partitions = self.directory.partitions_of(base)
             candidates = (
                 [str(base.partition(i)) for i in range(partitions)] if partitions else [str(base)]
             )
         for text in candidates:
             name = TopicName.parse(text)
-            if not self.broker.topic_exists(name):
+            if not self.directory.topic_exists(name):
                 continue
             policy = self.policy_for(name)
             same = policy.enabled and self.scope_id(name, policy) == scope.scope_id
@@ -154,20 +150,20 @@ class KeyDedupService:
     def stale_owner(self, owner: bytes) -> bool:
         """A claim by an earlier load of a topic this broker serves now: its writer is gone."""
         load_id, _, ledger = owner.decode(errors="replace").partition(":")
-        for topic in self.broker.topics.values():
-            if topic.managed_ledger.name == ledger:
-                return topic.key_dedup.load_id != load_id
+        for member in self.directory.loaded_key_dedups():
+            if member.ledger.name == ledger:
+                return member.load_id != load_id
         return False
 
     async def apply_policies(self) -> None:
-        for topic in list(self.broker.topics.values()):
-            await topic.key_dedup.apply_policy()
+        for member in self.directory.loaded_key_dedups():
+            await member.apply_policy()
 
     def stats(self) -> dict[str, Any]:
-        store = self._store
+        store = self.store
         return {
-            "redisRoundTrips": store.round_trips if store else 0,
-            "redisErrors": store.errors if store else 0,
+            "redisRoundTrips": store.round_trips,
+            "redisErrors": store.errors,
             "acceptedWithoutRedis": self.accepted_without_redis,
             "scopes": {sid: s.stats() for sid, s in self.scopes.items()},
         }
@@ -175,5 +171,4 @@ class KeyDedupService:
     async def close(self) -> None:
         for scope in list(self.scopes.values()):
             await scope.close()
-        if self._store is not None:
-            await self._store.close()
+        await self.store.close()

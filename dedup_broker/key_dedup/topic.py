@@ -7,7 +7,8 @@ that lost some messages, and hands the entry to the topic's normal publish path 
 included). Receipts keep each producer's order, since the official clients require it.
 
 Only keys of entries Kafka acknowledged are remembered; a key claimed by a write in
-flight makes a repeat wait for that write's outcome. After a restart (or when Redis lost
+flight makes a repeat wait for that write's outcome (the repeat's own outcome is known
+only once that write settled). After a restart (or when Redis lost
 its data) the log is the source of truth: the entries of the last window are read back
 and their keys written to Redis before this topic accepts any message.
 """
@@ -19,12 +20,18 @@ import contextlib
 import logging
 import uuid
 from collections import deque
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from dedup_broker.errors import BrokerError, ProtocolError, RetriableError
+from dedup_broker.domain.outcomes import (
+    DUPLICATE,
+    PublishOutcome,
+    PublishResult,
+    PublishStatus,
+)
+from dedup_broker.errors import BrokerError, ManagedLedgerClosedError, ProtocolError, RetriableError
 from dedup_broker.key_dedup import recovery
-from dedup_broker.key_dedup.replies import OrderedReplies
 from dedup_broker.key_dedup.scope import now_ms
 from dedup_broker.key_dedup.store import KeyStoreUnavailableError, ScopeLostError
 from dedup_broker.key_dedup.window import (
@@ -36,7 +43,6 @@ from dedup_broker.key_dedup.window import (
     message_key,
     verdicts,
 )
-from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch import SingleMessage
 from dedup_broker.protocol.batch_rewrite import rewrite_batch
@@ -44,9 +50,11 @@ from dedup_broker.protocol.commands import as_signed64
 from dedup_broker.storage.position import Position
 
 if TYPE_CHECKING:
+    from dedup_broker.domain.names import TopicName
     from dedup_broker.domain.producer import Producer
-    from dedup_broker.domain.topic import Topic
     from dedup_broker.key_dedup.scope import KeyScope
+    from dedup_broker.key_dedup.service import KeyDedupService
+    from dedup_broker.storage.managed_ledger import ManagedLedger
 
 log = logging.getLogger(__name__)
 
@@ -64,13 +72,37 @@ class _ScopeLostError(KeyDedupNotReadyError):
     pass
 
 
+class RepeatOfLostWriteError(RetriableError):
+    """A message was dropped as a repeat of a write that then failed: resend it."""
+
+
+class ProducerGoneError(RetriableError):
+    """The producer closed before its SEND was decided; its client resends elsewhere."""
+
+
+AppendChecked = Callable[
+    ["Producer", pb.CommandSend, bytes, pb.MessageMetadata, int], PublishResult
+]
+"""The topic's publish path after key deduplication (PIP-6 verdict, then the append)."""
+
+
 @dataclass(eq=False)
 class _Send:
     producer: Producer
     send: pb.CommandSend
     entry: bytes
     metadata: pb.MessageMetadata
-    answered: bool = False
+    result: PublishResult = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+    @property
+    def answered(self) -> bool:
+        return self.result.done()
+
+    def finish(self, outcome: PublishOutcome) -> None:
+        if not self.result.done():
+            self.result.set_result(outcome)
 
 
 @dataclass(eq=False)
@@ -86,23 +118,31 @@ def parse_position(text: str) -> Position:
 
 
 class TopicKeyDedup:
-    def __init__(self, topic: Topic) -> None:
-        self.topic = topic
+    def __init__(
+        self,
+        name: TopicName,
+        ledger: ManagedLedger,
+        service: KeyDedupService,
+        append_checked: AppendChecked,
+    ) -> None:
+        self.name = name
+        self.ledger = ledger
+        self.service = service
+        self._append_checked = append_checked
+        self.closed = False
         self.policy: KeyDedupPolicy | None = None
         self.scope: KeyScope | None = None
         self.load_id = uuid.uuid4().hex[:12]
-        self.owner = f"{self.load_id}:{topic.managed_ledger.name}".encode()
+        self.owner = f"{self.load_id}:{ledger.name}".encode()
         self._queue: deque[_Send] = deque()
         self._wake = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
         self._busy = False
         self._ready = asyncio.Event()
         self._recovering: asyncio.Task[None] | None = None
-        self.replies = OrderedReplies()
         self._failed: list[list[bytes]] = []
         self._change = asyncio.Lock()
         self.errors = 0
-        ledger = topic.managed_ledger
         previous = ledger.on_write_failure_resolved
 
         def resolved(told: Position, truth: Position) -> None:
@@ -121,15 +161,15 @@ class TopicKeyDedup:
 
     async def apply_policy(self) -> None:
         async with self._change:
-            service = self.topic.broker.key_dedup
-            policy = service.policy_for(self.topic.name)
+            service = self.service
+            policy = service.policy_for(self.name)
             if not policy.enabled:
                 if self.scope is not None:
                     self._detach()
-                    log.info("key deduplication disabled on %s", self.topic.name)
+                    log.info("key deduplication disabled on %s", self.name)
                 self.policy = None
                 return
-            scope = service.scope_for(self.topic.name, policy)
+            scope = service.scope_for(self.name, policy)
             if scope is self.scope and policy == self.policy:
                 return
             if self.scope is not None:
@@ -139,7 +179,7 @@ class TopicKeyDedup:
             scope.members.add(self)
             self._ready.clear()
             self._recovering = asyncio.get_running_loop().create_task(self._recover(scope))
-            log.info("key deduplication on %s: %s", self.topic.name, policy.to_json())
+            log.info("key deduplication on %s: %s", self.name, policy.to_json())
 
     def _detach(self) -> None:
         scope, self.scope = self.scope, None
@@ -147,31 +187,29 @@ class TopicKeyDedup:
             self._recovering.cancel()
         if scope is not None:
             scope.members.discard(self)
-            self.topic.broker.key_dedup.scope_released(scope)
+            self.service.scope_released(scope)
 
     async def _recover(self, scope: KeyScope) -> None:
         """Keys of entries written since the last checkpoint (a crash) go to Redis first."""
         scope.start()
-        store = self.topic.broker.key_dedup.store
-        while not self.topic.closed and self.scope is scope:
+        store = self.service.store
+        while not self.closed and self.scope is scope:
             await scope.ready.wait()
             try:
-                checkpoint = (await store.checkpoints(scope.keys)).get(
-                    self.topic.managed_ledger.name
-                )
+                checkpoint = (await store.checkpoints(scope.keys)).get(self.ledger.name)
                 await self.replay(parse_position(checkpoint) if checkpoint else None)
                 if scope.ready.is_set():
                     self._ready.set()
                     return
             except BrokerError as exc:
-                log.warning("%s: key deduplication recovery: %s; retrying", self.topic.name, exc)
+                log.warning("%s: key deduplication recovery: %s; retrying", self.name, exc)
                 await asyncio.sleep(0.5)
 
     async def replay(self, after: Position | None) -> str | None:
         """Keys of stored entries to Redis; answers the topic's new checkpoint."""
         if self.scope is None or self.policy is None:
             return None
-        return await recovery.replay(self.scope, self.policy, self.topic.managed_ledger, after)
+        return await recovery.replay(self.scope, self.policy, self.ledger, after)
 
     # --- the publish path ---------------------------------------------------------
     def submit(
@@ -180,15 +218,16 @@ class TopicKeyDedup:
         send: pb.CommandSend,
         entry: bytes,
         metadata: pb.MessageMetadata,
-    ) -> None:
-        self._queue.append(_Send(producer, send, entry, metadata))
-        producer.connection.publish_started()
+    ) -> PublishResult:
+        item = _Send(producer, send, entry, metadata)
+        self._queue.append(item)
         if self._worker is None or self._worker.done():
             self._worker = asyncio.get_running_loop().create_task(self._run())
         self._wake.set()
+        return item.result
 
     async def _run(self) -> None:
-        while not self.topic.closed:
+        while not self.closed:
             if not self._queue:
                 self._wake.clear()
                 await self._wake.wait()
@@ -199,15 +238,17 @@ class TopicKeyDedup:
             self._busy = True
             try:
                 await self._process(group)
+            except asyncio.CancelledError:
+                for item in group:
+                    item.finish(PublishOutcome.failed(_topic_closed()))
+                raise
             except Exception as exc:  # keep the topic serving; answer what is left
-                log.exception("%s: key deduplication failed on a group", self.topic.name)
+                log.exception("%s: key deduplication failed on a group", self.name)
                 for item in group:
                     if not item.answered:
                         self._error(item, RetriableError(f"key deduplication failed: {exc}"))
             finally:
                 self._busy = False
-                for item in group:
-                    item.producer.connection.publish_finished()
 
     async def _process(self, group: list[_Send]) -> None:
         policy, scope = self.policy, self.scope
@@ -217,8 +258,8 @@ class TopicKeyDedup:
             return
         prepared: list[_Prepared] = []
         for item in group:
-            if item.producer.closed:
-                item.answered = True  # the client resends it on its new connection
+            if item.producer.closed:  # the client resends it on its new connection
+                item.finish(PublishOutcome.failed(ProducerGoneError("the producer closed")))
                 continue
             try:
                 _, messages = entry_messages(item.entry)
@@ -314,7 +355,7 @@ class TopicKeyDedup:
         loop = asyncio.get_running_loop()
         for key in ask:  # other topics of the scope wait on us from now on
             scope.in_flight.claim(key, loop)
-        service = self.topic.broker.key_dedup
+        service = self.service
         try:
             answers = await service.store.claim(
                 scope.keys, ask, now_ms(), policy.window_ms, self.owner, service.pending_ttl_ms
@@ -369,7 +410,7 @@ class TopicKeyDedup:
         """
         item = p.item
         if item.producer.closed:
-            item.answered = True
+            item.finish(PublishOutcome.failed(ProducerGoneError("the producer closed")))
             return
         if p.messages is None:
             scope.unchecked += max(item.metadata.num_messages_in_batch, 1)
@@ -397,7 +438,7 @@ class TopicKeyDedup:
         dropped = keep.count(False)
         scope.unchecked += result.count(MessageVerdict.UNCHECKED)
         scope.dropped += dropped
-        self.topic.broker.key_dedup.dropped.inc(dropped)
+        self.service.dropped.inc(dropped)
         if not any(keep):
             self._duplicate(item, after)
             return
@@ -446,49 +487,36 @@ class TopicKeyDedup:
         scope: KeyScope | None,
         after: list[asyncio.Future[bool]],
     ) -> bool:
-        item.answered = True
-        slot = self.replies.slot(item.producer, item.send.sequence_id)
+        """Hand the (rewritten) entry to the topic; False if nothing was appended."""
         anchor = metadata.publish_time or now_ms()
-
-        def answer(command: pb.BaseCommand) -> None:
-            self.replies.fill(slot, command, after)
-
-        future = self.topic.append_entry(
-            item.producer, item.send, entry, metadata, anchor, answer=answer
-        )
-        if future is None:
+        result = self._append_checked(item.producer, item.send, entry, metadata, anchor)
+        _complete_after(result, after, item.result)
+        if result.done() and result.result().status is not PublishStatus.STORED:
             return False
         if scope is not None:
-            ledger = self.topic.managed_ledger.name
+            ledger = self.ledger.name
 
-            def written(done: asyncio.Future[Position]) -> None:
-                if done.cancelled() or done.exception() is not None:
+            def written(done: PublishResult) -> None:
+                outcome = done.result()
+                if outcome.status is not PublishStatus.STORED or outcome.position is None:
                     self._failed.append(keys)
                     scope.hold_checkpoint(ledger, True)
                     return
-                scope.stored(keys, anchor, ledger, str(done.result()))
+                scope.stored(keys, anchor, ledger, str(outcome.position))
 
-            future.add_done_callback(written)
+            result.add_done_callback(written)
         return True
 
     def _duplicate(self, item: _Send, after: list[asyncio.Future[bool]]) -> None:
-        """Every message was a repeat: accepted, not stored (a receipt for -1:-1)."""
-        item.answered = True
-        producer, send = item.producer, item.send
-        highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else None
-        receipt = commands.send_receipt(
-            producer.producer_id, send.sequence_id, -1, -1, highest_sequence_id=highest
-        )
-        self.replies.fill(self.replies.slot(producer, send.sequence_id), receipt, after)
+        """Every message was a repeat: accepted, not stored."""
+        done: PublishResult = asyncio.get_running_loop().create_future()
+        done.set_result(DUPLICATE)
+        _complete_after(done, after, item.result)
 
     def _error(self, item: _Send, exc: BaseException) -> None:
-        item.answered = True
         self.errors += 1
-        producer, send = item.producer, item.send
-        code = pb.UnknownError if isinstance(exc, ProtocolError) else pb.PersistenceError
-        log.debug("%s: SEND %d not accepted: %s", self.topic.name, send.sequence_id, exc)
-        command = commands.send_error(producer.producer_id, send.sequence_id, code, str(exc))
-        self.replies.fill(self.replies.slot(producer, send.sequence_id), command)
+        log.debug("%s: SEND %d not accepted: %s", self.name, item.send.sequence_id, exc)
+        item.finish(PublishOutcome.failed(exc))
 
     def _release(self, keys: list[bytes]) -> None:
         """Keys claimed for writes that did not happen are free again, here and in Redis."""
@@ -497,7 +525,7 @@ class TopicKeyDedup:
             return
         for key in keys:
             scope.in_flight.settle(key, False)
-        store = self.topic.broker.key_dedup.store
+        store = self.service.store
 
         async def release() -> None:
             try:
@@ -514,7 +542,7 @@ class TopicKeyDedup:
         policy = self.policy
         if scope is None or policy is None:
             return
-        ledger = self.topic.managed_ledger
+        ledger = self.ledger
         try:
             landed = await recovery.landed_keys(ledger, told, truth, policy.key_source)
         except BrokerError as exc:
@@ -540,10 +568,11 @@ class TopicKeyDedup:
 
     # --- lifecycle and stats --------------------------------------------------------
     async def close(self) -> None:
+        self.closed = True
         if self._worker is not None:
             self._worker.cancel()
         while self._queue:
-            self._queue.popleft().producer.connection.publish_finished()
+            self._queue.popleft().finish(PublishOutcome.failed(_topic_closed()))
         scope = self.scope
         if scope is not None:
             for keys in self._failed:  # outcome unknown: the next load replays the log
@@ -562,6 +591,42 @@ class TopicKeyDedup:
             "errors": self.errors,
             **self.scope.stats(),
         }
+
+
+def _topic_closed() -> ManagedLedgerClosedError:
+    return ManagedLedgerClosedError("the topic closed before the message was decided")
+
+
+def _complete_after(
+    result: PublishResult, after: list[asyncio.Future[bool]], target: PublishResult
+) -> None:
+    """``target`` gets ``result``'s outcome once every write in ``after`` settled; a stored
+    or duplicate outcome becomes a retriable failure if any of those writes was lost."""
+
+    def finish() -> None:
+        outcome = result.result()
+        lost = any(f.cancelled() or not f.result() for f in after)
+        if lost and outcome.status in (PublishStatus.STORED, PublishStatus.DUPLICATE):
+            outcome = PublishOutcome.failed(
+                RepeatOfLostWriteError(
+                    "a message of this batch was dropped as a repeat of a write that then "
+                    "failed; resend"
+                )
+            )
+        if not target.done():
+            target.set_result(outcome)
+
+    waiting: list[asyncio.Future[Any]] = [result, *(f for f in after if not f.done())]
+    remaining = len(waiting)
+
+    def one_done(_: asyncio.Future[Any]) -> None:
+        nonlocal remaining
+        remaining -= 1
+        if remaining == 0:
+            finish()
+
+    for future in waiting:
+        future.add_done_callback(one_done)
 
 
 def _highest(send: pb.CommandSend, messages: list[SingleMessage]) -> int | None:

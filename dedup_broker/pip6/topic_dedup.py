@@ -13,6 +13,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from dedup_broker.errors import BrokerError
+from dedup_broker.pip6.policy import deduplication_enabled, snapshot_interval_seconds
 from dedup_broker.pip6.state import DedupStatus, MessageDeduplication, Verdict
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch import batch_sequence_range
@@ -20,7 +21,10 @@ from dedup_broker.protocol.commands import as_signed64
 from dedup_broker.protocol.framing import parse_message
 
 if TYPE_CHECKING:
-    from dedup_broker.domain.topic import Topic
+    from dedup_broker.config import BrokerConfig
+    from dedup_broker.domain.names import TopicName
+    from dedup_broker.domain.policies import Policies
+    from dedup_broker.storage.managed_ledger import ManagedLedger
     from dedup_broker.storage.position import Position
 
 log = logging.getLogger(__name__)
@@ -29,42 +33,47 @@ FAILURE_READ_CHUNK = 500
 
 
 class TopicDeduplication:
-    def __init__(self, topic: Topic) -> None:
-        self.topic = topic
+    def __init__(
+        self, name: TopicName, ledger: ManagedLedger, config: BrokerConfig, policies: Policies
+    ) -> None:
+        self.name = name
+        self.ledger = ledger
+        self.config = config
+        self.policies = policies
         self.state: MessageDeduplication | None = None
+        self._connected: set[str] = set()
         self._change = asyncio.Lock()
-        topic.managed_ledger.on_write_failure_resolved = self._failure_resolved
+        ledger.on_write_failure_resolved = self._failure_resolved
 
     @property
     def enabled(self) -> bool:
         return self.state is not None
 
     @property
-    def status(self) -> str:
-        return self.state.status.value if self.state else DedupStatus.DISABLED.value
+    def status(self) -> DedupStatus:
+        return self.state.status if self.state else DedupStatus.DISABLED
 
     async def apply_policy(self) -> None:
         """Enable (recovering first) or disable according to the effective policy."""
         async with self._change:
-            policies = self.topic.broker.policies
-            wanted = policies.deduplication_enabled(self.topic.name)
-            interval = policies.deduplication_snapshot_interval_seconds(self.topic.name)
+            wanted = deduplication_enabled(self.policies, self.config, self.name)
+            interval = snapshot_interval_seconds(self.policies, self.config, self.name)
             if self.state is not None:
                 self.state.snapshot_interval_seconds = interval
             if wanted and self.state is None:
-                state = MessageDeduplication(self.topic.broker.config, self.topic.managed_ledger)
+                state = MessageDeduplication(self.config, self.ledger)
                 state.snapshot_interval_seconds = interval
                 self.state = state
-                for producer in self.topic.producers.values():
-                    state.producer_connected(producer.name)
+                for name in self._connected:
+                    state.producer_connected(name)
                 await state.enable()
-                log.info("deduplication enabled on %s: %s", self.topic.name, state.stats())
+                log.info("deduplication enabled on %s: %s", self.name, state.stats())
             elif wanted and self.state is not None and self.state.status == DedupStatus.FAILED:
                 await self.state.enable()
             elif not wanted and self.state is not None:
                 state, self.state = self.state, None
                 await state.disable()
-                log.info("deduplication disabled on %s", self.topic.name)
+                log.info("deduplication disabled on %s", self.name)
 
     def check(
         self, send: pb.CommandSend, entry: bytes, metadata: pb.MessageMetadata
@@ -99,16 +108,22 @@ class TopicDeduplication:
         return self.state.last_sequence_id(name) if self.state is not None else -1
 
     def producer_connected(self, name: str) -> None:
+        self._connected.add(name)
         if self.state is not None:
             self.state.producer_connected(name)
 
     def producer_disconnected(self, name: str) -> None:
+        self._connected.discard(name)
         if self.state is not None:
             self.state.producer_disconnected(name)
 
-    def on_timer(self) -> None:
-        if self.state is not None:
-            self.state.maybe_snapshot_on_timer()
+    async def housekeeping(self) -> None:
+        """Periodic: a snapshot of a quiet topic, idle producers, a failed recovery retried."""
+        if self.state is None:
+            return
+        self.state.maybe_snapshot_on_timer()
+        if self.state.status is DedupStatus.FAILED:
+            await self.apply_policy()
 
     def stats(self) -> dict[str, object]:
         if self.state is None:
@@ -129,7 +144,7 @@ class TopicDeduplication:
         state = self.state
         if state is None:
             return
-        ledger = self.topic.managed_ledger
+        ledger = self.ledger
         landed = []
         position = ledger.next_position(told)
         try:
@@ -143,7 +158,7 @@ class TopicDeduplication:
             await state.resolve_after_failure(landed)
             log.info(
                 "%s: after a failed write, %d entr(ies) had landed up to %s",
-                self.topic.name,
+                self.name,
                 len(landed),
                 truth,
             )

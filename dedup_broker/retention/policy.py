@@ -11,14 +11,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from dedup_broker.config import BrokerConfig
+from dedup_broker.domain.names import TopicName
+from dedup_broker.domain.policies import Policies
 from dedup_broker.errors import BrokerError, PermanentError
 from dedup_broker.storage.deletion import Retention
 
 if TYPE_CHECKING:
-    from dedup_broker.domain.broker import BrokerService
-    from dedup_broker.domain.names import TopicName
     from dedup_broker.storage.managed_ledger import ManagedLedger
 
 log = logging.getLogger(__name__)
@@ -58,7 +60,7 @@ def retention_json(retention: Retention) -> dict[str, int]:
 
 
 def topic_retention(
-    broker: BrokerService, name: TopicName, ledger: ManagedLedger | None = None
+    policies: Policies, config: BrokerConfig, name: TopicName, ledger: ManagedLedger | None = None
 ) -> Retention:
     """The namespace's policy, else the broker defaults.
 
@@ -67,13 +69,12 @@ def topic_retention(
     nobody has said its data is consumed and its readers expect to find it. An explicit
     namespace policy or non-zero broker defaults apply to such a topic as in Pulsar.
     """
-    stored = broker.policies.namespace_value(name.namespace_name, RETENTION)
+    stored = policies.namespace_value(name.namespace_name, RETENTION)
     if isinstance(stored, dict):
         try:
             return parse_retention(stored)
         except InvalidRetentionError:
             log.warning("ignoring an invalid stored retention policy: %s", stored)
-    config = broker.config
     default = Retention(
         config.default_retention_time_in_minutes, config.default_retention_size_in_mb
     )
@@ -85,11 +86,16 @@ def topic_retention(
     return default
 
 
+LoadedLedgers = Callable[[], Iterable[tuple[TopicName, "ManagedLedger"]]]
+"""The managed ledgers of the topics this broker serves now."""
+
+
 class RetentionChecker:
     """Asks every loaded topic to trim, every ``retentionCheckIntervalInSeconds``."""
 
-    def __init__(self, broker: BrokerService) -> None:
-        self._broker = broker
+    def __init__(self, config: BrokerConfig, loaded: LoadedLedgers) -> None:
+        self._config = config
+        self._loaded = loaded
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -103,13 +109,13 @@ class RetentionChecker:
             self._task = None
 
     def trim_all(self, namespace: str | None = None) -> None:
-        for topic in list(self._broker.topics.values()):
-            if namespace is None or topic.name.namespace_name == namespace:
-                topic.managed_ledger.trimmer.trim_soon()
-                topic.managed_ledger.offloads.check_soon()
+        for name, ledger in list(self._loaded()):
+            if namespace is None or name.namespace_name == namespace:
+                ledger.trimmer.trim_soon()
+                ledger.offloads.check_soon()
 
     async def _run(self) -> None:
-        interval = max(self._broker.config.retention_check_interval_in_seconds, 1)
+        interval = max(self._config.retention_check_interval_in_seconds, 1)
         while True:
             await asyncio.sleep(interval)
             try:

@@ -1,41 +1,98 @@
-"""The one place that decides which Pulsar ``ServerError`` code an exception becomes.
+"""The one place that decides what a failure or a publish outcome means on the wire.
 
 Official clients retry only some codes (``ServiceNotReady``, ``TooManyRequests``,
-``MetadataError``...), so every retriable failure must map to one of those.
+``MetadataError``...), so every retriable failure maps to one of those. A SEND is
+answered differently: the clients drop a message only on ``ChecksumError`` and answer
+any other SEND_ERROR by reconnecting and resending what is unacknowledged.
 """
 
 from __future__ import annotations
 
 from dedup_broker import errors
+from dedup_broker.domain.outcomes import PublishOutcome, PublishStatus
+from dedup_broker.domain.subscription import ConsumerBusyError
+from dedup_broker.domain.topic import (
+    ConsumerStillConnectedError,
+    ProducerBusyError,
+    SubscriptionNotFoundError,
+)
+from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 
 
-def server_error_of(exc: BaseException) -> pb.ServerError:
-    # Imported here: these classes live in modules that import this one indirectly.
-    from dedup_broker.domain.subscription import ConsumerBusyError
-    from dedup_broker.domain.topic import (
-        ConsumerStillConnectedError,
-        ProducerBusyError,
-        SubscriptionNotFoundError,
-    )
-    from dedup_broker.session.connection import UnknownIdError
+class UnknownIdError(errors.PermanentError):
+    """A command names a producer or consumer id this connection does not have."""
 
-    table: tuple[tuple[type[BaseException], pb.ServerError], ...] = (
-        (errors.ChecksumError, pb.ChecksumError),
-        (errors.InvalidTopicNameError, pb.InvalidTopicName),
-        (errors.TopicNotFoundError, pb.TopicNotFound),
-        (ProducerBusyError, pb.ProducerBusy),
-        (ConsumerBusyError, pb.ConsumerBusy),
-        (ConsumerStillConnectedError, pb.ConsumerBusy),
-        (SubscriptionNotFoundError, pb.SubscriptionNotFound),
-        (UnknownIdError, pb.NotAllowedError),
-        (errors.CursorNotFoundError, pb.SubscriptionNotFound),
-        (errors.StorageError, pb.PersistenceError),
-        (errors.ProtocolError, pb.UnknownError),
-    )
-    for kind, code in table:
+
+class CreationInProgressError(errors.RetriableError):
+    """The same producer or consumer is still being created; the client retries."""
+
+
+_CODES: tuple[tuple[type[BaseException], pb.ServerError], ...] = (
+    (errors.ChecksumError, pb.ChecksumError),
+    (errors.InvalidTopicNameError, pb.InvalidTopicName),
+    (errors.TopicNotFoundError, pb.TopicNotFound),
+    (ProducerBusyError, pb.ProducerBusy),
+    (ConsumerBusyError, pb.ConsumerBusy),
+    (ConsumerStillConnectedError, pb.ConsumerBusy),
+    (SubscriptionNotFoundError, pb.SubscriptionNotFound),
+    (UnknownIdError, pb.NotAllowedError),
+    (errors.CursorNotFoundError, pb.SubscriptionNotFound),
+    (errors.StorageError, pb.PersistenceError),
+    (errors.ProtocolError, pb.UnknownError),
+)
+
+
+def server_error_of(exc: BaseException) -> pb.ServerError:
+    """The ``ServerError`` code a failed command is answered with."""
+    for kind, code in _CODES:
         if isinstance(exc, kind):
             return code
     if isinstance(exc, errors.BrokerError):
         return pb.ServiceNotReady if exc.retriable else pb.NotAllowedError
     return pb.UnknownError
+
+
+def send_error_code(exc: BaseException | None) -> pb.ServerError:
+    """The code of a SEND_ERROR: only a checksum mismatch makes the client drop it."""
+    if isinstance(exc, errors.ChecksumError):
+        return pb.ChecksumError
+    if isinstance(exc, errors.ProtocolError):
+        return pb.UnknownError
+    return pb.PersistenceError
+
+
+def publish_reply(
+    producer_id: int, send: pb.CommandSend, outcome: PublishOutcome
+) -> pb.BaseCommand:
+    """SEND_RECEIPT for a stored message (id -1:-1 for a duplicate), else SEND_ERROR."""
+    highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else None
+    if outcome.status is PublishStatus.STORED and outcome.position is not None:
+        position = outcome.position
+        return commands.send_receipt(
+            producer_id, send.sequence_id, position.ledger_id, position.entry_id, highest
+        )
+    if outcome.status is PublishStatus.DUPLICATE:
+        return commands.send_receipt(producer_id, send.sequence_id, -1, -1, highest)
+    return commands.send_error(
+        producer_id, send.sequence_id, send_error_code(outcome.error), str(outcome.error)
+    )
+
+
+def error_reply(command: pb.BaseCommand, exc: BaseException) -> pb.BaseCommand:
+    """The answer to a command that failed with ``exc``, in the shape its request expects."""
+    code = server_error_of(exc)
+    if command.type == pb.BaseCommand.SEND:
+        send = command.send
+        return commands.send_error(
+            send.producer_id, send.sequence_id, send_error_code(exc), str(exc)
+        )
+    if command.type == pb.BaseCommand.PARTITIONED_METADATA:
+        return commands.partitioned_metadata_response(
+            command.partitionMetadata.request_id, error=code, message=str(exc)
+        )
+    if command.type == pb.BaseCommand.LOOKUP:
+        return commands.lookup_response(
+            command.lookupTopic.request_id, "", error=code, message=str(exc)
+        )
+    return commands.error(commands.request_id_of(command) or 0, code, str(exc))

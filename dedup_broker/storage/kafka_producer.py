@@ -166,8 +166,11 @@ class SharedProducer:
             except Exception:
                 log.exception("delivery handler %r failed", handler)
 
-    async def close(self) -> None:
-        """Wait for queued records (bounded by the delivery timeout) and stop the thread."""
+    async def close(self, timeout_seconds: float | None = None) -> None:
+        """Wait for queued records (bounded by the delivery timeout, or ``timeout_seconds``
+        if shorter) and stop the thread; what is still queued then is purged."""
+        if timeout_seconds is not None:
+            self._flush_timeout_s = min(self._flush_timeout_s, timeout_seconds)
         self._stopping.set()
         await asyncio.to_thread(self._thread.join)
 

@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable
 
 from dedup_broker.config import BrokerConfig
@@ -126,18 +127,27 @@ class StorageService:
         )
         return service
 
-    async def close(self) -> None:
-        """Close every open managed ledger (storing cursors), then the Kafka clients."""
+    async def close(self, timeout_seconds: float | None = None) -> None:
+        """Close every open managed ledger (storing cursors), then the Kafka clients.
+
+        Bounded by ``timeout_seconds`` when given: what Kafka has not acknowledged by
+        then is dropped (nothing unacknowledged was confirmed to anyone)."""
         if self._closed:
             return
         self._closed = True
-        results = await asyncio.gather(
+        deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
+        closing = asyncio.gather(
             *(ledger.close() for ledger in list(self._open.values())), return_exceptions=True
         )
+        try:
+            results = await asyncio.wait_for(closing, _remaining(deadline))
+        except TimeoutError:
+            log.warning("managed ledgers still closing at the shutdown deadline; abandoned")
+            results = []
         for result in results:
             if isinstance(result, BaseException):
                 log.warning("closing a managed ledger failed: %s", result)
-        await self._producer.close()
+        await self._producer.close(_remaining(deadline))
         await asyncio.to_thread(self._reader.close)
 
     # --- managed ledgers ------------------------------------------------------------
@@ -273,3 +283,9 @@ class StorageService:
             self._cursor_infos.refresh(),
             self.policies.refresh(),
         )
+
+
+def _remaining(deadline: float | None) -> float | None:
+    if deadline is None:
+        return None
+    return max(deadline - time.monotonic(), 0.1)

@@ -1,0 +1,50 @@
+"""CONNECT and the keep-alive commands: what a connection must do before anything else."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dedup_broker import __version__
+from dedup_broker.errors import ProtocolError
+from dedup_broker.protocol import commands
+from dedup_broker.protocol import pulsar_api_pb2 as pb
+from dedup_broker.protocol.framing import Frame
+
+if TYPE_CHECKING:
+    from dedup_broker.session.connection import ClientConnection, Handler
+
+SERVER_PROTOCOL_VERSION = 21
+
+
+class Handshake:
+    def __init__(self, connection: ClientConnection) -> None:
+        self.connection = connection
+        self.connected = False
+        self.protocol_version = 0
+
+    def handlers(self) -> dict[int, Handler]:
+        return {
+            pb.BaseCommand.CONNECT: self._on_connect,
+            pb.BaseCommand.PING: self._on_ping,
+            pb.BaseCommand.PONG: self._on_pong,
+        }
+
+    def _on_connect(self, frame: Frame) -> None:
+        if self.connected:
+            raise ProtocolError("CONNECT received twice on one connection")
+        connect = frame.command.connect
+        self.protocol_version = min(connect.protocol_version, SERVER_PROTOCOL_VERSION)
+        self.connected = True
+        self.connection.send_command(
+            commands.connected(
+                f"dedup-broker {__version__}",
+                self.protocol_version,
+                self.connection.config.max_message_size,
+            )
+        )
+
+    def _on_ping(self, frame: Frame) -> None:
+        self.connection.send_command(commands.pong())
+
+    def _on_pong(self, frame: Frame) -> None:
+        self.connection.pong_received()

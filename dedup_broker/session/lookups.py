@@ -1,0 +1,69 @@
+"""Where a topic lives and what it is: LOOKUP, partitioned metadata, namespace listings,
+schemas."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dedup_broker.domain.names import TopicName
+from dedup_broker.protocol import commands
+from dedup_broker.protocol import pulsar_api_pb2 as pb
+from dedup_broker.protocol.framing import Frame
+
+if TYPE_CHECKING:
+    from dedup_broker.session.connection import ClientConnection, Handler
+
+
+def topic_name(connection: ClientConnection, text: str) -> TopicName:
+    config = connection.config
+    return TopicName.parse(text, config.default_tenant, config.default_namespace)
+
+
+class LookupCommands:
+    def __init__(self, connection: ClientConnection) -> None:
+        self.connection = connection
+        self.broker = connection.broker
+
+    def handlers(self) -> dict[int, Handler]:
+        return {
+            pb.BaseCommand.PARTITIONED_METADATA: self._on_partitioned_metadata,
+            pb.BaseCommand.LOOKUP: self._on_lookup,
+            pb.BaseCommand.GET_TOPICS_OF_NAMESPACE: self._on_get_topics_of_namespace,
+            pb.BaseCommand.GET_SCHEMA: self._on_get_schema,
+            pb.BaseCommand.GET_OR_CREATE_SCHEMA: self._on_get_or_create_schema,
+        }
+
+    def _on_partitioned_metadata(self, frame: Frame) -> None:
+        request = frame.command.partitionMetadata
+        partitions = self.broker.partitions_of(topic_name(self.connection, request.topic))
+        self.connection.send_command(
+            commands.partitioned_metadata_response(request.request_id, partitions)
+        )
+
+    def _on_lookup(self, frame: Frame) -> None:
+        request = frame.command.lookupTopic
+        topic_name(self.connection, request.topic)
+        self.connection.send_command(
+            commands.lookup_response(request.request_id, self.connection.listener.service_url)
+        )
+
+    def _on_get_topics_of_namespace(self, frame: Frame) -> None:
+        request = frame.command.getTopicsOfNamespace
+        topics = self.broker.topics_of_namespace(request.namespace)
+        self.connection.send_command(
+            commands.get_topics_of_namespace_response(request.request_id, topics)
+        )
+
+    def _on_get_schema(self, frame: Frame) -> None:
+        request = frame.command.getSchema
+        self.connection.send_command(
+            commands.get_schema_response(
+                request.request_id,
+                error=pb.TopicNotFound,
+                message="this broker does not store schemas",
+            )
+        )
+
+    def _on_get_or_create_schema(self, frame: Frame) -> None:
+        request = frame.command.getOrCreateSchema
+        self.connection.send_command(commands.get_or_create_schema_response(request.request_id))

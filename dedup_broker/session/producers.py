@@ -1,0 +1,202 @@
+"""Producers on one connection: PRODUCER, SEND, CLOSE_PRODUCER, and the answers to SENDs.
+
+Each SEND's outcome comes back from the domain as a future; answers leave strictly in the
+order the SENDs came (the official clients drop the connection on a receipt out of order),
+whatever order the outcomes settle in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
+
+from dedup_broker.domain.outcomes import PublishOutcome, PublishResult, settled
+from dedup_broker.domain.producer import Producer
+from dedup_broker.errors import ChecksumError, PermanentError, ProtocolError
+from dedup_broker.protocol import commands
+from dedup_broker.protocol import pulsar_api_pb2 as pb
+from dedup_broker.protocol.framing import Frame, parse_metadata_only, verify_checksum
+from dedup_broker.session.lookups import topic_name
+from dedup_broker.session.replies import CreationInProgressError, UnknownIdError, publish_reply
+
+if TYPE_CHECKING:
+    from dedup_broker.session.connection import ClientConnection, Handler
+
+log = logging.getLogger(__name__)
+
+
+class AccessModeNotSupportedError(PermanentError):
+    """Only the Shared producer access mode is served."""
+
+
+class _Answers:
+    """SENDs of one producer awaiting their outcome, in arrival order."""
+
+    __slots__ = ("pending",)
+
+    def __init__(self) -> None:
+        self.pending: deque[tuple[pb.CommandSend, PublishResult]] = deque()
+
+
+class ProducerCommands:
+    """The producer side of one connection; also each producer's link back to its client."""
+
+    def __init__(self, connection: ClientConnection) -> None:
+        self.connection = connection
+        self.broker = connection.broker
+        self.producers: dict[int, Producer] = {}
+        self._answers: dict[int, _Answers] = {}
+        self._creating: dict[int, asyncio.Future[None]] = {}
+
+    def handlers(self) -> dict[int, Handler]:
+        return {
+            pb.BaseCommand.PRODUCER: self._on_producer,
+            pb.BaseCommand.SEND: self._on_send,
+            pb.BaseCommand.CLOSE_PRODUCER: self._on_close_producer,
+        }
+
+    # --- ProducerLink ---------------------------------------------------------------
+    @property
+    def remote_address(self) -> str:
+        return self.connection.remote_address
+
+    def close_producer(self, producer: Producer) -> None:
+        """The broker closed the producer (topic unloaded): the client reconnects it."""
+        if self.producers.get(producer.producer_id) is producer:
+            self._forget(producer)
+            self.connection.send_command(commands.close_producer(producer.producer_id))
+
+    # --- creation -------------------------------------------------------------------
+    def _on_producer(self, frame: Frame) -> Awaitable[None]:
+        return self._create(frame.command.producer)
+
+    async def _create(self, request: pb.CommandProducer) -> None:
+        name = topic_name(self.connection, request.topic)
+        existing = self.producers.get(request.producer_id)
+        if existing is not None:
+            if str(existing.topic.name) != str(name):
+                raise UnknownIdError(
+                    f"producer id {request.producer_id} is in use for another topic"
+                )
+            self._success(request.request_id, existing)
+            return
+        if request.producer_id in self._creating:
+            raise CreationInProgressError(f"producer {request.producer_id} is being created")
+        self._creating[request.producer_id] = asyncio.get_running_loop().create_future()
+        try:
+            if request.producer_access_mode not in (0,):
+                raise AccessModeNotSupportedError(
+                    "only the Shared producer access mode is supported"
+                )
+            topic = await self.broker.get_topic(name)
+            await topic.managed_ledger.wait_writable()
+            user_named = request.HasField("producer_name") and bool(request.producer_name)
+            producer = Producer(
+                link=self,
+                producer_id=request.producer_id,
+                name=request.producer_name if user_named else self.broker.new_producer_name(),
+                topic=topic,
+                user_provided_name=user_named,
+            )
+            topic.add_producer(producer)
+            if self.connection.closed:
+                topic.remove_producer(producer)
+                return
+            self.producers[request.producer_id] = producer
+            self._answers[request.producer_id] = _Answers()
+            self.connection.metrics.producers.inc()
+            self._success(request.request_id, producer)
+        finally:
+            self._creating.pop(request.producer_id).set_result(None)
+
+    def _success(self, request_id: int, producer: Producer) -> None:
+        self.connection.send_command(
+            commands.producer_success(
+                request_id,
+                producer.name,
+                last_sequence_id=producer.topic.last_sequence_id(producer.name),
+            )
+        )
+
+    # --- publishing -----------------------------------------------------------------
+    def _on_send(self, frame: Frame) -> None:
+        send = frame.command.send
+        producer = self.producers.get(send.producer_id)
+        if producer is None:
+            raise UnknownIdError(f"no producer with id {send.producer_id} on this connection")
+        entry = frame.payload
+        result: PublishResult
+        if not entry:
+            result = settled(PublishOutcome.failed(ProtocolError("SEND without a message payload")))
+        elif not verify_checksum(entry):
+            self.connection.metrics.checksum_errors.inc()
+            log.warning(
+                "checksum mismatch from producer %s (%s)", producer.name, self.remote_address
+            )
+            result = settled(
+                PublishOutcome.failed(
+                    ChecksumError("message checksum (CRC32C) does not match its content")
+                )
+            )
+        else:
+            try:
+                metadata = parse_metadata_only(entry)
+            except ProtocolError as exc:
+                result = settled(PublishOutcome.failed(exc))
+            else:
+                result = producer.topic.publish(producer, send, entry, metadata)
+        answers = self._answers[send.producer_id]
+        answers.pending.append((send, result))
+        self.connection.publish_started()
+        result.add_done_callback(lambda _: self._flush(producer, answers))
+
+    def _flush(self, producer: Producer, answers: _Answers) -> None:
+        """Answer every SEND at the head whose outcome is known, in order."""
+        pending = answers.pending
+        while pending and pending[0][1].done():
+            send, result = pending.popleft()
+            self.connection.publish_finished()
+            outcome: PublishOutcome = result.result()
+            if not producer.closed:
+                self.connection.send_command(publish_reply(producer.producer_id, send, outcome))
+
+    # --- closing --------------------------------------------------------------------
+    def _on_close_producer(self, frame: Frame) -> Awaitable[None] | None:
+        request = frame.command.close_producer
+        pending = self._creating.get(request.producer_id)
+        if pending is not None:
+            return self._close_after(pending, request)
+        self._close(request)
+        return None
+
+    async def _close_after(
+        self, pending: asyncio.Future[None], request: pb.CommandCloseProducer
+    ) -> None:
+        await pending
+        self._close(request)
+
+    def _close(self, request: pb.CommandCloseProducer) -> None:
+        producer = self.producers.get(request.producer_id)
+        if producer is not None:
+            producer.topic.remove_producer(producer)
+            self._forget(producer)
+        self.connection.send_command(commands.success(request.request_id))
+
+    def _forget(self, producer: Producer) -> None:
+        del self.producers[producer.producer_id]
+        answers = self._answers.pop(producer.producer_id, None)
+        if answers is not None:
+            for _ in answers.pending:
+                self.connection.publish_finished()
+            answers.pending.clear()
+        self.connection.metrics.producers.dec()
+
+    def connection_lost(self) -> None:
+        for producer in list(self.producers.values()):
+            producer.topic.remove_producer(producer)
+            self.connection.metrics.producers.dec()
+        self.producers.clear()
+        self._answers.clear()
