@@ -134,3 +134,24 @@ class BrokerApp:
             log.info("shutting down")
             await self.stop()
             log.info("stopped")
+
+
+def serve(config: BrokerConfig) -> None:
+    """Run the broker until SIGINT/SIGTERM on a loop of its own.
+
+    Unlike ``asyncio.run``, closing does not wait for the default executor's threads: one
+    may be blocked in a Kafka call that only its own timeout ends (Kafka unreachable),
+    and the shutdown must stay within ``brokerShutdownTimeoutMs``."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_until_complete(BrokerApp(config).run_until_signalled())
+    finally:
+        pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        asyncio.set_event_loop(None)
+        loop.close()

@@ -3,22 +3,34 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
+import os
 import sys
+import threading
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import ConfigError
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from dedup_broker.app import BrokerApp
+    from dedup_broker.app import serve
 
     overrides = dict(pair.split("=", 1) for pair in args.set or [])
-    config = BrokerConfig.load(args.config, overrides=overrides)
-    asyncio.run(BrokerApp(config).run_until_signalled())
+    serve(BrokerConfig.load(args.config, overrides=overrides))
+    _exit_without_waiting_for_blocked_threads(0)
     return 0
+
+
+def _exit_without_waiting_for_blocked_threads(code: int) -> None:
+    """After a finished shutdown, exit even if a worker thread is still blocked in a Kafka
+    call (Kafka unreachable): such calls cannot be interrupted and would hold the
+    interpreter's exit for their whole timeout."""
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate()[1:]):
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _show_config(args: argparse.Namespace) -> int:

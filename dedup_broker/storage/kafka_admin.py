@@ -27,6 +27,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from dedup_broker.config import BrokerConfig
+from dedup_broker.storage.kafka_logging import kafka_logger
 from dedup_broker.storage.kafka_producer import storage_error
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ class KafkaAdmin:
             {
                 "bootstrap.servers": config.kafka_bootstrap_servers,
                 "client.id": f"{config.cluster_name}.broker-admin",
+                "logger": kafka_logger(),
                 "allow.auto.create.topics": False,
             }
         )

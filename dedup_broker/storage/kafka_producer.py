@@ -24,6 +24,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import StorageError
+from dedup_broker.storage.kafka_logging import kafka_logger
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,7 @@ class SharedProducer:
         self._conf: dict[str, Any] = {
             "bootstrap.servers": config.kafka_bootstrap_servers,
             "client.id": f"{config.cluster_name}.broker",
+            "logger": kafka_logger(),
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": config.kafka_producer_linger_ms,

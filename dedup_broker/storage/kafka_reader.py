@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import StorageError
+from dedup_broker.storage.kafka_logging import kafka_logger
 from dedup_broker.storage.kafka_producer import max_record_bytes, storage_error
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class KafkaReader:
         self._conf: dict[str, Any] = {
             "bootstrap.servers": config.kafka_bootstrap_servers,
             "client.id": f"{config.cluster_name}.broker-reader",
+            "logger": kafka_logger(),
             # Required by the client, never used: no subscribe, no commit.
             "group.id": f"{config.cluster_name}.broker-reader",
             "enable.auto.commit": False,

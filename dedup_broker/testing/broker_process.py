@@ -124,6 +124,23 @@ class BrokerProcess:
             self.process.kill()
             self.process.wait(timeout=30)
 
+    def terminate(self, timeout: float) -> tuple[int, float]:
+        """SIGTERM and wait: ``(exit code, seconds it took)``; fails past ``timeout``."""
+        assert self.process is not None and self.process.poll() is None, "not running"
+        started = time.monotonic()
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=30)
+            raise TimeoutError(f"broker still running {timeout:.0f}s after SIGTERM") from None
+        return code, time.monotonic() - started
+
+    def log_text(self) -> str:
+        """The log of the current (or last) run."""
+        return self.log_path.read_text(errors="replace")
+
     def restart(self, kill: bool = True) -> None:
         if kill:
             self.kill()

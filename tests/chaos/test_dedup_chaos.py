@@ -7,7 +7,6 @@ restarted. The official client resends whatever it has not seen acknowledged.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,60 +16,11 @@ import pytest
 
 from dedup_broker.devservers import KafkaService
 from dedup_broker.testing.broker_process import BrokerProcess
+from dedup_broker.testing.publisher import Publisher, stored_ids
 from tests.integration.conftest import make_broker
 
 pytestmark = pytest.mark.chaos
 RECEIVE_MS = 20_000
-
-
-class Publisher:
-    """Sends ids 0..total-1 from a thread; records which sends were acknowledged."""
-
-    def __init__(self, client: pulsar.Client, topic: str, total: int, batching: bool) -> None:
-        self.producer = client.create_producer(
-            topic,
-            producer_name="chaos-source",
-            send_timeout_millis=0,
-            batching_enabled=batching,
-            batching_max_messages=20,
-            max_pending_messages=200,
-            block_if_queue_full=True,
-        )
-        self.total = total
-        self.acknowledged = 0
-        self.errors: list[BaseException] = []
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        done = threading.Semaphore(0)
-
-        def callback(result: pulsar.Result, _msg_id: pulsar.MessageId) -> None:
-            if result != pulsar.Result.Ok:
-                self.errors.append(RuntimeError(str(result)))
-            self.acknowledged += 1
-            done.release()
-
-        try:
-            for i in range(self.total):
-                self.producer.send_async(str(i).encode(), callback, sequence_id=i)
-            for _ in range(self.total):
-                done.acquire(timeout=300)
-        except BaseException as exc:
-            self.errors.append(exc)
-
-    def wait_for(self, count: int, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while self.acknowledged < count:
-            assert time.monotonic() < deadline, f"stuck at {self.acknowledged}"
-            time.sleep(0.02)
-
-
-def _stored(client: pulsar.Client, topic: str) -> list[int]:
-    reader = client.create_reader(topic, pulsar.MessageId.earliest)
-    out = []
-    while reader.has_message_available():
-        out.append(int(reader.read_next(RECEIVE_MS).data()))
-    return out
 
 
 def _run_with_failures(
@@ -92,7 +42,7 @@ def _run_with_failures(
         assert not publisher.thread.is_alive()
         assert not publisher.errors, publisher.errors[:3]
         assert publisher.acknowledged == total
-        assert _stored(client, topic) == list(range(total))
+        assert stored_ids(client, topic) == list(range(total))
     finally:
         client.close()
 
@@ -154,7 +104,7 @@ def test_application_crash_resumes_from_last_sequence_id(
         assert resume == 500
         for i in range(resume - 50, 1000):  # it even replays some already stored ids
             producer.send(str(i).encode(), sequence_id=i)
-        assert _stored(client, topic) == list(range(1000))
+        assert stored_ids(client, topic) == list(range(1000))
         client.close()
     finally:
         broker.stop()
