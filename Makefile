@@ -34,7 +34,7 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy dedup_broker system_topics connectors
+	$(VENV)/bin/mypy dedup_broker system_topics connectors examples
 
 ## Regenerate the protobuf modules from the project's own .proto files.
 proto: $(STAMP)
@@ -43,9 +43,9 @@ proto: $(STAMP)
 	    dedup_broker/protocol/pulsar_api.proto dedup_broker/storage/storage.proto \
 	    system_topics/ledger_deletion.proto
 
-## The main job: Kafka, Redis and the broker, then the demo pipeline.
+## The main job: Kafka, Redis and the broker, then the demo pipeline (examples/demo).
 demo run: $(STAMP)
-	$(PY) -m dedup_broker.cli demo
+	$(PY) -m examples.demo
 
 bench: $(STAMP)
 	$(PY) -m bench

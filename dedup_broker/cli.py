@@ -40,12 +40,6 @@ def _show_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def _demo(args: argparse.Namespace) -> int:
-    from dedup_broker.demo import run_demo
-
-    return run_demo(args)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dedup-broker",
@@ -71,15 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     config_options(show)
     show.set_defaults(func=_show_config)
 
-    demo = commands.add_parser(
-        "demo", help="start Kafka, Redis and the broker, run the demo pipeline, stop"
-    )
-    demo.add_argument("--messages", type=int, default=50_000)
-    demo.set_defaults(func=_demo)
-
     from dedup_broker.devservers.cli import add_dev_commands
+    from dedup_broker.standalone import add_standalone_command
     from system_topics.cli import add_commands as add_deletion_commands
 
+    add_standalone_command(commands, config_options)
     add_dev_commands(commands)
     add_deletion_commands(commands, config_options)
     return parser

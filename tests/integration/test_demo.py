@@ -1,10 +1,15 @@
-"""The README's main command runs end to end and reports exactly-once delivery."""
+"""The README's main command (``make demo``: ``python -m examples.demo``) runs end to end
+and reports exactly-once delivery."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+"""``python -m examples.demo`` runs from the project root, as ``make demo`` does."""
 
 
 def test_demo_reports_no_duplicates_and_nothing_missing(
@@ -12,16 +17,8 @@ def test_demo_reports_no_duplicates_and_nothing_missing(
 ) -> None:
     env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap, REDIS_URL=redis_url)
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dedup_broker.cli",
-            "--log-level",
-            "WARNING",
-            "demo",
-            "--messages",
-            "3000",
-        ],
+        [sys.executable, "-m", "examples.demo", "--log-level", "WARNING", "--messages", "3000"],
+        cwd=PROJECT_ROOT,
         env=env,
         capture_output=True,
         text=True,

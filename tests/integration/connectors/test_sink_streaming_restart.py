@@ -1,6 +1,6 @@
 """A streaming query killed (kill -9) mid-batch and restarted from its checkpoint.
 
-The query runs in its own process (``dedup_broker.demo_stream_job``), reads JSON-lines
+The query runs in its own process (``examples.demo.stream_job``), reads JSON-lines
 files one per micro-batch and publishes them through the sink. The first run stops
 inside the third batch, after part of it was stored, and is killed with its whole
 process group (driver JVM and Python workers). The second run replays that batch from
@@ -62,7 +62,7 @@ def test_streaming_query_killed_mid_batch_and_restarted_stores_each_row_once(
     command = [
         sys.executable,
         "-m",
-        "dedup_broker.demo_stream_job",
+        "examples.demo.stream_job",
         "--input",
         str(tmp_path / "input"),
         "--checkpoint",

@@ -10,7 +10,6 @@ summary compares what went in with what the topic stores and what the results ho
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import queue
@@ -25,14 +24,14 @@ from pathlib import Path
 
 import pulsar
 
-from dedup_broker.demo_results import (
+from dedup_broker.devservers import provide_kafka, provide_redis
+from dedup_broker.testing.broker_process import BrokerProcess
+from examples.demo.results import (
     ConsumeStats,
     consume_into_results,
     quiet_client_logger,
     results_summary,
 )
-from dedup_broker.devservers import provide_kafka, provide_redis
-from dedup_broker.testing.broker_process import BrokerProcess
 
 FILES = 6
 PAUSE_FILE = 2
@@ -41,10 +40,12 @@ SPARK_START_TIMEOUT = 240.0
 SPARK_RUN_TIMEOUT = 600.0
 CONSUME_TIMEOUT = 300.0
 READ_MS = 30_000
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+"""Where ``examples`` is importable from: the streaming job's working directory."""
 
 
-def run_demo(args: argparse.Namespace) -> int:
-    total = int(args.messages)
+def run_demo(total: int) -> int:
+    """Run the whole pipeline for ``total`` rows; 0 when nothing was lost or duplicated."""
     print("dedup-broker demo: starting Kafka and Redis (first run downloads Kafka) ...")
     kafka = provide_kafka()
     redis = provide_redis()
@@ -143,7 +144,7 @@ class Pipeline:
         return [
             sys.executable,
             "-m",
-            "dedup_broker.demo_stream_job",
+            "examples.demo.stream_job",
             "--input",
             str(self.input_dir),
             "--checkpoint",
@@ -211,6 +212,7 @@ class Pipeline:
                 stdin=subprocess.DEVNULL,
                 text=True,
                 start_new_session=True,
+                cwd=PROJECT_ROOT,
             )
         lines: queue.Queue[str] = queue.Queue()
 

@@ -1,6 +1,6 @@
 """The demo's Spark Structured Streaming query: input files -> ``PulsarSink`` -> a topic.
 
-Runs as its own process (``python -m dedup_broker.demo_stream_job ...``) so that the demo
+Runs as its own process (``python -m examples.demo.stream_job ...``) so that the demo
 and the tests can ``kill -9`` the driver mid-batch and start it again from its checkpoint.
 Reads every file available in ``--input`` (``availableNow``: one file per micro-batch),
 publishes each line as one message in sequence mode, prints one line per batch and exits.
@@ -44,7 +44,7 @@ def _paused_value(pause_at: int, flag: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dedup_broker.demo_stream_job")
+    parser = argparse.ArgumentParser(prog="python -m examples.demo.stream_job")
     parser.add_argument("--input", required=True)
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--service-url", required=True)
