@@ -48,14 +48,13 @@ class KafkaAdmin:
     def __init__(self, config: BrokerConfig) -> None:
         self._timeout_s = config.kafka_request_timeout_ms / 1000
         self._replication_factor = config.kafka_replication_factor
-        self._client = AdminClient(
-            {
-                "bootstrap.servers": config.kafka_bootstrap_servers,
-                "client.id": f"{config.cluster_name}.broker-admin",
-                "logger": kafka_logger(),
-                "allow.auto.create.topics": False,
-            }
-        )
+        conf: dict[str, Any] = {
+            "bootstrap.servers": config.kafka_bootstrap_servers,
+            "client.id": f"{config.cluster_name}.broker-admin",
+            "logger": kafka_logger(),
+            "allow.auto.create.topics": False,
+        }
+        self._client = AdminClient(conf)
 
     async def _wait(self, what: str, future: concurrent.futures.Future[Any]) -> Any:
         try:
