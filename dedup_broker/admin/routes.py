@@ -19,6 +19,7 @@ from dedup_broker.admin.key_dedup_routes import key_dedup_errors, key_dedup_rout
 from dedup_broker.admin.offload_routes import offload_routes
 from dedup_broker.admin.paths import NAMESPACES, TOPIC, Route, namespace_of, register, topic_of
 from dedup_broker.errors import BrokerError, InvalidTopicNameError, TopicNotFoundError
+from dedup_broker.metrics_registry import CONTENT_TYPE
 from dedup_broker.server.policies import DEDUP
 from dedup_broker.server.policies import DEDUP_SNAPSHOT_INTERVAL as SNAPSHOT_POLICY
 from dedup_broker.server.topic_name import TopicName
@@ -124,7 +125,7 @@ class AdminApi:
         self.broker = broker
 
     async def metrics(self, request: Request) -> Response:
-        return text_response(self.broker.metrics.render())
+        return text_response(self.broker.metrics.render().decode(), content_type=CONTENT_TYPE)
 
     async def health(self, request: Request) -> Response:
         return text_response("ok", content_type="text/plain")

@@ -11,6 +11,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from prometheus_client import Counter, Gauge, Histogram
+
 from dedup_broker.dedup.key_store import KeyStore
 from dedup_broker.dedup.key_window import (
     KeyDedupPolicy,
@@ -49,26 +51,31 @@ class KeyDedupService:
             on_redis_unavailable=OnRedisUnavailable(c.key_deduplication_on_redis_unavailable),
         )
         r = broker.metrics.registry
-        self.dropped = r.counter(
+        self.dropped = Counter(
             "dedup_broker_key_dedup_repeats_dropped_total",
             "Messages dropped as repeats of a key stored within its window",
+            registry=r,
         )
-        self.redis_latency = r.histogram(
+        self.redis_latency = Histogram(
             "dedup_broker_key_dedup_redis_latency_seconds",
             "Duration of one Redis round trip of key deduplication",
             buckets=REDIS_LATENCY_BUCKETS,
+            registry=r,
         )
-        self.redis_errors = r.counter(
-            "dedup_broker_key_dedup_redis_errors_total", "Redis calls that failed or timed out"
+        self.redis_errors = Counter(
+            "dedup_broker_key_dedup_redis_errors_total",
+            "Redis calls that failed or timed out",
+            registry=r,
         )
-        round_trips = r.gauge(
-            "dedup_broker_key_dedup_redis_round_trips_total", "Redis round trips so far"
+        round_trips = Gauge(
+            "dedup_broker_key_dedup_redis_round_trips_total", "Redis round trips so far", registry=r
         )
         round_trips.set_function(lambda: float(self._store.round_trips if self._store else 0))
-        tracked = r.gauge(
+        tracked = Gauge(
             "dedup_broker_key_dedup_keys_tracked",
             "Keys in the window stored by this broker, per scope",
             ("scope",),
+            registry=r,
         )
         self._tracked_gauge = tracked
 
@@ -123,7 +130,7 @@ class KeyDedupService:
             return
         if self.scopes.get(scope.scope_id) is scope:
             del self.scopes[scope.scope_id]
-            self._tracked_gauge.remove(scope=scope.scope_id)
+            self._tracked_gauge.remove(scope.scope_id)
         asyncio.get_running_loop().create_task(scope.close())
 
     async def member_names(self, scope: KeyScope) -> list[TopicName]:
