@@ -6,8 +6,8 @@ import asyncio
 import logging
 import signal
 
-from dedup_broker.admin.http import HttpServer
-from dedup_broker.admin.routes import build_router
+from dedup_broker.admin.routes import admin_app
+from dedup_broker.admin.serving import HttpEndpoint, start_http
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import BrokerError
 from dedup_broker.server.broker import BrokerService
@@ -24,7 +24,7 @@ class BrokerApp:
         self.config = config
         self.storage: StorageService | None = None
         self.broker: BrokerService | None = None
-        self.http: HttpServer | None = None
+        self.http: HttpEndpoint | None = None
         self.retention: RetentionChecker | None = None
 
     async def start(self) -> None:
@@ -39,10 +39,9 @@ class BrokerApp:
             deleter.register_metrics(self.broker.metrics.registry)
         self.retention = RetentionChecker(self.broker)
         self.retention.start()
-        self.http = HttpServer(
-            build_router(self.broker), self.config.bind_address, self.config.web_service_port
+        self.http = await start_http(
+            admin_app(self.broker), self.config.bind_address, self.config.web_service_port
         )
-        await self.http.start()
         await self._register()
         log.info(
             "dedup-broker ready: pulsar://%s:%d, http://%s:%d, Kafka %s",

@@ -1,27 +1,6 @@
-"""The admin HTTP surface: Pulsar-shaped REST routes and ``/metrics``."""
+"""The admin HTTP surface on aiohttp: Pulsar-shaped REST routes and ``/metrics``.
 
-from __future__ import annotations
-
-from dedup_broker.admin.http import (
-    Handler,
-    HttpError,
-    HttpServer,
-    Request,
-    Response,
-    Router,
-    json_response,
-    no_content,
-    text_response,
-)
-
-__all__ = [
-    "Handler",
-    "HttpError",
-    "HttpServer",
-    "Request",
-    "Response",
-    "Router",
-    "json_response",
-    "no_content",
-    "text_response",
-]
+Each feature's routes live in a module of their own returning ``list[web.RouteDef]``;
+``routes.admin_app`` assembles them, ``serving.start_http`` serves the app, and
+``errors`` answers every failure as Pulsar does, ``{"reason": "..."}``.
+"""

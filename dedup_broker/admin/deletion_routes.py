@@ -11,14 +11,17 @@
 from __future__ import annotations
 
 import asyncio
+from http import HTTPStatus
 from typing import TYPE_CHECKING
 
-from dedup_broker.admin.http import HttpError, Request, Response, json_response, no_content
-from dedup_broker.admin.paths import NAMESPACES, TOPIC, Route, namespace_of, topic_of
+from aiohttp import web
+
+from dedup_broker.admin.bodies import json_response, no_content, read_json
+from dedup_broker.admin.errors import HttpError
+from dedup_broker.admin.paths import NAMESPACES, TOPIC, namespace_of, query_value, topic_of
 from dedup_broker.errors import TopicNotFoundError
 from dedup_broker.server.retention import (
     RETENTION,
-    InvalidRetentionError,
     parse_retention,
     retention_json,
     topic_retention,
@@ -32,15 +35,16 @@ if TYPE_CHECKING:
 DELETION = "/admin/v2/ledger-deletion"
 
 
-def deletion_routes(broker: BrokerService) -> list[Route]:
+def deletion_routes(broker: BrokerService) -> list[web.RouteDef]:
+    """An invalid retention policy is a broker ``PermanentError``: 412."""
     api = _DeletionApi(broker)
     return [
-        ("GET", NAMESPACES + "/retention", api.get_retention),
-        ("POST", NAMESPACES + "/retention", api.set_retention),
-        ("DELETE", NAMESPACES + "/retention", api.remove_retention),
-        ("POST", TOPIC + "/trim", api.trim_topic),
-        ("GET", DELETION + "/ledgers/{ledgerId}", api.ledger_status),
-        ("GET", DELETION + "/stats", api.stats),
+        web.get(NAMESPACES + "/retention", api.get_retention),
+        web.post(NAMESPACES + "/retention", api.set_retention),
+        web.delete(NAMESPACES + "/retention", api.remove_retention),
+        web.post(TOPIC + "/trim", api.trim_topic),
+        web.get(DELETION + "/ledgers/{ledgerId}", api.ledger_status),
+        web.get(DELETION + "/stats", api.stats),
     ]
 
 
@@ -53,14 +57,11 @@ class _DeletionApi:
             if topic.name.namespace_name == namespace:
                 topic.managed_ledger.trimmer.trim_soon()
 
-    async def get_retention(self, request: Request) -> Response:
+    async def get_retention(self, request: web.Request) -> web.Response:
         return json_response(self.broker.policies.namespace_value(namespace_of(request), RETENTION))
 
-    async def set_retention(self, request: Request) -> Response:
-        try:
-            retention = parse_retention(request.json())
-        except InvalidRetentionError as exc:
-            raise HttpError(412, str(exc)) from None
+    async def set_retention(self, request: web.Request) -> web.Response:
+        retention = parse_retention(await read_json(request))
         namespace = namespace_of(request)
         await self.broker.policies.set_namespace_value(
             namespace, RETENTION, retention_json(retention)
@@ -68,13 +69,13 @@ class _DeletionApi:
         self._trim_namespace(namespace)
         return no_content()
 
-    async def remove_retention(self, request: Request) -> Response:
+    async def remove_retention(self, request: web.Request) -> web.Response:
         namespace = namespace_of(request)
         await self.broker.policies.set_namespace_value(namespace, RETENTION, None)
         self._trim_namespace(namespace)
         return no_content()
 
-    async def trim_topic(self, request: Request) -> Response:
+    async def trim_topic(self, request: web.Request) -> web.Response:
         name = topic_of(request)
         if not self.broker.topic_exists(name):
             raise TopicNotFoundError(f"topic {name} does not exist")
@@ -83,20 +84,20 @@ class _DeletionApi:
         await ledger.trim_consumed_ledgers(topic_retention(self.broker, name, ledger))
         return no_content()
 
-    async def ledger_status(self, request: Request) -> Response:
-        name = request.query.get("managedLedger", [""])[-1]
+    async def ledger_status(self, request: web.Request) -> web.Response:
+        name = query_value(request, "managedLedger")
         try:
-            ledger_id = int(request.params["ledgerId"])
+            ledger_id = int(request.match_info["ledgerId"])
         except ValueError:
-            raise HttpError(400, "ledgerId must be an integer") from None
+            raise HttpError(HTTPStatus.BAD_REQUEST, "ledgerId must be an integer") from None
         if not name:
-            raise HttpError(400, "the managedLedger query parameter is required")
-        ledger_type = request.query.get("type", ["LEDGER"])[-1]
-        uid = request.query.get("uid", [""])[-1]
+            raise HttpError(HTTPStatus.BAD_REQUEST, "the managedLedger query parameter is required")
+        ledger_type = query_value(request, "type", "LEDGER")
+        uid = query_value(request, "uid")
         status = await self.broker.storage.ledger_status(name, ledger_id, ledger_type, uid)
         return json_response({"managedLedger": name, "ledgerId": ledger_id, "status": status})
 
-    async def stats(self, request: Request) -> Response:
+    async def stats(self, request: web.Request) -> web.Response:
         config = self.broker.config
         topics = DeletionTopics.from_config(config)
         lag = await asyncio.to_thread(group_lag, config.kafka_bootstrap_servers, topics)
