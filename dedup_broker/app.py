@@ -11,25 +11,48 @@ import logging
 import signal
 import time
 
-from dedup_broker.admin.http import HttpServer
-from dedup_broker.admin.metrics import new_registry
-from dedup_broker.admin.routes import build_router
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.broker import Broker
 from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.policies import Policies
 from dedup_broker.errors import BrokerError
+from dedup_broker.http.ledger_deletion import ledger_deletion_routes
+from dedup_broker.http.serving import HttpEndpoint, new_app, start_http
+from dedup_broker.http.topics import TOPIC_ERROR_STATUSES, broker_routes, topic_routes
 from dedup_broker.key_dedup.metrics import KeyDedupMetrics
+from dedup_broker.key_dedup.routes import KEY_DEDUP_ERROR_STATUSES, key_dedup_routes
 from dedup_broker.key_dedup.service import KeyDedupService
 from dedup_broker.key_dedup.store import KeyStore
+from dedup_broker.metrics_registry import new_registry
+from dedup_broker.pip6.routes import pip6_routes
 from dedup_broker.retention.policy import RetentionChecker
+from dedup_broker.retention.routes import retention_routes
 from dedup_broker.session.listener import Listener
 from dedup_broker.session.metrics import SessionMetrics
 from dedup_broker.storage.service import StorageService
+from dedup_broker.tiered.routes import OFFLOAD_ERROR_STATUSES, offload_routes
 from system_topics.mark_phase import TwoPhaseLedgerDeleter, two_phase_deleter
 from system_topics.registry import broker_key, broker_record
 
 log = logging.getLogger(__name__)
+
+
+def http_app(broker: Broker, registry: CollectorRegistry) -> web.Application:
+    """The admin, lookup and metrics surface: each room's routes, one error table."""
+    routes = [
+        *broker_routes(registry),
+        *topic_routes(broker),
+        *pip6_routes(broker),
+        *key_dedup_routes(broker),
+        *retention_routes(broker),
+        *offload_routes(broker),
+        *ledger_deletion_routes(broker),
+    ]
+    statuses = {**TOPIC_ERROR_STATUSES, **KEY_DEDUP_ERROR_STATUSES, **OFFLOAD_ERROR_STATUSES}
+    return new_app(routes, statuses)
 
 
 class BrokerApp:
@@ -39,7 +62,7 @@ class BrokerApp:
         self.storage: StorageService | None = None
         self.broker: Broker | None = None
         self.listener: Listener | None = None
-        self.http: HttpServer | None = None
+        self.http: HttpEndpoint | None = None
         self.retention: RetentionChecker | None = None
 
     async def start(self) -> None:
@@ -67,10 +90,9 @@ class BrokerApp:
         await listener.start()
         self.retention = RetentionChecker(config, broker.loaded_ledgers)
         self.retention.start()
-        self.http = HttpServer(
-            build_router(broker, self.registry), config.bind_address, config.web_service_port
+        self.http = await start_http(
+            http_app(broker, self.registry), config.bind_address, config.web_service_port
         )
-        await self.http.start()
         await self._register()
         log.info(
             "dedup-broker ready: pulsar://%s:%d, http://%s:%d, Kafka %s",

@@ -14,7 +14,8 @@ import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from dedup_broker.admin.metrics import Counter, Registry
+from prometheus_client import CollectorRegistry, Counter
+
 from dedup_broker.errors import StorageError
 from dedup_broker.storage.deletion import LedgerToDelete
 from system_topics.intents import LEDGER, OFFLOAD_LEDGER, DeletionIntent, encode_intent
@@ -69,9 +70,10 @@ class TwoPhaseLedgerDeleter:
             "dedup_broker_ledger_deletion_intents_sent_total",
             "Deletion intents Kafka acknowledged, by ledger type (ledger, offload)",
             ("type",),
+            registry=None,
         )
 
-    def register_metrics(self, registry: Registry) -> None:
+    def register_metrics(self, registry: CollectorRegistry) -> None:
         registry.register(self.sent)
 
     async def mark(self, ledgers: Sequence[LedgerToDelete]) -> set[int]:

@@ -1,43 +1,59 @@
 """The deletion worker's Prometheus metrics and its own ``/metrics`` HTTP endpoint.
 
-The worker loop is one thread and the HTTP server another; a lock keeps a scrape from
-reading while an outcome is being recorded.
+The worker loop is one thread and the HTTP server others. Each prometheus_client metric is
+thread-safe; ``lock`` groups the updates of one outcome for the worker loop's callers.
 """
 
 from __future__ import annotations
 
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterable
+from socketserver import ThreadingMixIn
+from typing import TYPE_CHECKING
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from dedup_broker.admin.metrics import CONTENT_TYPE, Registry, new_registry
+from prometheus_client import CollectorRegistry, Counter, make_wsgi_app
+
+from dedup_broker.metrics_registry import new_registry
 from system_topics.decision import REJECTED, Action, Verdict
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIEnvironment
 
 PREFIX = "dedup_broker_ledger_deletion_"
 
 
 class WorkerMetrics:
-    def __init__(self, registry: Registry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or new_registry()
         self.lock = threading.Lock()
         r = self.registry
-        self.received = r.counter(PREFIX + "intents_received_total", "Intents read (main, RETRY)")
-        self.deleted = r.counter(
+        self.received = Counter(
+            PREFIX + "intents_received_total", "Intents read (main, RETRY)", registry=r
+        )
+        self.deleted = Counter(
             PREFIX + "ledgers_deleted_total",
             "Ledger copies deleted (or found already gone), by ledger type",
             ("type",),
+            registry=r,
         )
-        self.rejected = r.counter(
+        self.rejected = Counter(
             PREFIX + "intents_rejected_total",
             "Intents acknowledged without deleting anything, by reason",
             ("reason",),
+            registry=r,
         )
-        self.failed = r.counter(PREFIX + "failed_total", "Attempts that failed (retried or DLQ)")
-        self.retried = r.counter(PREFIX + "intents_retried_total", "Copies sent to RETRY")
-        self.acknowledged = r.counter(
-            PREFIX + "intents_acknowledged_total", "Intents committed (done with)"
+        self.failed = Counter(
+            PREFIX + "failed_total", "Attempts that failed (retried or DLQ)", registry=r
         )
-        self.max_retries = r.counter(
-            PREFIX + "max_retries_reached_total", "Intents sent to the DLQ after the last retry"
+        self.retried = Counter(PREFIX + "intents_retried_total", "Copies sent to RETRY", registry=r)
+        self.acknowledged = Counter(
+            PREFIX + "intents_acknowledged_total", "Intents committed (done with)", registry=r
+        )
+        self.max_retries = Counter(
+            PREFIX + "max_retries_reached_total",
+            "Intents sent to the DLQ after the last retry",
+            registry=r,
         )
 
     def record(self, verdict: Verdict, action: Action, ledger_type: str = "ledger") -> None:
@@ -53,32 +69,34 @@ class WorkerMetrics:
             elif action is Action.DEAD_LETTER:
                 self.max_retries.inc()
 
-    def render(self) -> str:
-        with self.lock:
-            return self.registry.render()
+
+class MetricsServer(ThreadingMixIn, WSGIServer):
+    """One thread per scrape; daemon threads, so a stuck scraper never blocks exit."""
+
+    daemon_threads = True
 
 
-def serve_metrics(metrics: WorkerMetrics, host: str, port: int) -> ThreadingHTTPServer:
-    """Start ``GET /metrics`` and ``GET /health`` in a daemon thread."""
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        return
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path == "/metrics":
-                body, kind = metrics.render().encode(), CONTENT_TYPE
-            elif self.path == "/health":
-                body, kind = b"ok", "text/plain"
-            else:
-                self.send_error(404)
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
 
-        def log_message(self, format: str, *args: object) -> None:
-            return
+def serve_metrics(metrics: WorkerMetrics, host: str, port: int) -> MetricsServer:
+    """Start ``GET /metrics`` (prometheus_client's exposition) and ``GET /health`` in a
+    daemon thread; ``server_port`` is the bound port, ``shutdown()`` stops it."""
+    metrics_app = make_wsgi_app(metrics.registry)
 
-    server = ThreadingHTTPServer((host, port), Handler)
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path == "/metrics":
+            exposed: Iterable[bytes] = metrics_app(environ, start_response)
+            return exposed
+        if path == "/health":
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            return [b"ok"]
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [b"not found"]
+
+    server = make_server(host, port, app, MetricsServer, handler_class=_QuietHandler)
     threading.Thread(target=server.serve_forever, name="worker-metrics", daemon=True).start()
     return server

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
-from dedup_broker.admin.metrics import Registry
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 if TYPE_CHECKING:
     from dedup_broker.domain.topic import Topic
@@ -32,35 +32,44 @@ PUBLISH_LATENCY_BUCKETS = (
 class BrokerMetrics:
     """Counters updated on the hot paths; gauges read from the topics at scrape time."""
 
-    def __init__(self, registry: Registry) -> None:
-        self.registry = registry
+    def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
-        self.msgs_in = r.counter("pulsar_in_messages_total", "Messages published")
-        self.bytes_in = r.counter("pulsar_in_bytes_total", "Bytes published (entry bytes)")
-        self.publish_latency = r.histogram(
+        self.msgs_in = Counter("pulsar_in_messages_total", "Messages published", registry=r)
+        self.bytes_in = Counter(
+            "pulsar_in_bytes_total", "Bytes published (entry bytes)", registry=r
+        )
+        self.publish_latency = Histogram(
             "pulsar_broker_publish_latency_seconds",
             "From SEND received to Kafka acknowledgement",
             buckets=PUBLISH_LATENCY_BUCKETS,
+            registry=r,
         )
-        self.kafka_write_errors = r.counter(
-            "dedup_broker_kafka_write_errors_total", "Entry writes Kafka did not acknowledge"
+        self.kafka_write_errors = Counter(
+            "dedup_broker_kafka_write_errors_total",
+            "Entry writes Kafka did not acknowledge",
+            registry=r,
         )
-        self.dedup_verdicts = r.counter(
+        self.dedup_verdicts = Counter(
             "dedup_broker_deduplication_verdicts_total",
             "Deduplication verdicts on SEND (NotDup, Dup, Unknown)",
             ("verdict",),
+            registry=r,
+        )
+        self._topics = Gauge("pulsar_topics_count", "Topics loaded on this broker", registry=r)
+        self._out_msgs = Gauge(
+            "pulsar_out_messages_total", "Messages dispatched to consumers", registry=r
+        )
+        self._out_bytes = Gauge(
+            "pulsar_out_bytes_total", "Bytes dispatched to consumers", registry=r
         )
 
     def watch_topics(self, topics: Callable[[], Collection[Topic]]) -> None:
         """Gauges over the loaded topics, read when scraped."""
-        r = self.registry
-        r.gauge("pulsar_topics_count", "Topics loaded on this broker").set_function(
-            lambda: float(len(topics()))
-        )
-        r.gauge("pulsar_out_messages_total", "Messages dispatched to consumers").set_function(
+        self._topics.set_function(lambda: float(len(topics())))
+        self._out_msgs.set_function(
             lambda: float(sum(s.msgs_out for t in topics() for s in t.subscriptions.values()))
         )
-        r.gauge("pulsar_out_bytes_total", "Bytes dispatched to consumers").set_function(
+        self._out_bytes.set_function(
             lambda: float(sum(s.bytes_out for t in topics() for s in t.subscriptions.values()))
         )
 

@@ -4,33 +4,38 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dedup_broker.admin.metrics import Registry
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 REDIS_LATENCY_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0)
 
 
 class KeyDedupMetrics:
-    def __init__(self, registry: Registry) -> None:
+    def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
-        self.dropped = r.counter(
+        self.dropped = Counter(
             "dedup_broker_key_dedup_repeats_dropped_total",
             "Messages dropped as repeats of a key stored within its window",
+            registry=r,
         )
-        self.redis_latency = r.histogram(
+        self.redis_latency = Histogram(
             "dedup_broker_key_dedup_redis_latency_seconds",
             "Duration of one Redis round trip of key deduplication",
             buckets=REDIS_LATENCY_BUCKETS,
+            registry=r,
         )
-        self.redis_errors = r.counter(
-            "dedup_broker_key_dedup_redis_errors_total", "Redis calls that failed or timed out"
+        self.redis_errors = Counter(
+            "dedup_broker_key_dedup_redis_errors_total",
+            "Redis calls that failed or timed out",
+            registry=r,
         )
-        self._round_trips = r.gauge(
-            "dedup_broker_key_dedup_redis_round_trips_total", "Redis round trips so far"
+        self._round_trips = Gauge(
+            "dedup_broker_key_dedup_redis_round_trips_total", "Redis round trips so far", registry=r
         )
-        self._tracked = r.gauge(
+        self._tracked = Gauge(
             "dedup_broker_key_dedup_keys_tracked",
             "Keys in the window stored by this broker, per scope",
             ("scope",),
+            registry=r,
         )
 
     def observe_redis(self, seconds: float, ok: bool) -> None:
@@ -45,4 +50,4 @@ class KeyDedupMetrics:
         self._tracked.labels(scope=scope_id).set_function(lambda: float(read()))
 
     def forget_scope(self, scope_id: str) -> None:
-        self._tracked.remove(scope=scope_id)
+        self._tracked.remove(scope_id)

@@ -11,11 +11,15 @@
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
-from dedup_broker.admin.http import HttpError, Request, Response, json_response, no_content
-from dedup_broker.admin.paths import NAMESPACES, TOPIC, Route, namespace_of, topic_of
+from aiohttp import web
+
 from dedup_broker.errors import OffloadInProgressError, TopicNotFoundError
+from dedup_broker.http.bodies import json_response, no_content, read_int, read_json
+from dedup_broker.http.errors import ErrorStatuses, HttpError
+from dedup_broker.http.paths import NAMESPACES, TOPIC, namespace_of, topic_of
 from dedup_broker.storage.position import Position
 from dedup_broker.tiered.policy import OFFLOAD_THRESHOLD
 
@@ -24,26 +28,33 @@ if TYPE_CHECKING:
     from dedup_broker.domain.topic import Topic
 
 
-def offload_routes(broker: Broker) -> list[Route]:
+OFFLOAD_ERROR_STATUSES: ErrorStatuses = {OffloadInProgressError: HTTPStatus.CONFLICT}
+"""An offload already running is a conflict with the request, not an outage (503)."""
+
+
+def offload_routes(broker: Broker) -> list[web.RouteDef]:
+    """Failures are answered with ``OFFLOAD_ERROR_STATUSES`` among the app's statuses."""
     api = _OffloadApi(broker)
     return [
-        ("PUT", TOPIC + "/offload", api.trigger),
-        ("GET", TOPIC + "/offload", api.status),
-        ("PUT", NAMESPACES + "/offloadThreshold", api.set_threshold),
-        ("POST", NAMESPACES + "/offloadThreshold", api.set_threshold),
-        ("GET", NAMESPACES + "/offloadThreshold", api.get_threshold),
-        ("DELETE", NAMESPACES + "/offloadThreshold", api.remove_threshold),
+        web.put(TOPIC + "/offload", api.trigger),
+        web.get(TOPIC + "/offload", api.status),
+        web.put(NAMESPACES + "/offloadThreshold", api.set_threshold),
+        web.post(NAMESPACES + "/offloadThreshold", api.set_threshold),
+        web.get(NAMESPACES + "/offloadThreshold", api.get_threshold),
+        web.delete(NAMESPACES + "/offloadThreshold", api.remove_threshold),
     ]
 
 
 def _message_id(body: Any) -> Position:
     if not isinstance(body, dict):
-        raise HttpError(400, 'expected a message id: {"ledgerId": .., "entryId": ..}')
+        raise HttpError(
+            HTTPStatus.BAD_REQUEST, 'expected a message id: {"ledgerId": .., "entryId": ..}'
+        )
     try:
         return Position(int(body["ledgerId"]), int(body.get("entryId", 0)))
     except (KeyError, TypeError, ValueError):
         raise HttpError(
-            400, f"expected a message id with ledgerId and entryId, got {body}"
+            HTTPStatus.BAD_REQUEST, f"expected a message id with ledgerId and entryId, got {body}"
         ) from None
 
 
@@ -51,22 +62,19 @@ class _OffloadApi:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
 
-    async def _topic(self, request: Request) -> Topic:
+    async def _topic(self, request: web.Request) -> Topic:
         name = topic_of(request)
         if not self.broker.topic_exists(name):
             raise TopicNotFoundError(f"topic {name} does not exist")
         return await self.broker.get_topic(name)
 
-    async def trigger(self, request: Request) -> Response:
-        before = _message_id(request.json())
+    async def trigger(self, request: web.Request) -> web.Response:
+        before = _message_id(await read_json(request))
         topic = await self._topic(request)
-        try:
-            topic.managed_ledger.offloads.trigger(before)
-        except OffloadInProgressError as exc:
-            raise HttpError(409, str(exc)) from None
+        topic.managed_ledger.offloads.trigger(before)
         return no_content()
 
-    async def status(self, request: Request) -> Response:
+    async def status(self, request: web.Request) -> web.Response:
         offloads = (await self._topic(request)).managed_ledger.offloads
         first = offloads.first_unoffloaded()
         return json_response(
@@ -81,22 +89,18 @@ class _OffloadApi:
             }
         )
 
-    async def get_threshold(self, request: Request) -> Response:
+    async def get_threshold(self, request: web.Request) -> web.Response:
         value = self.broker.policies.namespace_value(namespace_of(request), OFFLOAD_THRESHOLD)
         if value is None:
             value = self.broker.config.managed_ledger_offload_auto_trigger_size_threshold_bytes
         return json_response(value)
 
-    async def set_threshold(self, request: Request) -> Response:
-        text = request.text().strip()
-        try:
-            threshold = int(text)
-        except ValueError:
-            raise HttpError(400, f"expected a number of bytes as the body, got {text!r}") from None
+    async def set_threshold(self, request: web.Request) -> web.Response:
+        threshold = await read_int(request, "a number of bytes")
         await self._apply(namespace_of(request), threshold)
         return no_content()
 
-    async def remove_threshold(self, request: Request) -> Response:
+    async def remove_threshold(self, request: web.Request) -> web.Response:
         await self._apply(namespace_of(request), None)
         return no_content()
 

@@ -9,11 +9,14 @@ such as ``{"enabled": true, "keySource": "content", "window": "5m", "scope": "to
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import TYPE_CHECKING
 
-from dedup_broker.admin.http import Handler, HttpError, Request, Response, json_response, no_content
-from dedup_broker.admin.paths import NAMESPACES, TOPIC, Route, namespace_of, topic_of
-from dedup_broker.errors import BrokerError, InvalidTopicNameError
+from aiohttp import web
+
+from dedup_broker.http.bodies import json_response, no_content, read_json
+from dedup_broker.http.errors import ErrorStatuses
+from dedup_broker.http.paths import NAMESPACES, TOPIC, namespace_of, query_value, topic_of
 from dedup_broker.key_dedup.service import POLICY
 from dedup_broker.key_dedup.window import InvalidKeyDedupPolicyError, KeyDedupPolicy
 
@@ -25,49 +28,39 @@ NAMESPACE_POLICY = NAMESPACES + "/keyDeduplication"
 BROKER_STATS = "/admin/v2/broker-stats/keyDeduplication"
 
 
-def key_dedup_routes(broker: Broker) -> list[Route]:
-    """Registered with ``key_dedup_errors``: a malformed policy is a 400."""
+KEY_DEDUP_ERROR_STATUSES: ErrorStatuses = {InvalidKeyDedupPolicyError: HTTPStatus.BAD_REQUEST}
+"""A malformed policy is the client's mistake in the body: 400, not the generic 412."""
+
+
+def key_dedup_routes(broker: Broker) -> list[web.RouteDef]:
+    """Failures are answered with ``KEY_DEDUP_ERROR_STATUSES`` among the app's statuses."""
     api = _KeyDedupApi(broker)
     return [
-        ("GET", NAMESPACE_POLICY, api.get_namespace),
-        ("POST", NAMESPACE_POLICY, api.set_namespace),
-        ("DELETE", NAMESPACE_POLICY, api.remove_namespace),
-        ("GET", TOPIC_POLICY, api.get_topic),
-        ("POST", TOPIC_POLICY, api.set_topic),
-        ("DELETE", TOPIC_POLICY, api.remove_topic),
-        ("GET", BROKER_STATS, api.broker_stats),
+        web.get(NAMESPACE_POLICY, api.get_namespace),
+        web.post(NAMESPACE_POLICY, api.set_namespace),
+        web.delete(NAMESPACE_POLICY, api.remove_namespace),
+        web.get(TOPIC_POLICY, api.get_topic),
+        web.post(TOPIC_POLICY, api.set_topic),
+        web.delete(TOPIC_POLICY, api.remove_topic),
+        web.get(BROKER_STATS, api.broker_stats),
     ]
 
 
-def key_dedup_errors(handler: Handler) -> Handler:
-    async def wrapped(request: Request) -> Response:
-        try:
-            return await handler(request)
-        except InvalidKeyDedupPolicyError as exc:
-            raise HttpError(400, str(exc)) from None
-        except InvalidTopicNameError as exc:
-            raise HttpError(412, str(exc)) from None
-        except BrokerError as exc:
-            raise HttpError(503 if exc.retriable else 412, str(exc)) from None
-
-    return wrapped
-
-
-def _applied(request: Request) -> bool:
-    return request.query.get("applied", ["false"])[-1].lower() in ("true", "1")
+def _applied(request: web.Request) -> bool:
+    return query_value(request, "applied", "false").lower() in ("true", "1")
 
 
 class _KeyDedupApi:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
 
-    def _body(self, request: Request) -> dict[str, object]:
-        body = request.json()
+    async def _body(self, request: web.Request) -> dict[str, object]:
+        body = await read_json(request)
         KeyDedupPolicy.from_json(body, self.broker.key_dedup.defaults)  # validates
         assert isinstance(body, dict)
         return body
 
-    async def get_namespace(self, request: Request) -> Response:
+    async def get_namespace(self, request: web.Request) -> web.Response:
         namespace = namespace_of(request)
         value = self.broker.policies.namespace_value(namespace, POLICY)
         if _applied(request):
@@ -76,33 +69,35 @@ class _KeyDedupApi:
             return json_response(policy.to_json())
         return json_response(value)
 
-    async def set_namespace(self, request: Request) -> Response:
+    async def set_namespace(self, request: web.Request) -> web.Response:
         await self.broker.policies.set_namespace_value(
-            namespace_of(request), POLICY, self._body(request)
+            namespace_of(request), POLICY, await self._body(request)
         )
         await self.broker.key_dedup.apply_policies()
         return no_content()
 
-    async def remove_namespace(self, request: Request) -> Response:
+    async def remove_namespace(self, request: web.Request) -> web.Response:
         await self.broker.policies.set_namespace_value(namespace_of(request), POLICY, None)
         await self.broker.key_dedup.apply_policies()
         return no_content()
 
-    async def get_topic(self, request: Request) -> Response:
+    async def get_topic(self, request: web.Request) -> web.Response:
         name = topic_of(request)
         if _applied(request):
             return json_response(self.broker.key_dedup.policy_for(name).to_json())
         return json_response(self.broker.policies.topic_value(name, POLICY))
 
-    async def set_topic(self, request: Request) -> Response:
-        await self.broker.policies.set_topic_value(topic_of(request), POLICY, self._body(request))
+    async def set_topic(self, request: web.Request) -> web.Response:
+        await self.broker.policies.set_topic_value(
+            topic_of(request), POLICY, await self._body(request)
+        )
         await self.broker.key_dedup.apply_policies()
         return no_content()
 
-    async def remove_topic(self, request: Request) -> Response:
+    async def remove_topic(self, request: web.Request) -> web.Response:
         await self.broker.policies.set_topic_value(topic_of(request), POLICY, None)
         await self.broker.key_dedup.apply_policies()
         return no_content()
 
-    async def broker_stats(self, request: Request) -> Response:
+    async def broker_stats(self, request: web.Request) -> web.Response:
         return json_response(self.broker.key_dedup.stats())

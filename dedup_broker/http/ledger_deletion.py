@@ -1,0 +1,61 @@
+"""Admin routes of two-phase ledger deletion (PIP-186), asked by the deletion workers.
+
+- ``GET /admin/v2/ledger-deletion/ledgers/{ledgerId}?managedLedger=...[&type=OFFLOAD_LEDGER
+  &uid=...]``: may a worker delete this ledger's Kafka copy (or offloaded copy ``uid``)?
+  ``in-use``, ``pending`` (ask again later) or ``deletable``
+- ``GET /admin/v2/ledger-deletion/stats``: estimated deletions in flight
+"""
+
+from __future__ import annotations
+
+import asyncio
+from http import HTTPStatus
+
+from aiohttp import web
+
+from dedup_broker.domain.broker import Broker
+from dedup_broker.http.bodies import json_response
+from dedup_broker.http.errors import HttpError
+from dedup_broker.http.paths import query_value
+from system_topics.lag import group_lag
+from system_topics.topics import DeletionTopics
+
+DELETION = "/admin/v2/ledger-deletion"
+
+
+def ledger_deletion_routes(broker: Broker) -> list[web.RouteDef]:
+    api = _LedgerDeletionApi(broker)
+    return [
+        web.get(DELETION + "/ledgers/{ledgerId}", api.ledger_status),
+        web.get(DELETION + "/stats", api.stats),
+    ]
+
+
+class _LedgerDeletionApi:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    async def ledger_status(self, request: web.Request) -> web.Response:
+        name = query_value(request, "managedLedger")
+        try:
+            ledger_id = int(request.match_info["ledgerId"])
+        except ValueError:
+            raise HttpError(HTTPStatus.BAD_REQUEST, "ledgerId must be an integer") from None
+        if not name:
+            raise HttpError(HTTPStatus.BAD_REQUEST, "the managedLedger query parameter is required")
+        ledger_type = query_value(request, "type", "LEDGER")
+        uid = query_value(request, "uid")
+        status = await self.broker.storage.ledger_status(name, ledger_id, ledger_type, uid)
+        return json_response({"managedLedger": name, "ledgerId": ledger_id, "status": status})
+
+    async def stats(self, request: web.Request) -> web.Response:
+        config = self.broker.config
+        topics = DeletionTopics.from_config(config)
+        lag = await asyncio.to_thread(group_lag, config.kafka_bootstrap_servers, topics)
+        return json_response(
+            {
+                "twoPhaseDeletionEnabled": config.topic_two_phase_deletion_enabled,
+                "estimatedInFlightDeletions": sum(lag.values()),
+                "lag": lag,
+            }
+        )

@@ -1,0 +1,155 @@
+"""Admin routes of topics and namespaces, shaped like Pulsar's ``/admin/v2``.
+
+Topics (create, delete, partitioned metadata, stats, subscriptions) and the broker's
+``/metrics`` and health endpoints; every feature adds its own routes from its room.
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from dedup_broker.domain.broker import Broker, TopicBusyError, TopicExistsError
+from dedup_broker.domain.names import TopicName
+from dedup_broker.domain.topic import ConsumerStillConnectedError, Topic
+from dedup_broker.errors import TopicNotFoundError
+from dedup_broker.http.bodies import json_response, no_content, read_int
+from dedup_broker.http.errors import BROKER_ERROR_STATUSES, ErrorStatuses, HttpError
+from dedup_broker.http.paths import TOPIC, query_flag, topic_of
+from dedup_broker.metrics_registry import CONTENT_TYPE, exposition
+
+NAMESPACE = "/admin/v2/persistent/{tenant}/{namespace}"
+
+TOPIC_ERROR_STATUSES: ErrorStatuses = {
+    **BROKER_ERROR_STATUSES,
+    TopicExistsError: HTTPStatus.CONFLICT,
+    TopicBusyError: HTTPStatus.CONFLICT,
+    ConsumerStillConnectedError: HTTPStatus.CONFLICT,
+}
+
+
+def broker_routes(registry: CollectorRegistry) -> list[web.RouteDef]:
+    """``/metrics`` (Prometheus text format) and ``/admin/v2/brokers/health``."""
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=exposition(registry), headers={"Content-Type": CONTENT_TYPE})
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(text="ok", content_type="text/plain")
+
+    return [web.get("/metrics", metrics), web.get("/admin/v2/brokers/health", health)]
+
+
+def topic_routes(broker: Broker) -> list[web.RouteDef]:
+    api = _TopicsApi(broker)
+    return [
+        web.get(NAMESPACE, api.list_topics),
+        web.get(NAMESPACE + "/partitioned", api.list_partitioned_topics),
+        web.put(TOPIC, api.create_topic),
+        web.delete(TOPIC, api.delete_topic),
+        web.put(TOPIC + "/partitions", api.create_partitioned_topic),
+        web.post(TOPIC + "/partitions", api.update_partitioned_topic),
+        web.get(TOPIC + "/partitions", api.get_partitioned_metadata),
+        web.delete(TOPIC + "/partitions", api.delete_partitioned_topic),
+        web.get(TOPIC + "/stats", api.stats),
+        web.get(TOPIC + "/internalStats", api.internal_stats),
+        web.get(TOPIC + "/partitioned-stats", api.partitioned_stats),
+        web.get(TOPIC + "/subscriptions", api.list_subscriptions),
+        web.delete(TOPIC + "/subscription/{subscription}", api.delete_subscription),
+    ]
+
+
+class _TopicsApi:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    async def list_topics(self, request: web.Request) -> web.Response:
+        namespace = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
+        return json_response(self.broker.topics_of_namespace(namespace))
+
+    async def list_partitioned_topics(self, request: web.Request) -> web.Response:
+        namespace = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
+        return json_response(self.broker.list_partitioned_topics(namespace))
+
+    async def create_topic(self, request: web.Request) -> web.Response:
+        name = topic_of(request)
+        if self.broker.topic_exists(name) or self.broker.partitions_of(name):
+            raise HttpError(HTTPStatus.CONFLICT, f"topic {name} already exists")
+        await self.broker.get_topic(name)
+        return no_content()
+
+    async def delete_topic(self, request: web.Request) -> web.Response:
+        await self.broker.delete_topic(topic_of(request), force=query_flag(request, "force"))
+        return no_content()
+
+    async def create_partitioned_topic(self, request: web.Request) -> web.Response:
+        await self.broker.create_partitioned_topic(
+            topic_of(request), await read_int(request, "a number of partitions")
+        )
+        return no_content()
+
+    async def update_partitioned_topic(self, request: web.Request) -> web.Response:
+        await self.broker.update_partitions(
+            topic_of(request), await read_int(request, "a number of partitions")
+        )
+        return no_content()
+
+    async def get_partitioned_metadata(self, request: web.Request) -> web.Response:
+        return json_response({"partitions": self.broker.partitions_of(topic_of(request))})
+
+    async def delete_partitioned_topic(self, request: web.Request) -> web.Response:
+        await self.broker.delete_partitioned_topic(
+            topic_of(request), force=query_flag(request, "force")
+        )
+        return no_content()
+
+    async def _loaded(self, name: TopicName) -> Topic:
+        if not self.broker.topic_exists(name):
+            raise TopicNotFoundError(f"topic {name} does not exist")
+        return await self.broker.get_topic(name)
+
+    async def stats(self, request: web.Request) -> web.Response:
+        topic = await self._loaded(topic_of(request))
+        return json_response(topic.stats())
+
+    async def internal_stats(self, request: web.Request) -> web.Response:
+        topic = await self._loaded(topic_of(request))
+        return json_response(topic.internal_stats())
+
+    async def partitioned_stats(self, request: web.Request) -> web.Response:
+        name = topic_of(request)
+        partitions = self.broker.partitions_of(name)
+        if not partitions:
+            raise HttpError(HTTPStatus.NOT_FOUND, f"partitioned topic {name} does not exist")
+        result: dict[str, object] = {"metadata": {"partitions": partitions}, "partitions": {}}
+        totals = {"msgInCounter": 0, "bytesInCounter": 0, "msgOutCounter": 0}
+        per_partition: dict[str, object] = {}
+        for index in range(partitions):
+            partition = name.partition(index)
+            if not self.broker.topic_exists(partition):
+                continue
+            topic = await self.broker.get_topic(partition)
+            stats = topic.stats()
+            per_partition[str(partition)] = stats
+            for key in totals:
+                value = stats.get(key, 0)
+                totals[key] += value if isinstance(value, int) else 0
+        result.update(totals)
+        result["partitions"] = per_partition
+        return json_response(result)
+
+    async def list_subscriptions(self, request: web.Request) -> web.Response:
+        topic = await self._loaded(topic_of(request))
+        return json_response(sorted(topic.subscriptions))
+
+    async def delete_subscription(self, request: web.Request) -> web.Response:
+        topic = await self._loaded(topic_of(request))
+        name = request.match_info["subscription"]
+        subscription = topic.subscriptions.get(name)
+        if subscription is not None and subscription.consumers and query_flag(request, "force"):
+            for consumer in list(subscription.consumers):
+                subscription.disconnect(consumer)
+        await topic.unsubscribe(name)
+        return no_content()

@@ -1,0 +1,137 @@
+"""A small in-process stand-in for the broker, for unit tests of the admin routes' HTTP
+handling (statuses, bodies, error shapes); integration tests use a real broker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+from dedup_broker.config import BrokerConfig
+from dedup_broker.domain.broker import TopicExistsError
+from dedup_broker.domain.metrics import BrokerMetrics
+from dedup_broker.domain.names import TopicName
+from dedup_broker.domain.policies import Policies
+from dedup_broker.domain.topic import ConsumerStillConnectedError
+from dedup_broker.errors import OffloadInProgressError
+from dedup_broker.key_dedup.metrics import KeyDedupMetrics
+from dedup_broker.key_dedup.service import KeyDedupService, TopicDirectory
+from dedup_broker.key_dedup.store import KeyStore
+from dedup_broker.metrics_registry import new_registry
+from dedup_broker.session.metrics import SessionMetrics
+from dedup_broker.storage.position import Position
+
+if TYPE_CHECKING:
+    from dedup_broker.domain.broker import Broker
+    from dedup_broker.storage.metadata_table import MetadataTable
+
+
+class MemoryTable:
+    """The policies table's read and write calls, in a dict."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, bytes] = {}
+
+    def get(self, key: str) -> bytes | None:
+        return self.values.get(key)
+
+    async def put(self, key: str, value: bytes) -> None:
+        self.values[key] = value
+
+    async def delete(self, key: str) -> None:
+        self.values.pop(key, None)
+
+
+@dataclass
+class FakeSubscription:
+    consumers: list[object] = field(default_factory=list)
+
+
+@dataclass
+class FakeOffloads:
+    running: bool = False
+    triggered: list[Position] = field(default_factory=list)
+    checks: int = 0
+
+    def trigger(self, before: Position) -> None:
+        if self.running:
+            raise OffloadInProgressError("an offload of this topic is running")
+        self.triggered.append(before)
+
+    def check_soon(self) -> None:
+        self.checks += 1
+
+
+@dataclass
+class FakeLedger:
+    offloads: FakeOffloads = field(default_factory=FakeOffloads)
+
+
+@dataclass
+class FakeTopic:
+    name: TopicName
+    subscriptions: dict[str, FakeSubscription] = field(default_factory=dict)
+    managed_ledger: FakeLedger = field(default_factory=FakeLedger)
+
+    def stats(self) -> dict[str, Any]:
+        return {"msgInCounter": 3, "subscriptions": sorted(self.subscriptions)}
+
+    async def unsubscribe(self, name: str) -> None:
+        subscription = self.subscriptions.get(name)
+        if subscription is not None and subscription.consumers:
+            raise ConsumerStillConnectedError(f"subscription {name} has consumers")
+        self.subscriptions.pop(name, None)
+
+
+class FakeBroker:
+    """Topics are the ones a test adds; policies are real, on an in-memory table."""
+
+    def __init__(self) -> None:
+        self.config = BrokerConfig()
+        self.registry = new_registry()
+        self.metrics = BrokerMetrics(self.registry)
+        self.session_metrics = SessionMetrics(self.registry)
+        self.policies = Policies(cast("MetadataTable", MemoryTable()))
+        store = KeyStore(self.config.redis_url)
+        self.key_dedup = KeyDedupService(
+            self.config, store, self.policies, KeyDedupMetrics(self.registry)
+        )
+        self.topics: dict[str, FakeTopic] = {}
+        self.key_dedup.bind(self.as_directory())
+        self.metrics.watch_topics(lambda: list(self.topics.values()))  # type: ignore[arg-type]
+        self.connections: set[object] = set()
+        self.partitioned: dict[str, int] = {}
+        self.policy_applications = 0
+
+    def as_broker(self) -> Broker:
+        return cast("Broker", self)
+
+    def as_directory(self) -> TopicDirectory:
+        return cast("TopicDirectory", self)
+
+    def loaded_key_dedups(self) -> list[object]:
+        return []
+
+    def add_topic(self, name: str) -> FakeTopic:
+        topic = FakeTopic(TopicName.parse(name))
+        self.topics[str(topic.name)] = topic
+        return topic
+
+    def topic_exists(self, name: TopicName) -> bool:
+        return str(name) in self.topics
+
+    async def get_topic(self, name: TopicName) -> FakeTopic:
+        return self.topics.get(str(name)) or self.add_topic(str(name))
+
+    def partitions_of(self, name: TopicName) -> int:
+        return self.partitioned.get(str(name), 0)
+
+    async def create_partitioned_topic(self, name: TopicName, partitions: int) -> None:
+        if self.partitions_of(name):
+            raise TopicExistsError(f"partitioned topic {name} already exists")
+        self.partitioned[str(name)] = partitions
+
+    def topics_of_namespace(self, namespace: str) -> list[str]:
+        return sorted(t for t in self.topics if TopicName.parse(t).namespace_name == namespace)
+
+    async def apply_policies(self) -> None:
+        self.policy_applications += 1
