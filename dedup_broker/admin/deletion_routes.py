@@ -23,6 +23,7 @@ from dedup_broker.server.retention import (
     retention_json,
     topic_retention,
 )
+from dedup_broker.storage.status import LedgerType
 from system_topics.lag import group_lag
 from system_topics.topics import DeletionTopics
 
@@ -91,10 +92,13 @@ class _DeletionApi:
             raise HttpError(400, "ledgerId must be an integer") from None
         if not name:
             raise HttpError(400, "the managedLedger query parameter is required")
-        ledger_type = request.query.get("type", ["LEDGER"])[-1]
+        try:
+            ledger_type = LedgerType(request.query.get("type", [LedgerType.LEDGER.value])[-1])
+        except ValueError:
+            raise HttpError(400, "type must be LEDGER or OFFLOAD_LEDGER") from None
         uid = request.query.get("uid", [""])[-1]
         status = await self.broker.storage.ledger_status(name, ledger_id, ledger_type, uid)
-        return json_response({"managedLedger": name, "ledgerId": ledger_id, "status": status})
+        return json_response({"managedLedger": name, "ledgerId": ledger_id, "status": status.value})
 
     async def stats(self, request: Request) -> Response:
         config = self.broker.config

@@ -8,10 +8,13 @@ from dedup_broker.storage.managed_ledger import ManagedLedger
 from dedup_broker.storage.metadata_table import MetadataTable
 from dedup_broker.storage.position import Entry, LedgerInfo, Position
 from dedup_broker.storage.service import StorageService
+from dedup_broker.storage.status import LedgerStatus, LedgerType
 
 __all__ = [
     "Entry",
     "LedgerInfo",
+    "LedgerStatus",
+    "LedgerType",
     "ManagedCursor",
     "ManagedLedger",
     "MetadataTable",

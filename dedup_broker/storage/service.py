@@ -23,10 +23,11 @@ from dedup_broker.storage.kafka_admin import KafkaAdmin
 from dedup_broker.storage.kafka_producer import SharedProducer, max_record_bytes
 from dedup_broker.storage.kafka_reader import KafkaReader
 from dedup_broker.storage.ledger_store import LedgerStore
-from dedup_broker.storage.managed_ledger import DELETABLE, IN_USE, PENDING, ManagedLedger
+from dedup_broker.storage.managed_ledger import CLOSED, ManagedLedger
 from dedup_broker.storage.metadata_table import MetadataTable
 from dedup_broker.storage.offload_fs import offloader_from_config
 from dedup_broker.storage.rollover import RolloverPolicy
+from dedup_broker.storage.status import LedgerStatus, LedgerType
 
 log = logging.getLogger(__name__)
 
@@ -193,16 +194,16 @@ class StorageService:
         return self._ctx.deleter
 
     async def ledger_status(
-        self, name: str, ledger_id: int, ledger_type: str = "LEDGER", uid: str = ""
-    ) -> str:
+        self, name: str, ledger_id: int, ledger_type: LedgerType = LedgerType.LEDGER, uid: str = ""
+    ) -> LedgerStatus:
         """Whether a deletion worker may delete a copy of ``ledger_id`` of managed ledger
         ``name`` (the Kafka copy, ``LEDGER``, or the offloaded copy ``uid``,
-        ``OFFLOAD_LEDGER``): ``in-use``, ``pending`` (being changed, not stored yet: ask
-        again) or ``deletable``."""
+        ``OFFLOAD_LEDGER``): in use, pending (being changed, not stored yet: ask again)
+        or deletable."""
         if ledger_id in self._ctx.pending_deletions.get(name, ()):
-            return PENDING
+            return LedgerStatus.PENDING
         ledger = self._open.get(name)
-        if ledger is not None and ledger.state != "Closed":
+        if ledger is not None and ledger.state != CLOSED:
             return ledger.ledger_status(ledger_id, ledger_type, uid)
         await self._managed_ledger_infos.refresh()
         stored = self._managed_ledger_infos.get(name)
@@ -216,11 +217,15 @@ class StorageService:
             else []
         )
         if not listed:
-            return DELETABLE
+            return LedgerStatus.DELETABLE
         info = listed[0]
-        if ledger_type == "OFFLOAD_LEDGER":
-            return IN_USE if info.offload is not None and info.offload.uid == uid else DELETABLE
-        return DELETABLE if info.offloaded and not info.in_kafka else IN_USE
+        if ledger_type is LedgerType.OFFLOAD_LEDGER:
+            if info.offload is not None and info.offload.uid == uid:
+                return LedgerStatus.IN_USE
+            return LedgerStatus.DELETABLE
+        if info.offloaded and not info.in_kafka:
+            return LedgerStatus.DELETABLE
+        return LedgerStatus.IN_USE
 
     async def delete_managed_ledger(self, name: str) -> None:
         """Close ``name``; secure the deletion of its ledgers (the deleter's ``mark``),
