@@ -3,6 +3,7 @@
 See ``docs/storage.md`` for the model, the record formats and the guarantees.
 """
 
+from dedup_broker.storage.catalog import LedgerCatalog
 from dedup_broker.storage.cursor import ManagedCursor
 from dedup_broker.storage.managed_ledger import ManagedLedger
 from dedup_broker.storage.metadata_table import MetadataTable
@@ -12,6 +13,7 @@ from dedup_broker.storage.status import LedgerStatus, LedgerType
 
 __all__ = [
     "Entry",
+    "LedgerCatalog",
     "LedgerInfo",
     "LedgerStatus",
     "LedgerType",

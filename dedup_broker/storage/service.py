@@ -39,14 +39,14 @@ def internal_topics(config: BrokerConfig) -> dict[str, dict[str, str]]:
     cluster = config.cluster_name
     compacted = {"cleanup.policy": "compact", "max.message.bytes": str(max_record_bytes(config))}
     return {
-        f"{cluster}.ledger-ids": {
+        formats.ledger_ids_topic(cluster): {
             "cleanup.policy": "delete",
             "retention.ms": "-1",
             "retention.bytes": "-1",
         },
-        f"{cluster}.managed-ledgers": compacted,
-        f"{cluster}.cursors": compacted,
-        f"{cluster}.policies": compacted,
+        formats.managed_ledgers_topic(cluster): compacted,
+        formats.cursors_topic(cluster): compacted,
+        formats.policies_topic(cluster): compacted,
     }
 
 
@@ -69,10 +69,10 @@ class StorageService:
         self.ledger_store = LedgerStore(config, self.broker_id, producer, admin, reader)
         self.entry_cache = EntryCache(config.managed_ledger_cache_size_mb * 1024 * 1024)
         self._managed_ledger_infos = MetadataTable(
-            f"{cluster}.managed-ledgers", producer, admin, reader
+            formats.managed_ledgers_topic(cluster), producer, admin, reader
         )
-        self._cursor_infos = MetadataTable(f"{cluster}.cursors", producer, admin, reader)
-        self.policies = MetadataTable(f"{cluster}.policies", producer, admin, reader)
+        self._cursor_infos = MetadataTable(formats.cursors_topic(cluster), producer, admin, reader)
+        self.policies = MetadataTable(formats.policies_topic(cluster), producer, admin, reader)
         self.offloader = offloader_from_config(config)
         self._ctx = StorageContext(
             config=config,
