@@ -6,15 +6,18 @@ import asyncio
 import logging
 import signal
 
+from prometheus_client import CollectorRegistry
+
+from dedup_broker.admin.collected import show_counters
 from dedup_broker.admin.http import HttpServer
 from dedup_broker.admin.routes import build_router
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import BrokerError
 from dedup_broker.server.broker import BrokerService
 from dedup_broker.server.retention import RetentionChecker
+from dedup_broker.storage.broker_registry import broker_key, broker_record
 from dedup_broker.storage.service import StorageService
 from system_topics.mark_phase import TwoPhaseLedgerDeleter, two_phase_deleter
-from system_topics.registry import broker_key, broker_record
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +39,9 @@ class BrokerApp:
         await self.broker.start()
         deleter = self.storage.deleter
         if isinstance(deleter, TwoPhaseLedgerDeleter):
-            deleter.register_metrics(self.broker.metrics.registry)
+            deletion_metrics = CollectorRegistry(auto_describe=True)
+            deleter.register_metrics(deletion_metrics)
+            show_counters(deletion_metrics, self.broker.metrics.registry)
         self.retention = RetentionChecker(self.broker)
         self.retention.start()
         self.http = HttpServer(
