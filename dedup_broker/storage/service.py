@@ -25,7 +25,7 @@ from dedup_broker.storage.kafka_reader import KafkaReader
 from dedup_broker.storage.ledger_store import LedgerStore
 from dedup_broker.storage.managed_ledger import CLOSED, ManagedLedger
 from dedup_broker.storage.metadata_table import MetadataTable
-from dedup_broker.storage.offload_fs import offloader_from_config
+from dedup_broker.storage.offload_fs import offload_directory, offloader_from_config
 from dedup_broker.storage.rollover import RolloverPolicy
 from dedup_broker.storage.status import LedgerStatus, LedgerType
 
@@ -98,6 +98,7 @@ class StorageService:
 
         ``deleter_factory`` builds the ledger deleter (default: direct deletion).
         """
+        offload_directory(config)  # a ConfigError fails the start before Kafka is touched
         admin = KafkaAdmin(config)
         topics = internal_topics(config)
         await asyncio.gather(
