@@ -35,7 +35,7 @@ from dedup_broker.session.metrics import SessionMetrics
 from dedup_broker.storage.service import StorageService
 from dedup_broker.tiered.routes import OFFLOAD_ERROR_STATUSES, offload_routes
 from system_topics.mark_phase import TwoPhaseLedgerDeleter, two_phase_deleter
-from system_topics.registry import broker_key, broker_record
+from dedup_broker.storage.broker_registry import broker_key, broker_record
 
 log = logging.getLogger(__name__)
 

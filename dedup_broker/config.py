@@ -254,9 +254,6 @@ def _validate(config: BrokerConfig) -> None:
             f"got {config.cluster_name!r}"
         )
     _validate_key_dedup(config)
-    from dedup_broker.storage.offload_fs import offload_directory
-
-    offload_directory(config)
     if config.managed_ledger_default_mark_delete_rate_limit <= 0:
         raise ConfigError("managedLedgerDefaultMarkDeleteRateLimit must be > 0")
 

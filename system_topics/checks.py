@@ -2,9 +2,10 @@
 
 Order: a valid record; a ledger of this cluster (its id was allocated here); the owning
 broker no longer lists it (asked over admin REST while its managed ledger exists); the
-ledger's own metadata (header record at offset 0, else its allocation record for a
-ledger topic left empty by a crash) names the intent's managed ledger and component;
-then the delete. A ledger topic that is gone already counts as deleted.
+ledger's own metadata (its header, else its allocation record for a ledger topic left
+empty by a crash) names the intent's managed ledger and component; then the delete. A
+ledger whose Kafka copy is gone already counts as deleted. Everything storage holds is
+read through the storage layer's :class:`LedgerCatalog`.
 
 A listed ledger's Kafka copy may go only when the stored list says its offload is
 complete and the copy's deletion was recorded, and the offloaded copy itself is there
@@ -15,6 +16,7 @@ must name the intent's managed ledger, ledger id and offload uid.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -26,22 +28,16 @@ from collections.abc import Callable
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import StorageError
 from dedup_broker.storage import formats
+from dedup_broker.storage.catalog import LedgerCatalog, LedgerHeaderError
 from dedup_broker.storage.offload_fs import DRIVER, TEMP_SUFFIX, offloader_from_config
 from dedup_broker.storage.position import LedgerInfo
+from dedup_broker.storage.status import LedgerStatus, LedgerType
 from system_topics.decision import Outcome, Verdict
-from system_topics.intents import (
-    LEDGER,
-    OFFLOAD_LEDGER,
-    DeletionIntent,
-    MalformedIntentError,
-    decode_intent,
-)
-from system_topics.kafka_sync import SyncKafka, SyncTable
-from system_topics.registry import broker_urls
+from system_topics.intents import DeletionIntent, MalformedIntentError, decode_intent
 
 log = logging.getLogger(__name__)
 
-HEADER_OFFSET = 0
+_HTTP_TIMEOUT_S = 5.0
 
 
 def parse_injected(spec: str) -> Callable[[int], bool]:
@@ -55,94 +51,89 @@ def parse_injected(spec: str) -> Callable[[int], bool]:
     return lambda ledger_id: ledger_id in ids
 
 
+def _status_query(url: str, intent: DeletionIntent) -> str:
+    """The broker's ``GET .../ledger-deletion/ledgers/{id}`` for the intent's copy."""
+    params = {"managedLedger": intent.topic_name}
+    if intent.ledger_type is LedgerType.OFFLOAD_LEDGER:
+        params |= {"type": intent.ledger_type.value, "uid": intent.offload.get("uid", "")}
+    query = urllib.parse.urlencode(params)
+    return f"{url}/admin/v2/ledger-deletion/ledgers/{intent.ledger_id}?{query}"
+
+
+def _ask(url: str, intent: DeletionIntent) -> LedgerStatus | None:
+    """What the broker at ``url`` says about the intent's copy; None without an answer."""
+    try:
+        with urllib.request.urlopen(_status_query(url, intent), timeout=_HTTP_TIMEOUT_S) as reply:
+            return LedgerStatus(json.loads(reply.read())["status"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.info("broker %s did not answer about ledger %d: %s", url, intent.ledger_id, exc)
+        return None
+
+
 class IntentChecker:
-    def __init__(self, config: BrokerConfig, kafka: SyncKafka) -> None:
+    def __init__(self, config: BrokerConfig, catalog: LedgerCatalog) -> None:
         self._cluster = config.cluster_name
-        self._kafka = kafka
-        self._ids_topic = f"{config.cluster_name}.ledger-ids"
-        self._managed_ledgers = SyncTable(kafka, f"{config.cluster_name}.managed-ledgers")
-        self._policies = SyncTable(kafka, f"{config.cluster_name}.policies")
+        self._catalog = catalog
         self._fails = parse_injected(config.deletion_worker_inject_delete_failures)
         self._offloader = offloader_from_config(config)
-        self._http_timeout = 5.0
 
-    def evaluate(self, value: bytes | None) -> Outcome:
+    async def evaluate(self, value: bytes | None) -> Outcome:
         try:
             intent = decode_intent(value)
         except MalformedIntentError as exc:
             return Outcome(Verdict.MALFORMED, str(exc))
         try:
-            return self._evaluate(intent)
+            return await self._evaluate(intent)
         except StorageError as exc:
             return Outcome(Verdict.FAILED, str(exc))
 
-    def _evaluate(self, intent: DeletionIntent) -> Outcome:
+    async def _evaluate(self, intent: DeletionIntent) -> Outcome:
         name, ledger_id = intent.topic_name, intent.ledger_id
-        if intent.ledger_type not in (LEDGER, OFFLOAD_LEDGER):
-            return Outcome(Verdict.NOT_OURS, f"unknown ledger type {intent.ledger_type}")
         if not name or formats.CURSOR_KEY_SEPARATOR in name or ledger_id < 0:
             return Outcome(Verdict.NOT_OURS, f"invalid name or id: {name!r} {ledger_id}")
-        if intent.ledger_type == OFFLOAD_LEDGER:
+        offload = intent.ledger_type is LedgerType.OFFLOAD_LEDGER
+        if offload:
             refused = self._offload_refusal(intent)
             if refused is not None:
                 return refused
-        allocated_for = self._allocation(ledger_id)
+        allocated_for = await self._catalog.allocated_for(ledger_id)
         if allocated_for is None:
             return Outcome(Verdict.NOT_OURS, f"ledger {ledger_id} was never allocated here")
-        in_use = self._in_use(name, ledger_id, intent)
+        in_use = await self._in_use(intent)
         if in_use is not None:
             return in_use
-        if intent.ledger_type == OFFLOAD_LEDGER:
+        if offload:
             return self._delete_offloaded(intent)
-        topic = formats.ledger_topic(self._cluster, ledger_id)
-        if not self._kafka.topic_exists(topic):
+        if not await self._catalog.ledger_exists(ledger_id):
             return Outcome(Verdict.ALREADY_GONE)
-        mismatch = self._check_metadata(topic, name, ledger_id, intent, allocated_for)
+        mismatch = await self._check_metadata(intent, allocated_for)
         if mismatch is not None:
             return mismatch
         if self._fails(ledger_id):
             return Outcome(Verdict.FAILED, "injected delete failure")
-        if self._kafka.delete_topic(topic):
+        if await self._catalog.delete_ledger(ledger_id):
             return Outcome(Verdict.DELETED)
         return Outcome(Verdict.ALREADY_GONE)
 
-    def _allocation(self, ledger_id: int) -> str | None:
-        records = self._kafka.read(self._ids_topic, ledger_id, ledger_id + 1)
-        if not records or records[0].offset() != ledger_id or records[0].value() is None:
-            return None
-        value = records[0].value()
-        assert value is not None
-        return formats.decode_ledger_id_allocation(value)
-
-    def _in_use(self, name: str, ledger_id: int, intent: DeletionIntent) -> Outcome | None:
+    async def _in_use(self, intent: DeletionIntent) -> Outcome | None:
         """IN_USE if the owner lists it, FAILED if that cannot be known now, else None."""
-        self._managed_ledgers.refresh()
-        if self._managed_ledgers.get(name) is None:
+        name = intent.topic_name
+        if await self._catalog.stored_ledgers(name) is None:
             return None  # the managed ledger is gone (topic deleted)
-        self._policies.refresh()
-        urls = broker_urls(self._policies.items())
+        urls = await self._catalog.broker_admin_urls()
         if urls:
-            answers = [self._ask(url, name, ledger_id, intent) for url in urls]
-            if "in-use" in answers:
+            answers = await asyncio.gather(*(asyncio.to_thread(_ask, url, intent) for url in urls))
+            if LedgerStatus.IN_USE in answers:
                 return Outcome(Verdict.IN_USE, "the broker still lists it")
-            if not all(answer == "deletable" for answer in answers):
-                return Outcome(Verdict.FAILED, f"brokers answered {answers}")
-            # What the brokers stored before answering is visible now.
-            self._managed_ledgers.refresh()
-        stored = self._managed_ledgers.get(name)
-        if stored is None:
-            return None
-        info = next(
-            (
-                i
-                for i in formats.decode_managed_ledger_info(stored).ledgers
-                if i.ledger_id == ledger_id
-            ),
-            None,
-        )
+            if not all(answer is LedgerStatus.DELETABLE for answer in answers):
+                said = [answer.value if answer else "no answer" for answer in answers]
+                return Outcome(Verdict.FAILED, f"brokers answered {said}")
+        # What the brokers stored before answering is visible now.
+        stored = await self._catalog.stored_ledgers(name)
+        info = next((i for i in stored or [] if i.ledger_id == intent.ledger_id), None)
         if info is None:
             return None
-        if intent.ledger_type == OFFLOAD_LEDGER:
+        if intent.ledger_type is LedgerType.OFFLOAD_LEDGER:
             if info.offload is not None and info.offload.uid == intent.offload.get("uid"):
                 return Outcome(Verdict.IN_USE, "the offloaded copy is listed")
             return None
@@ -218,37 +209,17 @@ class IntentChecker:
             return Outcome(Verdict.FAILED, f"deleting {final}: {exc}")
         return Outcome(Verdict.DELETED if deleted else Verdict.ALREADY_GONE)
 
-    def _ask(self, url: str, name: str, ledger_id: int, intent: DeletionIntent) -> str:
-        params = {"managedLedger": name}
-        if intent.ledger_type == OFFLOAD_LEDGER:
-            params |= {"type": OFFLOAD_LEDGER, "uid": intent.offload.get("uid", "")}
-        query = urllib.parse.urlencode(params)
-        request = f"{url}/admin/v2/ledger-deletion/ledgers/{ledger_id}?{query}"
+    async def _check_metadata(self, intent: DeletionIntent, allocated_for: str) -> Outcome | None:
+        """MISMATCH unless the ledger's header names the intent's owner and component."""
+        name, ledger_id = intent.topic_name, intent.ledger_id
         try:
-            with urllib.request.urlopen(request, timeout=self._http_timeout) as response:
-                return str(json.loads(response.read())["status"])
-        except (OSError, ValueError, KeyError) as exc:
-            log.info("broker %s did not answer about ledger %d: %s", url, ledger_id, exc)
-            return "unreachable"
-
-    def _check_metadata(
-        self, topic: str, name: str, ledger_id: int, intent: DeletionIntent, allocated_for: str
-    ) -> Outcome | None:
-        records = self._kafka.read(topic, HEADER_OFFSET, HEADER_OFFSET + 1)
-        if not records:
-            _, high = self._kafka.watermarks(topic)
-            if high == 0 and allocated_for == name:
+            meta = await self._catalog.ledger_header(ledger_id)
+        except LedgerHeaderError as exc:
+            return Outcome(Verdict.MISMATCH, str(exc))
+        if meta is None:
+            if allocated_for == name:
                 return None  # created, header never written: a crash mid-create
-            return Outcome(Verdict.MISMATCH, f"{topic} holds no ledger header")
-        header = records[0]
-        headers = dict(header.headers() or [])
-        value = header.value()
-        if headers.get(formats.LEDGER_HEADER_KEY) != formats.LEDGER_HEADER_VALUE or not value:
-            return Outcome(Verdict.MISMATCH, f"{topic}: offset 0 is not a ledger header")
-        try:
-            meta = formats.decode_ledger_metadata(value)
-        except Exception as exc:
-            return Outcome(Verdict.MISMATCH, f"{topic}: unreadable header: {exc}")
+            return Outcome(Verdict.MISMATCH, f"ledger {ledger_id} holds no ledger header")
         component, cursor = intent.component, intent.cursor_name
         if (meta.ledger_id, meta.managed_ledger_name, meta.component, meta.cursor_name) != (
             ledger_id,
@@ -258,7 +229,7 @@ class IntentChecker:
         ):
             return Outcome(
                 Verdict.MISMATCH,
-                f"{topic} belongs to {meta.managed_ledger_name!r} ({meta.component}), "
-                f"the intent says {name!r} ({component})",
+                f"ledger {ledger_id} belongs to {meta.managed_ledger_name!r} "
+                f"({meta.component}), the intent says {name!r} ({component})",
             )
         return None

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import signal
-import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dedup_broker.config import BrokerConfig
+
+if TYPE_CHECKING:
+    from system_topics.worker import DeletionWorker
 
 log = logging.getLogger(__name__)
 
@@ -21,23 +24,32 @@ def _config(args: argparse.Namespace) -> BrokerConfig:
 
 
 def _worker(args: argparse.Namespace) -> int:
+    from prometheus_client import disable_created_metrics
+
     from system_topics.worker import DeletionWorker
     from system_topics.worker_metrics import serve_metrics
 
     config = _config(args)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    # /metrics shows the counters only, without a ``_created`` timestamp series each.
+    disable_created_metrics()  # type: ignore[no-untyped-call]
     worker = DeletionWorker(config)
     server = serve_metrics(
         worker.metrics, config.bind_address, config.deletion_worker_web_service_port
     )
     log.info("deletion worker /metrics on %s:%d", config.bind_address, server.server_port)
     try:
-        worker.run(stop)
+        asyncio.run(_work_until_signalled(worker))
     finally:
         server.shutdown()
     return 0
+
+
+async def _work_until_signalled(worker: DeletionWorker) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await worker.run(stop)
 
 
 def _doctor(args: argparse.Namespace) -> int:

@@ -11,91 +11,64 @@
 
 from __future__ import annotations
 
-import re
+import asyncio
 from typing import Any
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.storage import formats
+from dedup_broker.storage.catalog import LedgerCatalog
 from dedup_broker.storage.offload_fs import offloader_from_config
-from system_topics.intents import LEDGER, OFFLOAD_LEDGER, MalformedIntentError, decode_intent
-from system_topics.kafka_sync import SyncKafka, SyncTable
+from dedup_broker.storage.status import LedgerType
+from system_topics.intents import MalformedIntentError, decode_intent
+from system_topics.lag import uncommitted_records
 from system_topics.topics import DeletionTopics
 
 
-def _pending_intents(
-    kafka: SyncKafka, topics: DeletionTopics
-) -> tuple[set[int], set[tuple[int, str]]]:
+def _pending_intents(config: BrokerConfig) -> tuple[set[int], set[tuple[int, str]]]:
     """Ledger ids (Kafka copies) and (ledger id, uid) pairs (offloaded copies) that
     intents not yet committed by the worker group will delete."""
-    from confluent_kafka import Consumer, TopicPartition
-
     covered: set[int] = set()
     covered_offloads: set[tuple[int, str]] = set()
-    committed_reader = Consumer(
-        {
-            "bootstrap.servers": kafka.admin_bootstrap,
-            "group.id": topics.group,
-            "enable.auto.commit": False,
-        }
-    )
-    try:
-        for topic in (topics.main, topics.retry):
-            partitions = kafka.partitions(topic)
-            if not partitions:
-                continue
-            committed = committed_reader.committed(
-                [TopicPartition(topic, p) for p in partitions], timeout=kafka.timeout_s
-            )
-            for tp in committed:
-                low, high = kafka.watermarks(topic, tp.partition)
-                start = tp.offset if tp.offset >= 0 else low
-                while start < high:
-                    records = kafka.read(topic, start, high, partition=tp.partition)
-                    if not records:
-                        break
-                    for msg in records:
-                        try:
-                            intent = decode_intent(msg.value())
-                        except MalformedIntentError:
-                            continue
-                        if intent.ledger_type == LEDGER:
-                            covered.add(intent.ledger_id)
-                        elif intent.ledger_type == OFFLOAD_LEDGER:
-                            uid = intent.offload.get("uid", "")
-                            covered_offloads.add((intent.ledger_id, uid))
-                    start = int(records[-1].offset() or 0) + 1
-    finally:
-        committed_reader.close()
+    topics = DeletionTopics.from_config(config)
+    for value in uncommitted_records(config.kafka_bootstrap_servers, topics):
+        try:
+            intent = decode_intent(value)
+        except MalformedIntentError:
+            continue
+        if intent.ledger_type is LedgerType.LEDGER:
+            covered.add(intent.ledger_id)
+        else:
+            covered_offloads.add((intent.ledger_id, intent.offload.get("uid", "")))
     return covered, covered_offloads
 
 
 def check(config: BrokerConfig) -> dict[str, Any]:
-    kafka = SyncKafka(config.kafka_bootstrap_servers, f"{config.cluster_name}.doctor")
+    """The report of ``dedup-broker doctor`` (blocking; see :func:`inspect`)."""
+    return asyncio.run(inspect(config))
+
+
+async def inspect(config: BrokerConfig) -> dict[str, Any]:
+    offloader = offloader_from_config(config)
+    catalog = LedgerCatalog(config)
     try:
-        pattern = re.compile(re.escape(config.cluster_name) + r"\.ledger\.(\d+)")
-        existing = {
-            int(m.group(1)) for t in kafka.list_topics() if (m := pattern.fullmatch(t)) is not None
-        }
-        table = SyncTable(kafka, f"{config.cluster_name}.managed-ledgers")
-        table.refresh()
-        referenced: dict[int, str] = {}
-        in_kafka: set[int] = set()
-        offloads: dict[tuple[int, str], tuple[str, bool]] = {}
-        for name, value in table.items():
-            for info in formats.decode_managed_ledger_info(value).ledgers:
-                referenced[info.ledger_id] = name
-                if info.in_kafka:
-                    in_kafka.add(info.ledger_id)
-                if info.offload is not None:
-                    offloads[(info.ledger_id, info.offload.uid)] = (name, info.offload.complete)
-        covered, covered_offloads = _pending_intents(kafka, DeletionTopics.from_config(config))
+        existing = set(await catalog.ledger_ids())
+        lists = await catalog.managed_ledgers()
     finally:
-        kafka.close()
+        await catalog.close()
+    referenced: dict[int, str] = {}
+    in_kafka: set[int] = set()
+    offloads: dict[tuple[int, str], tuple[str, bool]] = {}
+    for name, ledgers in sorted(lists.items()):
+        for info in ledgers:
+            referenced[info.ledger_id] = name
+            if info.in_kafka:
+                in_kafka.add(info.ledger_id)
+            if info.offload is not None:
+                offloads[(info.ledger_id, info.offload.uid)] = (name, info.offload.complete)
+    covered, covered_offloads = await asyncio.to_thread(_pending_intents, config)
     orphans = sorted(existing - in_kafka - covered)
     missing = sorted(in_kafka - existing)
     offload_orphans: list[dict[str, Any]] = []
     offload_missing: list[dict[str, Any]] = []
-    offloader = offloader_from_config(config)
     if offloader is not None:
         stored = offloader.copies()
         present = {(copy.ledger_id, copy.uid) for copy in stored if not copy.temporary}

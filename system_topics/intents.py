@@ -5,16 +5,28 @@ Protobuf stays in this file; everything else handles :class:`DeletionIntent`.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError
 
 from dedup_broker.errors import PermanentError
 from dedup_broker.storage.formats import uid_from_longs, uid_to_longs
+from dedup_broker.storage.status import LedgerType
 from system_topics import ledger_deletion_pb2 as pb
 
 COMPONENTS = ("MANAGED_LEDGER", "MANAGED_CURSOR", "SCHEMA_STORAGE")
-LEDGER, OFFLOAD_LEDGER = "LEDGER", "OFFLOAD_LEDGER"
+
+
+class CopyKind(enum.StrEnum):
+    """The ``type`` label of the deletion metrics: which copy an intent deletes."""
+
+    LEDGER = "ledger"
+    OFFLOAD = "offload"
+
+    @classmethod
+    def of(cls, ledger_type: LedgerType) -> CopyKind:
+        return cls.OFFLOAD if ledger_type is LedgerType.OFFLOAD_LEDGER else cls.LEDGER
 
 
 class MalformedIntentError(PermanentError):
@@ -29,7 +41,7 @@ class DeletionIntent:
     """The managed ledger the ledger belonged to."""
     ledger_id: int
     component: str = "MANAGED_LEDGER"
-    ledger_type: str = LEDGER
+    ledger_type: LedgerType = LedgerType.LEDGER
     cursor_name: str = ""
     schema_id: str = ""
     offload: dict[str, str] = field(default_factory=dict)
@@ -40,7 +52,7 @@ def encode_intent(intent: DeletionIntent) -> bytes:
     msg = pb.PendingDeleteLedgerInfo(
         topicName=intent.topic_name,
         ledgerComponent=intent.component,
-        ledgerType=intent.ledger_type,
+        ledgerType=intent.ledger_type.value,
         ledgerId=intent.ledger_id,
     )
     if intent.cursor_name:
@@ -75,7 +87,7 @@ def decode_intent(data: bytes | None) -> DeletionIntent:
         raise MalformedIntentError("required fields are missing")
     try:
         component = pb.LedgerComponent.Name(msg.ledgerComponent)
-        ledger_type = pb.LedgerType.Name(msg.ledgerType)
+        ledger_type = LedgerType(pb.LedgerType.Name(msg.ledgerType))
     except ValueError as exc:
         raise MalformedIntentError(str(exc)) from None
     offload: dict[str, str] = {}

@@ -18,7 +18,8 @@ from prometheus_client import CollectorRegistry, Counter
 
 from dedup_broker.errors import StorageError
 from dedup_broker.storage.deletion import LedgerToDelete
-from system_topics.intents import LEDGER, OFFLOAD_LEDGER, DeletionIntent, encode_intent
+from dedup_broker.storage.status import LedgerType
+from system_topics.intents import CopyKind, DeletionIntent, encode_intent
 from system_topics.topics import DeletionTopics
 
 if TYPE_CHECKING:
@@ -36,10 +37,10 @@ def intent_key(ledger_id: int) -> bytes:
 
 def intents_for(ledger: LedgerToDelete) -> list[DeletionIntent]:
     """The intents deleting ``ledger``'s copies."""
-    types = [LEDGER] if ledger.kafka else []
+    types = [LedgerType.LEDGER] if ledger.kafka else []
     offload: dict[str, str] = {}
     if ledger.offload is not None:
-        types.append(OFFLOAD_LEDGER)
+        types.append(LedgerType.OFFLOAD_LEDGER)
         offload = ledger.offload.properties | {
             "driver": ledger.offload.driver,
             "uid": ledger.offload.uid,
@@ -51,7 +52,7 @@ def intents_for(ledger: LedgerToDelete) -> list[DeletionIntent]:
             component=ledger.component,
             ledger_type=ledger_type,
             cursor_name=ledger.cursor_name,
-            offload=offload if ledger_type == OFFLOAD_LEDGER else {},
+            offload=offload if ledger_type is LedgerType.OFFLOAD_LEDGER else {},
         )
         for ledger_type in types
     ]
@@ -66,6 +67,7 @@ class TwoPhaseLedgerDeleter:
     def __init__(self, topics: DeletionTopics, producer: SharedProducer) -> None:
         self._topics = topics
         self._producer = producer
+        # Not in any registry yet: the broker adds it to the registry its /metrics serves.
         self.sent = Counter(
             "dedup_broker_ledger_deletion_intents_sent_total",
             "Deletion intents Kafka acknowledged, by ledger type (ledger, offload)",
@@ -100,14 +102,13 @@ class TwoPhaseLedgerDeleter:
             if isinstance(result, BaseException):
                 log.warning(
                     "deletion intent (%s) for ledger %d not stored: %s",
-                    intent.ledger_type,
+                    intent.ledger_type.value,
                     ledger.ledger_id,
                     result,
                 )
                 accepted.discard(ledger.ledger_id)
             else:
-                kind = "offload" if intent.ledger_type == OFFLOAD_LEDGER else "ledger"
-                self.sent.labels(type=kind).inc()
+                self.sent.labels(type=CopyKind.of(intent.ledger_type).value).inc()
         return accepted
 
     async def after_metadata(self, ledgers: Sequence[LedgerToDelete]) -> None:

@@ -1,26 +1,32 @@
 """Delete phase: the deletion worker, a Kafka consumer group over the main and RETRY topics.
 
 Any number of workers share the partitions. Each intent is checked
-(``checks.IntentChecker``), the outcome is turned into ack / retry / dead-letter
-(``decision.decide``), and the record is committed only after its RETRY or DLQ copy was
-acknowledged by Kafka. A RETRY record is held until due (its timestamp + ``DELAY_TIME``):
-its partition is paused and rewound, so the main topic keeps flowing meanwhile.
+(``checks.IntentChecker``, against storage's ``LedgerCatalog``), the outcome is turned
+into ack / retry / dead-letter (``decision.decide``), and the record is committed only
+after its RETRY or DLQ copy was acknowledged by Kafka. A RETRY record is held until due
+(its timestamp + ``DELAY_TIME``): its partition is paused and rewound, so the main topic
+keeps flowing meanwhile.
+
+The worker runs on an event loop; the consumer's blocking calls (poll, commit, close) run
+in a thread, one at a time, so its rebalance callbacks never race the loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import threading
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from dedup_broker.config import BrokerConfig
+from dedup_broker.errors import StorageError
+from dedup_broker.storage.catalog import LedgerCatalog
+from dedup_broker.storage.kafka_producer import SharedProducer
 from system_topics.checks import IntentChecker
 from system_topics.decision import Action, decide
-from system_topics.intents import MalformedIntentError, decode_intent
-from system_topics.kafka_sync import SyncKafka
+from system_topics.intents import CopyKind, MalformedIntentError, decode_intent
 from system_topics.topics import (
     DELAY_TIME,
     ORIGIN_MESSAGE_ID,
@@ -73,10 +79,8 @@ class DeletionWorker:
         self.metrics = metrics or WorkerMetrics()
         self._delay_ms = config.two_phase_deletion_reconsume_later_in_seconds * 1000
         self._max_retries = config.two_phase_deletion_max_retry_delete_count
-        self._kafka = SyncKafka(
-            config.kafka_bootstrap_servers, f"{config.cluster_name}.deletion-worker"
-        )
-        self._checker = IntentChecker(config, self._kafka)
+        self._catalog = LedgerCatalog(config)
+        self._checker = IntentChecker(config, self._catalog)
         self._held: dict[tuple[str, int], _Held] = {}
         self._consumer = Consumer(
             {
@@ -90,16 +94,10 @@ class DeletionWorker:
                 "heartbeat.interval.ms": 1000,
             }
         )
-        self._producer = Producer(
-            {
-                "bootstrap.servers": config.kafka_bootstrap_servers,
-                "client.id": f"{config.cluster_name}.deletion-worker",
-                "enable.idempotence": True,
-                "acks": "all",
-            }
-        )
 
-    def run(self, stop: threading.Event) -> None:
+    async def run(self, stop: asyncio.Event) -> None:
+        """Work intents until ``stop`` is set."""
+        producer = SharedProducer(self.config, asyncio.get_running_loop())
         self._consumer.subscribe(
             [self.topics.main, self.topics.retry], on_revoke=self._revoked, on_lost=self._revoked
         )
@@ -107,7 +105,7 @@ class DeletionWorker:
         try:
             while not stop.is_set():
                 self._resume_due()
-                msg = self._consumer.poll(_POLL_S)
+                msg = await asyncio.to_thread(self._consumer.poll, _POLL_S)
                 if msg is None:
                     continue
                 error = msg.error()
@@ -115,11 +113,11 @@ class DeletionWorker:
                     if error.code() != KafkaError._PARTITION_EOF:
                         log.warning("deletion worker: %s", error)
                     continue
-                self._handle(msg)
+                await self._handle(msg, producer)
         finally:
-            self._consumer.close()
-            self._producer.flush(10)
-            self._kafka.close()
+            await asyncio.to_thread(self._consumer.close)
+            await producer.close()
+            await self._catalog.close()
 
     # --- holding RETRY records until due ---------------------------------------------
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -141,7 +139,7 @@ class DeletionWorker:
                 self._consumer.resume([TopicPartition(key[0], key[1])])
 
     # --- one intent ---------------------------------------------------------------------
-    def _handle(self, msg: Message) -> None:
+    async def _handle(self, msg: Message, producer: SharedProducer) -> None:
         topic, partition, offset = _where(msg)
         from_retry = topic == self.topics.retry
         if from_retry:
@@ -150,10 +148,9 @@ class DeletionWorker:
             if due > time.time():
                 self._hold(msg, due)
                 return
-        with self.metrics.lock:
-            self.metrics.received.inc()
+        self.metrics.received.inc()
         times = _int_header(msg, RECONSUME_TIMES, 0) if from_retry else 0
-        outcome = self._checker.evaluate(msg.value())
+        outcome = await self._checker.evaluate(msg.value())
         action = decide(outcome.verdict, times, self._max_retries)
         log.info(
             "intent %s:%d:%d -> %s (%s) -> %s",
@@ -164,48 +161,44 @@ class DeletionWorker:
             outcome.detail,
             action.value,
         )
-        if action is not Action.ACK and not self._forward(msg, action, times):
+        if action is not Action.ACK and not await self._forward(msg, action, times, producer):
             # Not copied: read it again shortly rather than lose it.
             self._hold(msg, time.time() + 1)
             return
-        self.metrics.record(outcome.verdict, action, self._ledger_type(msg.value()))
-        self._consumer.commit(
-            offsets=[TopicPartition(topic, partition, offset + 1)], asynchronous=False
+        self.metrics.record(outcome.verdict, action, _copy_kind(msg.value()))
+        await asyncio.to_thread(
+            self._consumer.commit,
+            offsets=[TopicPartition(topic, partition, offset + 1)],
+            asynchronous=False,
         )
-        with self.metrics.lock:
-            self.metrics.acknowledged.inc()
+        self.metrics.acknowledged.inc()
 
-    @staticmethod
-    def _ledger_type(value: bytes | None) -> str:
-        try:
-            return "offload" if decode_intent(value).ledger_type == "OFFLOAD_LEDGER" else "ledger"
-        except MalformedIntentError:
-            return "ledger"
-
-    def _forward(self, msg: Message, action: Action, times: int) -> bool:
+    async def _forward(
+        self, msg: Message, action: Action, times: int, producer: SharedProducer
+    ) -> bool:
         """Copy to RETRY (times + 1) or the DLQ; True once Kafka acknowledged the copy."""
         topic, partition, offset = _where(msg)
         origin = _header(msg, ORIGIN_MESSAGE_ID) or f"{topic}:{partition}:{offset}"
         real = _header(msg, REAL_TOPIC) or topic
         target = self.topics.retry if action is Action.RETRY else self.topics.dead_letter
-        headers: list[tuple[str, str | bytes | None]] = [
+        headers = [
             (RECONSUME_TIMES, str(times + 1 if action is Action.RETRY else times).encode()),
             (DELAY_TIME, str(self._delay_ms).encode()),
             (REAL_TOPIC, real.encode()),
             (ORIGIN_MESSAGE_ID, origin.encode()),
         ]
-        result: list[KafkaError | None] = []
-        self._producer.produce(
-            target,
-            msg.value(),
-            msg.key(),
-            headers=headers,
-            on_delivery=lambda err, _msg: result.append(err),
-        )
-        deadline = time.monotonic() + _FORWARD_TIMEOUT_S
-        while not result and time.monotonic() < deadline:
-            self._producer.poll(0.1)
-        if not result or result[0] is not None:
-            log.warning("copy to %s failed: %s", target, result[0] if result else "timeout")
+        try:
+            copy = producer.send(target, msg.value(), key=msg.key(), headers=headers)
+            await asyncio.wait_for(copy, _FORWARD_TIMEOUT_S)
+        except (StorageError, TimeoutError) as exc:
+            log.warning("copy to %s failed: %s", target, str(exc) or "timeout")
             return False
         return True
+
+
+def _copy_kind(value: bytes | None) -> CopyKind:
+    """The ``type`` label of an intent's outcome (a malformed one counts as a ledger)."""
+    try:
+        return CopyKind.of(decode_intent(value).ledger_type)
+    except MalformedIntentError:
+        return CopyKind.LEDGER

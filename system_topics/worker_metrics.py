@@ -1,7 +1,7 @@
 """The deletion worker's Prometheus metrics and its own ``/metrics`` HTTP endpoint.
 
-The worker loop is one thread and the HTTP server others. Each prometheus_client metric is
-thread-safe; ``lock`` groups the updates of one outcome for the worker loop's callers.
+The counters live in the worker's own ``prometheus_client`` registry (thread-safe: the
+HTTP server reads it from its own thread while the worker counts).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, Counter, make_wsgi_app
 
 from dedup_broker.metrics_registry import new_registry
-from system_topics.decision import REJECTED, Action, Verdict
+from system_topics.decision import REJECTED, SUCCEEDED, Action, Verdict
+from system_topics.intents import CopyKind
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
@@ -25,8 +26,7 @@ PREFIX = "dedup_broker_ledger_deletion_"
 
 class WorkerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or new_registry()
-        self.lock = threading.Lock()
+        self.registry = registry if registry is not None else new_registry()
         r = self.registry
         self.received = Counter(
             PREFIX + "intents_received_total", "Intents read (main, RETRY)", registry=r
@@ -56,18 +56,17 @@ class WorkerMetrics:
             registry=r,
         )
 
-    def record(self, verdict: Verdict, action: Action, ledger_type: str = "ledger") -> None:
-        with self.lock:
-            if verdict in (Verdict.DELETED, Verdict.ALREADY_GONE):
-                self.deleted.labels(type=ledger_type).inc()
-            elif verdict in REJECTED:
-                self.rejected.labels(reason=verdict.value).inc()
-            else:
-                self.failed.inc()
-            if action is Action.RETRY:
-                self.retried.inc()
-            elif action is Action.DEAD_LETTER:
-                self.max_retries.inc()
+    def record(self, verdict: Verdict, action: Action, kind: CopyKind = CopyKind.LEDGER) -> None:
+        if verdict in SUCCEEDED:
+            self.deleted.labels(type=kind.value).inc()
+        elif verdict in REJECTED:
+            self.rejected.labels(reason=verdict.value).inc()
+        else:
+            self.failed.inc()
+        if action is Action.RETRY:
+            self.retried.inc()
+        elif action is Action.DEAD_LETTER:
+            self.max_retries.inc()
 
 
 class MetricsServer(ThreadingMixIn, WSGIServer):

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from dedup_broker.domain.topic import Topic
+from typing import Protocol
 
 
 class ProducerLink(Protocol):
@@ -25,7 +22,6 @@ class Producer:
     link: ProducerLink
     producer_id: int
     name: str
-    topic: Topic
     user_provided_name: bool
     created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     msgs_in: int = 0

@@ -17,6 +17,7 @@ from dedup_broker.domain.broker import Broker
 from dedup_broker.http.bodies import json_response
 from dedup_broker.http.errors import HttpError
 from dedup_broker.http.paths import query_value
+from dedup_broker.storage.status import LedgerType
 from system_topics.lag import group_lag
 from system_topics.topics import DeletionTopics
 
@@ -43,10 +44,17 @@ class _LedgerDeletionApi:
             raise HttpError(HTTPStatus.BAD_REQUEST, "ledgerId must be an integer") from None
         if not name:
             raise HttpError(HTTPStatus.BAD_REQUEST, "the managedLedger query parameter is required")
-        ledger_type = query_value(request, "type", "LEDGER")
+        try:
+            ledger_type = LedgerType(query_value(request, "type", LedgerType.LEDGER.value))
+        except ValueError:
+            raise HttpError(
+                HTTPStatus.BAD_REQUEST, "type must be LEDGER or OFFLOAD_LEDGER"
+            ) from None
         uid = query_value(request, "uid")
         status = await self.broker.storage.ledger_status(name, ledger_id, ledger_type, uid)
-        return json_response({"managedLedger": name, "ledgerId": ledger_id, "status": status})
+        return json_response(
+            {"managedLedger": name, "ledgerId": ledger_id, "status": status.value}
+        )
 
     async def stats(self, request: web.Request) -> web.Response:
         config = self.broker.config

@@ -23,6 +23,7 @@ from dedup_broker.session.lookups import topic_name
 from dedup_broker.session.replies import CreationInProgressError, UnknownIdError, publish_reply
 
 if TYPE_CHECKING:
+    from dedup_broker.domain.topic import Topic
     from dedup_broker.session.connection import ClientConnection, Handler
 
 log = logging.getLogger(__name__)
@@ -32,12 +33,15 @@ class AccessModeNotSupportedError(PermanentError):
     """Only the Shared producer access mode is served."""
 
 
-class _Answers:
-    """SENDs of one producer awaiting their outcome, in arrival order."""
+class _Attached:
+    """A producer of this connection: its topic and its SENDs awaiting an outcome, in
+    arrival order."""
 
-    __slots__ = ("pending",)
+    __slots__ = ("pending", "producer", "topic")
 
-    def __init__(self) -> None:
+    def __init__(self, producer: Producer, topic: Topic) -> None:
+        self.producer = producer
+        self.topic = topic
         self.pending: deque[tuple[pb.CommandSend, PublishResult]] = deque()
 
 
@@ -47,8 +51,7 @@ class ProducerCommands:
     def __init__(self, connection: ClientConnection) -> None:
         self.connection = connection
         self.broker = connection.broker
-        self.producers: dict[int, Producer] = {}
-        self._answers: dict[int, _Answers] = {}
+        self.producers: dict[int, _Attached] = {}
         self._creating: dict[int, asyncio.Future[None]] = {}
 
     def handlers(self) -> dict[int, Handler]:
@@ -65,8 +68,9 @@ class ProducerCommands:
 
     def close_producer(self, producer: Producer) -> None:
         """The broker closed the producer (topic unloaded): the client reconnects it."""
-        if self.producers.get(producer.producer_id) is producer:
-            self._forget(producer)
+        attached = self.producers.get(producer.producer_id)
+        if attached is not None and attached.producer is producer:
+            self._forget(attached)
             self.connection.send_command(commands.close_producer(producer.producer_id))
 
     # --- creation -------------------------------------------------------------------
@@ -98,35 +102,34 @@ class ProducerCommands:
                 link=self,
                 producer_id=request.producer_id,
                 name=request.producer_name if user_named else self.broker.new_producer_name(),
-                topic=topic,
                 user_provided_name=user_named,
             )
             topic.add_producer(producer)
             if self.connection.closed:
                 topic.remove_producer(producer)
                 return
-            self.producers[request.producer_id] = producer
-            self._answers[request.producer_id] = _Answers()
+            attached = _Attached(producer, topic)
+            self.producers[request.producer_id] = attached
             self.connection.metrics.producers.inc()
-            self._success(request.request_id, producer)
+            self._success(request.request_id, attached)
         finally:
             self._creating.pop(request.producer_id).set_result(None)
 
-    def _success(self, request_id: int, producer: Producer) -> None:
+    def _success(self, request_id: int, attached: _Attached) -> None:
+        name = attached.producer.name
         self.connection.send_command(
             commands.producer_success(
-                request_id,
-                producer.name,
-                last_sequence_id=producer.topic.last_sequence_id(producer.name),
+                request_id, name, last_sequence_id=attached.topic.last_sequence_id(name)
             )
         )
 
     # --- publishing -----------------------------------------------------------------
     def _on_send(self, frame: Frame) -> None:
         send = frame.command.send
-        producer = self.producers.get(send.producer_id)
-        if producer is None:
+        attached = self.producers.get(send.producer_id)
+        if attached is None:
             raise UnknownIdError(f"no producer with id {send.producer_id} on this connection")
+        producer = attached.producer
         entry = frame.payload
         result: PublishResult
         if not entry:
@@ -147,15 +150,15 @@ class ProducerCommands:
             except ProtocolError as exc:
                 result = settled(PublishOutcome.failed(exc))
             else:
-                result = producer.topic.publish(producer, send, entry, metadata)
-        answers = self._answers[send.producer_id]
-        answers.pending.append((send, result))
+                result = attached.topic.publish(producer, send, entry, metadata)
+        attached.pending.append((send, result))
         self.connection.publish_started()
-        result.add_done_callback(lambda _: self._flush(producer, answers))
+        result.add_done_callback(lambda _: self._flush(attached))
 
-    def _flush(self, producer: Producer, answers: _Answers) -> None:
+    def _flush(self, attached: _Attached) -> None:
         """Answer every SEND at the head whose outcome is known, in order."""
-        pending = answers.pending
+        producer = attached.producer
+        pending = attached.pending
         while pending and pending[0][1].done():
             send, result = pending.popleft()
             self.connection.publish_finished()
@@ -179,24 +182,21 @@ class ProducerCommands:
         self._close(request)
 
     def _close(self, request: pb.CommandCloseProducer) -> None:
-        producer = self.producers.get(request.producer_id)
-        if producer is not None:
-            producer.topic.remove_producer(producer)
-            self._forget(producer)
+        attached = self.producers.get(request.producer_id)
+        if attached is not None:
+            attached.topic.remove_producer(attached.producer)
+            self._forget(attached)
         self.connection.send_command(commands.success(request.request_id))
 
-    def _forget(self, producer: Producer) -> None:
-        del self.producers[producer.producer_id]
-        answers = self._answers.pop(producer.producer_id, None)
-        if answers is not None:
-            for _ in answers.pending:
-                self.connection.publish_finished()
-            answers.pending.clear()
+    def _forget(self, attached: _Attached) -> None:
+        del self.producers[attached.producer.producer_id]
+        for _ in attached.pending:
+            self.connection.publish_finished()
+        attached.pending.clear()
         self.connection.metrics.producers.dec()
 
     def connection_lost(self) -> None:
-        for producer in list(self.producers.values()):
-            producer.topic.remove_producer(producer)
+        for attached in list(self.producers.values()):
+            attached.topic.remove_producer(attached.producer)
             self.connection.metrics.producers.dec()
         self.producers.clear()
-        self._answers.clear()

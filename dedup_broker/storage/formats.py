@@ -22,9 +22,43 @@ CURSOR_KEY_SEPARATOR = "\x00"
 _SIZE = struct.Struct(">q")
 
 
-# --- ledger topics --------------------------------------------------------------
+# --- topic names ----------------------------------------------------------------
 def ledger_topic(cluster_name: str, ledger_id: int) -> str:
     return f"{cluster_name}.ledger.{ledger_id}"
+
+
+def ledger_id_of_topic(cluster_name: str, topic: str) -> int | None:
+    """The ledger id of ``cluster_name``'s ledger topic ``topic``; None for other topics."""
+    prefix = f"{cluster_name}.ledger."
+    if not topic.startswith(prefix):
+        return None
+    digits = topic[len(prefix) :]
+    if not digits.isascii() or not digits.isdigit() or str(int(digits)) != digits:
+        return None
+    return int(digits)
+
+
+def ledger_ids_topic(cluster_name: str) -> str:
+    """One partition; the offset of each allocation record is a ledger id."""
+    return f"{cluster_name}.ledger-ids"
+
+
+def managed_ledgers_topic(cluster_name: str) -> str:
+    """Compacted: managed ledger name -> ``ManagedLedgerInfo`` (its ledger list)."""
+    return f"{cluster_name}.managed-ledgers"
+
+
+def cursors_topic(cluster_name: str) -> str:
+    """Compacted: cursor key -> ``CursorInfo``."""
+    return f"{cluster_name}.cursors"
+
+
+def policies_topic(cluster_name: str) -> str:
+    """Compacted: namespace and topic policies, and the registered brokers."""
+    return f"{cluster_name}.policies"
+
+
+# --- ledger topics --------------------------------------------------------------
 
 
 def encode_entry_key(cumulative_size: int) -> bytes:

@@ -78,6 +78,43 @@ class KafkaAdmin:
             raise storage_error(f"create topic {topic}", exc) from exc
         return True
 
+    async def topic_exists(self, topic: str) -> bool:
+        return await asyncio.to_thread(self._topic_exists, topic)
+
+    def _topic_exists(self, topic: str) -> bool:
+        try:
+            described = self._client.list_topics(topic, timeout=self._timeout_s).topics.get(topic)
+        except KafkaException as exc:
+            raise storage_error(f"describe topic {topic}", exc) from exc
+        if described is None:
+            return False
+        if described.error is None:
+            return True
+        if described.error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+            return False
+        raise storage_error(f"describe topic {topic}", described.error)
+
+    async def list_topics(self) -> list[str]:
+        """Every topic of the Kafka cluster, sorted."""
+        try:
+            metadata = await asyncio.to_thread(self._client.list_topics, timeout=self._timeout_s)
+        except KafkaException as exc:
+            raise storage_error("list topics", exc) from exc
+        return sorted(metadata.topics)
+
+    async def delete_topic(self, topic: str) -> bool:
+        """Delete ``topic``; False if it did not exist."""
+        futures = self._client.delete_topics(
+            [topic], operation_timeout=self._timeout_s, request_timeout=self._timeout_s
+        )
+        try:
+            await asyncio.wrap_future(futures[topic])
+        except KafkaException as exc:
+            if _error_code(exc) == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                return False
+            raise storage_error(f"delete topic {topic}", exc) from exc
+        return True
+
     async def delete_topics(self, topics: list[str]) -> None:
         """Delete ``topics``; ones that do not exist are not an error."""
         if not topics:

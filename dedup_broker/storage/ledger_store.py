@@ -19,8 +19,10 @@ import logging
 import time
 from collections.abc import Iterable
 
+from google.protobuf.message import DecodeError
+
 from dedup_broker.config import BrokerConfig
-from dedup_broker.errors import StorageError
+from dedup_broker.errors import PermanentError, StorageError
 from dedup_broker.storage import formats
 from dedup_broker.storage.kafka_admin import KafkaAdmin
 from dedup_broker.storage.kafka_producer import SharedProducer, max_record_bytes
@@ -38,7 +40,69 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class LedgerStore:
+class LedgerHeaderError(PermanentError):
+    """Offset 0 of a ledger topic is not a readable ledger header: the topic is not a
+    ledger (or not one of this broker's), however it came to be named like one."""
+
+
+class LedgerLookup:
+    """What Kafka holds about ledgers, read only: id allocation records and headers."""
+
+    def __init__(self, config: BrokerConfig, admin: KafkaAdmin, reader: KafkaReader) -> None:
+        self._cluster = config.cluster_name
+        self._admin = admin
+        self._reader = reader
+        self.ids_topic = formats.ledger_ids_topic(config.cluster_name)
+
+    def topic(self, ledger_id: int) -> str:
+        return formats.ledger_topic(self._cluster, ledger_id)
+
+    async def read_metadata(self, ledger_id: int) -> formats.LedgerMetadata | None:
+        """The ledger's header; None if its topic holds no record at all (created, the
+        header never written: a crash mid-create). LedgerHeaderError if its first record
+        is not a ledger header."""
+        topic = self.topic(ledger_id)
+        if await self._admin.high_watermark(topic) == HEADER_OFFSET:
+            return None
+        records = await self._reader.fetch(topic, HEADER_OFFSET, FIRST_ENTRY_OFFSET)
+        if not records or records[0].offset != HEADER_OFFSET or not records[0].value:
+            raise LedgerHeaderError(f"ledger {ledger_id} holds no ledger header")
+        header = dict(records[0].headers)
+        if header.get(formats.LEDGER_HEADER_KEY) != formats.LEDGER_HEADER_VALUE:
+            raise LedgerHeaderError(f"ledger {ledger_id}: offset 0 is not a ledger header")
+        try:
+            return formats.decode_ledger_metadata(records[0].value)
+        except (DecodeError, ValueError) as exc:
+            raise LedgerHeaderError(f"ledger {ledger_id}: unreadable header: {exc}") from None
+
+    async def allocated_to(self, managed_ledger_name: str, after_id: int) -> list[int]:
+        """Ids allocated for ``managed_ledger_name`` after ``after_id`` (allocation records)."""
+        end = await self._admin.high_watermark(self.ids_topic)
+        found: list[int] = []
+        start = after_id + 1
+        while start < end:
+            records = await self._reader.fetch(self.ids_topic, start, end)
+            if not records:
+                break
+            for record in records:
+                if record.value is not None:
+                    purpose = formats.decode_ledger_id_allocation(record.value)
+                    if purpose == managed_ledger_name:
+                        found.append(record.offset)
+            start = records[-1].offset + 1
+        return found
+
+    async def allocation_of(self, ledger_id: int) -> str | None:
+        """The managed ledger name ``ledger_id`` was allocated for; None if never allocated."""
+        if ledger_id < 0 or ledger_id >= await self._admin.high_watermark(self.ids_topic):
+            return None
+        records = await self._reader.fetch(self.ids_topic, ledger_id, ledger_id + 1)
+        if not records or records[0].offset != ledger_id or records[0].value is None:
+            return None
+        return formats.decode_ledger_id_allocation(records[0].value)
+
+
+class LedgerStore(LedgerLookup):
     def __init__(
         self,
         config: BrokerConfig,
@@ -47,12 +111,9 @@ class LedgerStore:
         admin: KafkaAdmin,
         reader: KafkaReader,
     ) -> None:
-        self._cluster = config.cluster_name
+        super().__init__(config, admin, reader)
         self.broker_id = broker_id
         self._producer = producer
-        self._admin = admin
-        self._reader = reader
-        self.ids_topic = f"{config.cluster_name}.ledger-ids"
         self._topic_config = {
             "cleanup.policy": "delete",
             "retention.ms": "-1",
@@ -60,9 +121,6 @@ class LedgerStore:
             "max.message.bytes": str(max_record_bytes(config)),
             "message.timestamp.type": "CreateTime",
         }
-
-    def topic(self, ledger_id: int) -> str:
-        return formats.ledger_topic(self._cluster, ledger_id)
 
     # --- creation -------------------------------------------------------------------
     async def allocate_id(self, purpose: str) -> int:
@@ -133,15 +191,6 @@ class LedgerStore:
             entries.append(Entry(position, record.value or b"", record.timestamp_ms))
         return entries
 
-    async def read_metadata(self, ledger_id: int) -> formats.LedgerMetadata:
-        records = await self._reader.fetch(self.topic(ledger_id), HEADER_OFFSET, FIRST_ENTRY_OFFSET)
-        if not records or records[0].offset != HEADER_OFFSET or records[0].value is None:
-            raise StorageError(f"ledger {ledger_id} has no header record")
-        header = dict(records[0].headers)
-        if header.get(formats.LEDGER_HEADER_KEY) != formats.LEDGER_HEADER_VALUE:
-            raise StorageError(f"ledger {ledger_id}: offset 0 is not a ledger header")
-        return formats.decode_ledger_metadata(records[0].value)
-
     async def first_offsets_at_or_after(
         self, ledger_ids: list[int], timestamp_ms: int
     ) -> dict[int, int]:
@@ -153,32 +202,6 @@ class LedgerStore:
             topics[topic]: (max(offset - FIRST_ENTRY_OFFSET, 0) if offset >= 0 else -1)
             for topic, offset in offsets.items()
         }
-
-    async def allocated_to(self, managed_ledger_name: str, after_id: int) -> list[int]:
-        """Ids allocated for ``managed_ledger_name`` after ``after_id`` (allocation records)."""
-        end = await self._admin.high_watermark(self.ids_topic)
-        found: list[int] = []
-        start = after_id + 1
-        while start < end:
-            records = await self._reader.fetch(self.ids_topic, start, end)
-            if not records:
-                break
-            for record in records:
-                if record.value is not None:
-                    purpose = formats.decode_ledger_id_allocation(record.value)
-                    if purpose == managed_ledger_name:
-                        found.append(record.offset)
-            start = records[-1].offset + 1
-        return found
-
-    async def allocation_of(self, ledger_id: int) -> str | None:
-        """The managed ledger name ``ledger_id`` was allocated for; None if never allocated."""
-        if ledger_id < 0:
-            return None
-        records = await self._reader.fetch(self.ids_topic, ledger_id, ledger_id + 1)
-        if not records or records[0].offset != ledger_id or records[0].value is None:
-            return None
-        return formats.decode_ledger_id_allocation(records[0].value)
 
     # --- deletion -------------------------------------------------------------------
     async def delete(self, ledger_ids: Iterable[int]) -> None:

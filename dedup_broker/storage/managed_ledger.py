@@ -51,12 +51,13 @@ from dedup_broker.storage.ledger_store import FIRST_ENTRY_OFFSET, now_ms
 from dedup_broker.storage.ledger_view import ManagedLedgerView
 from dedup_broker.storage.offload_manager import LedgerOffloads
 from dedup_broker.storage.position import Entry, LedgerInfo, OffloadInfo, Position
-from dedup_broker.storage.trimmer import DELETABLE, IN_USE, PENDING, LedgerTrimmer
+from dedup_broker.storage.status import LedgerStatus, LedgerType
+from dedup_broker.storage.trimmer import LedgerTrimmer
 
 log = logging.getLogger(__name__)
 
 OPEN, FENCED, CLOSED = "Open", "Fenced", "Closed"
-__all__ = ["CLOSED", "DELETABLE", "FENCED", "IN_USE", "OPEN", "PENDING", "ManagedLedger"]
+__all__ = ["CLOSED", "FENCED", "OPEN", "ManagedLedger"]
 _RETRY_MIN_S, _RETRY_MAX_S = 0.1, 5.0
 
 
@@ -257,7 +258,9 @@ class ManagedLedger(ManagedLedgerView):
         if self._trimmed & self._info.stored_ids() or self._info.unknown is not None:
             await self._write_info(self._ledgers.infos())
 
-    def ledger_status(self, ledger_id: int, ledger_type: str = "LEDGER", uid: str = "") -> str:
+    def ledger_status(
+        self, ledger_id: int, ledger_type: LedgerType = LedgerType.LEDGER, uid: str = ""
+    ) -> LedgerStatus:
         """IN_USE (listed), PENDING (leaving the list, not stored yet) or DELETABLE, for
         the Kafka copy (``LEDGER``) or the tiered-storage copy ``uid`` (``OFFLOAD_LEDGER``)."""
         return self.trimmer.status(ledger_id, ledger_type, uid)

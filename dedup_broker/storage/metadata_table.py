@@ -21,12 +21,11 @@ from dedup_broker.storage.kafka_reader import KafkaReader
 TABLE_PARTITION = 0
 
 
-class MetadataTable:
-    def __init__(
-        self, topic: str, producer: SharedProducer, admin: KafkaAdmin, reader: KafkaReader
-    ) -> None:
+class MetadataView:
+    """The table read only: what Kafka holds, as of the last :meth:`refresh`."""
+
+    def __init__(self, topic: str, admin: KafkaAdmin, reader: KafkaReader) -> None:
         self.topic = topic
-        self._producer = producer
         self._admin = admin
         self._reader = reader
         self._values: dict[str, bytes] = {}
@@ -44,21 +43,6 @@ class MetadataTable:
 
     def __len__(self) -> int:
         return len(self._values)
-
-    # --- writes ---------------------------------------------------------------------
-    async def put(self, key: str, value: bytes) -> None:
-        """Store ``value``; returns once Kafka acknowledged it (raises StorageError if not)."""
-        offset = await self._producer.send(
-            self.topic, value, key=key.encode("utf-8"), partition=TABLE_PARTITION
-        )
-        self._apply(key, value, offset)
-
-    async def delete(self, key: str) -> None:
-        """Write a tombstone for ``key``; returns once Kafka acknowledged it."""
-        offset = await self._producer.send(
-            self.topic, None, key=key.encode("utf-8"), partition=TABLE_PARTITION
-        )
-        self._apply(key, None, offset)
 
     async def refresh(self) -> None:
         """Read the topic from where this view stopped to its current end."""
@@ -84,3 +68,27 @@ class MetadataTable:
             self._values.pop(key, None)
         else:
             self._values[key] = value
+
+
+class MetadataTable(MetadataView):
+    """The table a broker reads and writes."""
+
+    def __init__(
+        self, topic: str, producer: SharedProducer, admin: KafkaAdmin, reader: KafkaReader
+    ) -> None:
+        super().__init__(topic, admin, reader)
+        self._producer = producer
+
+    async def put(self, key: str, value: bytes) -> None:
+        """Store ``value``; returns once Kafka acknowledged it (raises StorageError if not)."""
+        offset = await self._producer.send(
+            self.topic, value, key=key.encode("utf-8"), partition=TABLE_PARTITION
+        )
+        self._apply(key, value, offset)
+
+    async def delete(self, key: str) -> None:
+        """Write a tombstone for ``key``; returns once Kafka acknowledged it."""
+        offset = await self._producer.send(
+            self.topic, None, key=key.encode("utf-8"), partition=TABLE_PARTITION
+        )
+        self._apply(key, None, offset)

@@ -24,10 +24,11 @@ from dedup_broker.storage.kafka_admin import KafkaAdmin
 from dedup_broker.storage.kafka_producer import SharedProducer, max_record_bytes
 from dedup_broker.storage.kafka_reader import KafkaReader
 from dedup_broker.storage.ledger_store import LedgerStore
-from dedup_broker.storage.managed_ledger import DELETABLE, IN_USE, PENDING, ManagedLedger
+from dedup_broker.storage.managed_ledger import CLOSED, ManagedLedger
 from dedup_broker.storage.metadata_table import MetadataTable
-from dedup_broker.storage.offload_fs import offloader_from_config
+from dedup_broker.storage.offload_fs import offload_directory, offloader_from_config
 from dedup_broker.storage.rollover import RolloverPolicy
+from dedup_broker.storage.status import LedgerStatus, LedgerType
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +40,14 @@ def internal_topics(config: BrokerConfig) -> dict[str, dict[str, str]]:
     cluster = config.cluster_name
     compacted = {"cleanup.policy": "compact", "max.message.bytes": str(max_record_bytes(config))}
     return {
-        f"{cluster}.ledger-ids": {
+        formats.ledger_ids_topic(cluster): {
             "cleanup.policy": "delete",
             "retention.ms": "-1",
             "retention.bytes": "-1",
         },
-        f"{cluster}.managed-ledgers": compacted,
-        f"{cluster}.cursors": compacted,
-        f"{cluster}.policies": compacted,
+        formats.managed_ledgers_topic(cluster): compacted,
+        formats.cursors_topic(cluster): compacted,
+        formats.policies_topic(cluster): compacted,
     }
 
 
@@ -69,10 +70,10 @@ class StorageService:
         self.ledger_store = LedgerStore(config, self.broker_id, producer, admin, reader)
         self.entry_cache = EntryCache(config.managed_ledger_cache_size_mb * 1024 * 1024)
         self._managed_ledger_infos = MetadataTable(
-            f"{cluster}.managed-ledgers", producer, admin, reader
+            formats.managed_ledgers_topic(cluster), producer, admin, reader
         )
-        self._cursor_infos = MetadataTable(f"{cluster}.cursors", producer, admin, reader)
-        self.policies = MetadataTable(f"{cluster}.policies", producer, admin, reader)
+        self._cursor_infos = MetadataTable(formats.cursors_topic(cluster), producer, admin, reader)
+        self.policies = MetadataTable(formats.policies_topic(cluster), producer, admin, reader)
         self.offloader = offloader_from_config(config)
         self._ctx = StorageContext(
             config=config,
@@ -98,6 +99,7 @@ class StorageService:
 
         ``deleter_factory`` builds the ledger deleter (default: direct deletion).
         """
+        offload_directory(config)  # a ConfigError fails the start before Kafka is touched
         admin = KafkaAdmin(config)
         topics = internal_topics(config)
         await asyncio.gather(
@@ -203,16 +205,16 @@ class StorageService:
         return self._ctx.deleter
 
     async def ledger_status(
-        self, name: str, ledger_id: int, ledger_type: str = "LEDGER", uid: str = ""
-    ) -> str:
+        self, name: str, ledger_id: int, ledger_type: LedgerType = LedgerType.LEDGER, uid: str = ""
+    ) -> LedgerStatus:
         """Whether a deletion worker may delete a copy of ``ledger_id`` of managed ledger
         ``name`` (the Kafka copy, ``LEDGER``, or the offloaded copy ``uid``,
-        ``OFFLOAD_LEDGER``): ``in-use``, ``pending`` (being changed, not stored yet: ask
-        again) or ``deletable``."""
+        ``OFFLOAD_LEDGER``): in use, pending (being changed, not stored yet: ask again)
+        or deletable."""
         if ledger_id in self._ctx.pending_deletions.get(name, ()):
-            return PENDING
+            return LedgerStatus.PENDING
         ledger = self._open.get(name)
-        if ledger is not None and ledger.state != "Closed":
+        if ledger is not None and ledger.state != CLOSED:
             return ledger.ledger_status(ledger_id, ledger_type, uid)
         await self._managed_ledger_infos.refresh()
         stored = self._managed_ledger_infos.get(name)
@@ -226,11 +228,15 @@ class StorageService:
             else []
         )
         if not listed:
-            return DELETABLE
+            return LedgerStatus.DELETABLE
         info = listed[0]
-        if ledger_type == "OFFLOAD_LEDGER":
-            return IN_USE if info.offload is not None and info.offload.uid == uid else DELETABLE
-        return DELETABLE if info.offloaded and not info.in_kafka else IN_USE
+        if ledger_type is LedgerType.OFFLOAD_LEDGER:
+            if info.offload is not None and info.offload.uid == uid:
+                return LedgerStatus.IN_USE
+            return LedgerStatus.DELETABLE
+        if info.offloaded and not info.in_kafka:
+            return LedgerStatus.DELETABLE
+        return LedgerStatus.IN_USE
 
     async def delete_managed_ledger(self, name: str) -> None:
         """Close ``name``; secure the deletion of its ledgers (the deleter's ``mark``),

@@ -24,15 +24,13 @@ from dedup_broker.storage.deletion import (
     slowest,
     targets_for,
 )
+from dedup_broker.storage.status import LedgerStatus, LedgerType
 
 if TYPE_CHECKING:
     from dedup_broker.storage.context import StorageContext
     from dedup_broker.storage.managed_ledger import ManagedLedger
 
 log = logging.getLogger(__name__)
-
-IN_USE, PENDING, DELETABLE = "in-use", "pending", "deletable"
-OFFLOAD_LEDGER = "OFFLOAD_LEDGER"
 
 
 @contextlib.contextmanager
@@ -103,28 +101,28 @@ class LedgerTrimmer:
             return sorted(accepted)
 
     # --- questions of deletion workers ----------------------------------------------
-    def status(self, ledger_id: int, ledger_type: str, uid: str) -> str:
+    def status(self, ledger_id: int, ledger_type: LedgerType, uid: str) -> LedgerStatus:
         """May a worker delete this copy of ``ledger_id``? See ``ManagedLedger.ledger_status``."""
         ml = self._ledger
         current = ml.ledger_info(ledger_id)
         stored = [
             next((i for i in view if i.ledger_id == ledger_id), None) for view in ml.stored_views()
         ]
-        if ledger_type == OFFLOAD_LEDGER:
+        if ledger_type is LedgerType.OFFLOAD_LEDGER:
             uids = {i.offload.uid for i in (current, *stored) if i is not None and i.offload}
             if uid not in uids:
-                return DELETABLE
+                return LedgerStatus.DELETABLE
             if current is None or current.offload is None or current.offload.uid != uid:
-                return PENDING  # leaving the list, not stored yet
-            return IN_USE
+                return LedgerStatus.PENDING  # leaving the list, not stored yet
+            return LedgerStatus.IN_USE
         if current is not None:
             # A listed ledger's Kafka copy may go once its offload is complete and the
             # deletion of that copy is recorded, in memory and in what is stored.
             if current.offloaded and not current.in_kafka:
                 if all(i is None or not i.in_kafka for i in stored):
-                    return DELETABLE
-                return PENDING
-            return IN_USE
+                    return LedgerStatus.DELETABLE
+                return LedgerStatus.PENDING
+            return LedgerStatus.IN_USE
         if any(i is not None for i in stored):
-            return PENDING if ml.trimmed(ledger_id) else IN_USE
-        return DELETABLE
+            return LedgerStatus.PENDING if ml.trimmed(ledger_id) else LedgerStatus.IN_USE
+        return LedgerStatus.DELETABLE

@@ -224,7 +224,7 @@ def test_ledger_topics_headers_keys_and_ids(
             ledgers.extend(sorted({p.ledger_id for p in positions}))
             broker.append(storage.broker_id)
             meta = await storage.ledger_store.read_metadata(positions[0].ledger_id)
-            assert meta.managed_ledger_name == "headed"
+            assert meta is not None and meta.managed_ledger_name == "headed"
         finally:
             await storage.close()
 

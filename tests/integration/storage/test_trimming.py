@@ -9,6 +9,7 @@ from confluent_kafka.admin import AdminClient
 from dedup_broker.storage import StorageService
 from dedup_broker.storage.deletion import Retention
 from dedup_broker.storage.position import Position
+from dedup_broker.storage.status import LedgerStatus
 from tests.integration.storage.helpers import ConfigFactory, run
 
 
@@ -48,8 +49,8 @@ def test_consumed_ledgers_are_trimmed_and_needed_ones_kept(
             # The unconsumed last entry is still readable.
             entries = await ml.read_entries(Position(ids[3], 0), 10)
             assert [e.data for e in entries] == [b"e9"]
-            assert ml.ledger_status(ids[0]) == "deletable"
-            assert ml.ledger_status(ids[3]) == "in-use"
+            assert ml.ledger_status(ids[0]) is LedgerStatus.DELETABLE
+            assert ml.ledger_status(ids[3]) is LedgerStatus.IN_USE
         finally:
             await storage.close()
         # A restarted instance sees the trimmed list.

@@ -16,7 +16,8 @@ import pytest
 from confluent_kafka import Producer
 
 from dedup_broker.storage.offload_fs import FilesystemOffloader
-from system_topics.intents import LEDGER, OFFLOAD_LEDGER, DeletionIntent, encode_intent
+from dedup_broker.storage.status import LedgerType
+from system_topics.intents import DeletionIntent, encode_intent
 from system_topics.mark_phase import intent_key
 from tests.integration.system_topics.deletion_helpers import Cluster, metric, wait_until
 
@@ -205,7 +206,7 @@ def test_forged_offload_intents_delete_nothing_and_doctor_finds_orphans(
             DeletionIntent(
                 topic_name,
                 ledger_id,
-                ledger_type=OFFLOAD_LEDGER,
+                ledger_type=LedgerType.OFFLOAD_LEDGER,
                 offload={"driver": "filesystem", "uid": uid},
             )
         )
@@ -216,8 +217,10 @@ def test_forged_offload_intents_delete_nothing_and_doctor_finds_orphans(
         offload_intent(name, ledgers[2], str(uuid.uuid4())),  # not offloaded: no such copy
         offload_intent(name, ledgers[0], real_uid),  # still listed: in use
         offload_intent(name, ledgers[1], real_uid),  # the planted file names ledger 0
-        encode_intent(DeletionIntent(name, ledgers[2], ledger_type=LEDGER)),  # in use
-        encode_intent(DeletionIntent(name, ledgers[0], ledger_type=OFFLOAD_LEDGER)),  # no uid
+        encode_intent(DeletionIntent(name, ledgers[2], ledger_type=LedgerType.LEDGER)),  # in use
+        encode_intent(
+            DeletionIntent(name, ledgers[0], ledger_type=LedgerType.OFFLOAD_LEDGER)
+        ),  # no uid
     ]
     producer = Producer({"bootstrap.servers": cluster.bootstrap})
     for value in forged:

@@ -13,7 +13,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from dedup_broker.storage import formats
-from system_topics.intents import OFFLOAD_LEDGER, DeletionIntent, encode_intent
+from dedup_broker.storage.status import LedgerType
+from system_topics.intents import DeletionIntent, encode_intent
 from system_topics.mark_phase import intent_key
 from system_topics.topics import RECONSUME_TIMES
 from tests.integration.system_topics.deletion_helpers import Cluster, metric, wait_until
@@ -105,7 +106,9 @@ def test_forged_intents_of_every_kind_delete_nothing(cluster: Cluster) -> None:
         encode_intent(DeletionIntent(name, ledgers[0])),  # still listed: in use
         encode_intent(DeletionIntent("public/default/persistent/other", ledgers[1])),  # mismatch
         encode_intent(DeletionIntent("public/default/persistent/x", fake_ids[0])),  # not a ledger
-        encode_intent(DeletionIntent(name, ledgers[2], ledger_type=OFFLOAD_LEDGER)),  # no offload
+        encode_intent(
+            DeletionIntent(name, ledgers[2], ledger_type=LedgerType.OFFLOAD_LEDGER)
+        ),  # no offload
     ]
     for value in forged:
         producer.produce(config.two_phase_deletion_topic, value, intent_key(len(value or b"")))

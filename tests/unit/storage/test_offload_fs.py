@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
@@ -10,9 +11,14 @@ import pytest
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import ConfigError, StorageError
 from dedup_broker.storage import formats
-from dedup_broker.storage.offload_fs import FilesystemOffloader, offload_directory
+from dedup_broker.storage.offload_fs import (
+    FilesystemOffloader,
+    offload_directory,
+    offloader_from_config,
+)
 from dedup_broker.storage.offload_manager import over_threshold
 from dedup_broker.storage.position import Entry, LedgerInfo, OffloadInfo, Position
+from dedup_broker.storage.service import StorageService
 
 
 def _header(ledger_id: int, uid: str, entries: int) -> formats.OffloadedHeader:
@@ -62,9 +68,11 @@ def test_configuration(tmp_path: Path) -> None:
     )
     assert offload_directory(on) == tmp_path
     with pytest.raises(ConfigError):
-        config.with_overrides(managedLedgerOffloadDriver="filesystem")
+        offload_directory(config.with_overrides(managedLedgerOffloadDriver="filesystem"))
     with pytest.raises(ConfigError):
-        config.with_overrides(managedLedgerOffloadDriver="aws-s3", fileSystemURI="/x")
+        offloader_from_config(
+            config.with_overrides(managedLedgerOffloadDriver="aws-s3", fileSystemURI="/x")
+        )
 
 
 def test_threshold_keeps_the_newest_bytes_in_kafka() -> None:
@@ -91,3 +99,16 @@ def test_offload_state_round_trips_in_the_ledger_list() -> None:
     decoded = formats.decode_managed_ledger_info(formats.encode_managed_ledger_info(record))
     assert decoded.ledgers == record.ledgers
     assert formats.uid_from_longs(*formats.uid_to_longs(uid)) == uid
+
+
+def test_a_broker_with_a_bad_offload_setting_fails_before_touching_kafka() -> None:
+    config = BrokerConfig.load(
+        environ={},
+        overrides={
+            "kafkaBootstrapServers": "127.0.0.1:1",  # nothing listens: must not be reached
+            "managedLedgerOffloadDriver": "aws-s3",
+            "fileSystemURI": "/x",
+        },
+    )
+    with pytest.raises(ConfigError, match="not supported"):
+        asyncio.run(asyncio.wait_for(StorageService.start(config), 5))

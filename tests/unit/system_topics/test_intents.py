@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import pytest
 
+from dedup_broker.storage.status import LedgerType
 from system_topics import ledger_deletion_pb2 as pb
 from system_topics.intents import (
-    OFFLOAD_LEDGER,
+    CopyKind,
     DeletionIntent,
     MalformedIntentError,
     decode_intent,
     encode_intent,
 )
+
+OFFLOAD_LEDGER = LedgerType.OFFLOAD_LEDGER
 
 
 def test_round_trip_keeps_every_field() -> None:
@@ -69,3 +72,14 @@ def test_offload_uid_is_stored_as_pulsar_does() -> None:
     assert context.uidMsb < 0  # the high bit is set: a signed 64-bit half
     assert context.complete and context.driverMetadata.name == "fs"
     assert not context.driverMetadata.properties
+
+
+def test_decoded_ledger_types_are_the_storage_enum() -> None:
+    for ledger_type, kind in (
+        (LedgerType.LEDGER, CopyKind.LEDGER),
+        (LedgerType.OFFLOAD_LEDGER, CopyKind.OFFLOAD),
+    ):
+        decoded = decode_intent(encode_intent(DeletionIntent("ml", 1, ledger_type=ledger_type)))
+        assert decoded.ledger_type is ledger_type
+        assert CopyKind.of(decoded.ledger_type) is kind
+    assert [t.value for t in LedgerType] == ["LEDGER", "OFFLOAD_LEDGER"]

@@ -1,5 +1,5 @@
-"""Brokers announce their admin URL in the policies table so deletion workers can ask them
-whether a ledger is still in use."""
+"""Running brokers announce their admin URL in the policies table, so processes that are
+not brokers (deletion workers) can find them and ask whether a ledger is still in use."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterable
 
 BROKERS_KEY = "brokers/"
+"""Key prefix of the announcements in the policies table."""
 
 
 def broker_key(advertised_address: str, broker_service_port: int) -> str:
