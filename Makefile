@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv test test-unit test-integration lint format typecheck proto bench demo run \
+.PHONY: venv test test-unit test-integration lint format typecheck layers check proto bench demo run \
         kafka-up kafka-down redis-up redis-down clean
 
 $(STAMP): pyproject.toml
@@ -35,6 +35,13 @@ format: $(STAMP)
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy dedup_broker system_topics connectors examples
+
+## The import graph follows the layers (protocol < storage < domain < session/HTTP < app).
+layers: $(STAMP)
+	$(PY) -m pytest -q tests/unit/test_layers.py
+
+## What CI gates before the tests: lint, formatting, types, layers.
+check: lint typecheck layers
 
 ## Regenerate the protobuf modules from the project's own .proto files.
 proto: $(STAMP)

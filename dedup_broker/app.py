@@ -24,7 +24,7 @@ from dedup_broker.http.serving import HttpEndpoint, new_app, start_http
 from dedup_broker.http.topics import TOPIC_ERROR_STATUSES, broker_routes, topic_routes
 from dedup_broker.key_dedup.metrics import KeyDedupMetrics
 from dedup_broker.key_dedup.routes import KEY_DEDUP_ERROR_STATUSES, key_dedup_routes
-from dedup_broker.key_dedup.service import KeyDedupService
+from dedup_broker.key_dedup.service import KeyDedupService, key_dedup_defaults
 from dedup_broker.key_dedup.store import KeyStore
 from dedup_broker.metrics_registry import new_registry
 from dedup_broker.pip6.routes import pip6_routes
@@ -32,12 +32,19 @@ from dedup_broker.retention.policy import RetentionChecker
 from dedup_broker.retention.routes import retention_routes
 from dedup_broker.session.listener import Listener
 from dedup_broker.session.metrics import SessionMetrics
+from dedup_broker.storage.broker_registry import broker_key, broker_record
+from dedup_broker.storage.offload_fs import offload_directory
 from dedup_broker.storage.service import StorageService
 from dedup_broker.tiered.routes import OFFLOAD_ERROR_STATUSES, offload_routes
 from system_topics.mark_phase import TwoPhaseLedgerDeleter, two_phase_deleter
-from dedup_broker.storage.broker_registry import broker_key, broker_record
 
 log = logging.getLogger(__name__)
+
+
+def validate_settings(config: BrokerConfig) -> None:
+    """Settings each feature checks itself (``ConfigError``), before anything starts."""
+    key_dedup_defaults(config)
+    offload_directory(config)
 
 
 def http_app(broker: Broker, registry: CollectorRegistry) -> web.Application:
@@ -67,6 +74,7 @@ class BrokerApp:
 
     async def start(self) -> None:
         config = self.config
+        validate_settings(config)
         two_phase = config.topic_two_phase_deletion_enabled
         self.storage = storage = await StorageService.start(
             config, two_phase_deleter if two_phase else None

@@ -36,6 +36,9 @@ def _exit_without_waiting_for_blocked_threads(code: int) -> None:
 def _show_config(args: argparse.Namespace) -> int:
     overrides = dict(pair.split("=", 1) for pair in args.set or [])
     config = BrokerConfig.load(args.config, overrides=overrides)
+    from dedup_broker.app import validate_settings
+
+    validate_settings(config)
     print(json.dumps(config.as_pulsar_names(), indent=2, sort_keys=True))
     return 0
 

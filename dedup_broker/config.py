@@ -253,29 +253,11 @@ def _validate(config: BrokerConfig) -> None:
             f"clusterName must be 1-100 of [A-Za-z0-9._-] (it prefixes Kafka topics), "
             f"got {config.cluster_name!r}"
         )
-    _validate_key_dedup(config)
     if config.managed_ledger_default_mark_delete_rate_limit <= 0:
         raise ConfigError("managedLedgerDefaultMarkDeleteRateLimit must be > 0")
-
-
-def _validate_key_dedup(config: BrokerConfig) -> None:
-    from dedup_broker.key_dedup.window import (
-        InvalidKeyDedupPolicyError,
-        KeyDedupPolicy,
-    )
-
-    try:
-        KeyDedupPolicy.from_json(
-            {
-                "keySource": config.key_deduplication_key_source,
-                "window": config.key_deduplication_window,
-                "scope": config.key_deduplication_scope,
-                "onRedisUnavailable": config.key_deduplication_on_redis_unavailable,
-            }
-        )
-    except InvalidKeyDedupPolicyError as exc:
-        raise ConfigError(f"key deduplication settings: {exc}") from None
-    if config.key_deduplication_pending_timeout_seconds <= 0:
-        raise ConfigError("keyDeduplicationPendingTimeoutSeconds must be > 0")
-    if config.key_deduplication_redis_timeout_seconds <= 0:
-        raise ConfigError("keyDeduplicationRedisTimeoutSeconds must be > 0")
+    for name in (
+        "key_deduplication_pending_timeout_seconds",
+        "key_deduplication_redis_timeout_seconds",
+    ):
+        if getattr(config, name) <= 0:
+            raise ConfigError(f"{camel_case(name)} must be > 0, got {getattr(config, name)}")

@@ -52,9 +52,7 @@ class _LedgerDeletionApi:
             ) from None
         uid = query_value(request, "uid")
         status = await self.broker.storage.ledger_status(name, ledger_id, ledger_type, uid)
-        return json_response(
-            {"managedLedger": name, "ledgerId": ledger_id, "status": status.value}
-        )
+        return json_response({"managedLedger": name, "ledgerId": ledger_id, "status": status.value})
 
     async def stats(self, request: web.Request) -> web.Response:
         config = self.broker.config

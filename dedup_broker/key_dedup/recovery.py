@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from dedup_broker.errors import BrokerError, ProtocolError
-from dedup_broker.key_dedup.scope import now_ms
-from dedup_broker.key_dedup.window import KeyDedupPolicy, KeySource, stored_keys
+from dedup_broker.key_dedup.window import KeyDedupPolicy, KeySource, now_ms, stored_keys
 
 if TYPE_CHECKING:
-    from dedup_broker.key_dedup.scope import KeyScope
     from dedup_broker.storage.managed_ledger import ManagedLedger
     from dedup_broker.storage.position import Entry, Position
 
@@ -44,8 +42,12 @@ def _keys(ledger: ManagedLedger, entry: Entry, source: KeySource) -> list[bytes]
         return []
 
 
+KeyWriter = Callable[[list[tuple[bytes, int]], str, str], Awaitable[None]]
+"""Writes ``(key, anchor ms)`` pairs of one managed ledger to Redis, with its checkpoint."""
+
+
 async def replay(
-    scope: KeyScope, policy: KeyDedupPolicy, ledger: ManagedLedger, after: Position | None
+    write: KeyWriter, policy: KeyDedupPolicy, ledger: ManagedLedger, after: Position | None
 ) -> str | None:
     """Writes the keys of stored entries after ``after`` (else of the whole window) to
     Redis; answers the last position covered, the topic's new checkpoint."""
@@ -65,7 +67,7 @@ async def replay(
                     (k, entry.timestamp_ms) for k in _keys(ledger, entry, policy.key_source)
                 )
         done = str(chunk[-1].position)
-        await scope.write_now(items, ledger.name, done)
+        await write(items, ledger.name, done)
         replayed += len(chunk)
     if replayed:
         log.info("%s: %d entr(ies) of the key window replayed into Redis", ledger.name, replayed)

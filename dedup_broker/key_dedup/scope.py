@@ -11,36 +11,59 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Protocol
 
 from dedup_broker.errors import BrokerError
-from dedup_broker.key_dedup.store import KeyStoreUnavailableError, ScopeKeys
-from dedup_broker.key_dedup.window import InFlightKeys, KeyDedupPolicy, LocalKeyCache
+from dedup_broker.key_dedup.store import KeyStore, KeyStoreUnavailableError, ScopeKeys
+from dedup_broker.key_dedup.window import InFlightKeys, KeyDedupPolicy, LocalKeyCache, now_ms
 
 if TYPE_CHECKING:
-    from dedup_broker.key_dedup.service import KeyDedupService
-    from dedup_broker.key_dedup.topic import TopicKeyDedup
+    from dedup_broker.domain.names import TopicName
+    from dedup_broker.storage.managed_ledger import ManagedLedger
+    from dedup_broker.storage.position import Position
 
 log = logging.getLogger(__name__)
 
 RETRY_SECONDS = 0.5
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
+class ScopeMember(Protocol):
+    """One topic of a scope, as the scope sees it (the topic's key deduplication)."""
+
+    name: TopicName
+    ledger: ManagedLedger
+    scope: KeyScope | None
+    load_id: str
+
+    async def replay(self, after: Position | None) -> str | None:
+        """Keys of stored entries after ``after`` (the whole window: None) to Redis."""
+
+    async def apply_policy(self) -> None: ...
+
+
+MemberLoader = Callable[["KeyScope"], Awaitable[list[ScopeMember]]]
+"""Every topic whose policy puts it in the scope, loaded (for a rebuild from the log)."""
 
 
 class KeyScope:
-    def __init__(self, service: KeyDedupService, scope_id: str, policy: KeyDedupPolicy) -> None:
-        self.service = service
+    def __init__(
+        self,
+        scope_id: str,
+        policy: KeyDedupPolicy,
+        store: KeyStore,
+        cache_size: int,
+        load_members: MemberLoader,
+    ) -> None:
         self.scope_id = scope_id
         self.policy = policy
+        self.store = store
+        self._load_members = load_members
         self.keys = ScopeKeys(scope_id)
-        self.cache = LocalKeyCache(service.config.key_deduplication_local_cache_size)
+        self.cache = LocalKeyCache(cache_size)
         self.in_flight = InFlightKeys()
-        self.members: set[TopicKeyDedup] = set()
+        self.members: set[ScopeMember] = set()
         self.ready = asyncio.Event()
         self.state = "Recovering"
         self.rebuilds = 0
@@ -72,7 +95,7 @@ class KeyScope:
         self._preparing = asyncio.get_running_loop().create_task(self._prepare(True))
 
     async def _prepare(self, rebuild: bool) -> None:
-        store = self.service.store
+        store = self.store
         while not self.closed:
             try:
                 if rebuild or not await store.marker_present(self.keys):
@@ -87,12 +110,11 @@ class KeyScope:
 
     async def _rebuild(self) -> None:
         """The window of every topic of the scope, read from the log, into Redis."""
-        store = self.service.store
+        store = self.store
         self.rebuilds += 1
         await store.forget_scope(self.keys)
         checkpoints: dict[str, str] = {}
-        for name in await self.service.member_names(self):
-            member = await self.service.directory.key_dedup_of(name)
+        for member in await self._load_members(self):
             if member.scope is not self:
                 continue
             last = await member.replay(None)
@@ -156,7 +178,7 @@ class KeyScope:
         items, self._confirm = self._confirm, []
         checkpoints, self._checkpoints = self._checkpoints, {}
         try:
-            marker = await self.service.store.confirm(
+            marker = await self.store.confirm(
                 self.keys, items, now_ms(), self.policy.window_ms, checkpoints
             )
         except BaseException:
@@ -169,7 +191,7 @@ class KeyScope:
 
     async def write_now(self, items: list[tuple[bytes, int]], ledger: str, position: str) -> None:
         """Replayed keys straight to Redis (recovery path), checkpoint with them."""
-        marker = await self.service.store.confirm(
+        marker = await self.store.confirm(
             self.keys, items, now_ms(), self.policy.window_ms, {ledger: position}
         )
         for key, anchor in items:

@@ -9,28 +9,38 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, Protocol
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.names import TopicName
 from dedup_broker.domain.policies import Policies
+from dedup_broker.errors import ConfigError
 from dedup_broker.key_dedup.metrics import KeyDedupMetrics
-from dedup_broker.key_dedup.scope import KeyScope
+from dedup_broker.key_dedup.scope import KeyScope, ScopeMember
 from dedup_broker.key_dedup.store import KeyStore
-from dedup_broker.key_dedup.window import (
-    KeyDedupPolicy,
-    KeySource,
-    OnRedisUnavailable,
-    Scope,
-    parse_window,
-)
-
-if TYPE_CHECKING:
-    from dedup_broker.key_dedup.topic import TopicKeyDedup
+from dedup_broker.key_dedup.window import InvalidKeyDedupPolicyError, KeyDedupPolicy, Scope
 
 log = logging.getLogger(__name__)
 
 POLICY = "keyDeduplication"
+
+
+def key_dedup_defaults(config: BrokerConfig) -> KeyDedupPolicy:
+    """The broker-wide policy (``keyDeduplication*`` settings), validated like a policy."""
+    try:
+        policy = KeyDedupPolicy.from_json(
+            {
+                "keySource": config.key_deduplication_key_source,
+                "window": config.key_deduplication_window,
+                "scope": config.key_deduplication_scope,
+                "onRedisUnavailable": config.key_deduplication_on_redis_unavailable,
+            }
+        )
+    except InvalidKeyDedupPolicyError as exc:
+        raise ConfigError(f"key deduplication settings: {exc}") from None
+    return replace(policy, enabled=config.broker_key_deduplication_enabled)
 
 
 class TopicDirectory(Protocol):
@@ -42,10 +52,10 @@ class TopicDirectory(Protocol):
 
     def topic_exists(self, name: TopicName) -> bool: ...
 
-    async def key_dedup_of(self, name: TopicName) -> TopicKeyDedup:
+    async def key_dedup_of(self, name: TopicName) -> ScopeMember:
         """The topic's key deduplication, loading the topic if needed."""
 
-    def loaded_key_dedups(self) -> list[TopicKeyDedup]: ...
+    def loaded_key_dedups(self) -> Sequence[ScopeMember]: ...
 
 
 class KeyDedupService:
@@ -65,14 +75,7 @@ class KeyDedupService:
         self.scopes: dict[str, KeyScope] = {}
         self.accepted_without_redis = 0
         self.pending_ttl_ms = config.key_deduplication_pending_timeout_seconds * 1000
-        c = config
-        self.defaults = KeyDedupPolicy(
-            enabled=c.broker_key_deduplication_enabled,
-            key_source=KeySource.parse(c.key_deduplication_key_source),
-            window_ms=parse_window(c.key_deduplication_window),
-            scope=Scope(c.key_deduplication_scope),
-            on_redis_unavailable=OnRedisUnavailable(c.key_deduplication_on_redis_unavailable),
-        )
+        self.defaults = key_dedup_defaults(config)
         metrics.count_round_trips(lambda: store.round_trips)
 
     def bind(self, directory: TopicDirectory) -> None:
@@ -109,7 +112,13 @@ class KeyDedupService:
         scope_id = self.scope_id(topic, policy)
         scope = self.scopes.get(scope_id)
         if scope is None or scope.closed:
-            scope = KeyScope(self, scope_id, policy)
+            scope = KeyScope(
+                scope_id,
+                policy,
+                self.store,
+                self.config.key_deduplication_local_cache_size,
+                self._load_members,
+            )
             self.scopes[scope_id] = scope
             self.metrics.track_scope(scope_id, scope.keys_tracked)
         return scope
@@ -121,6 +130,9 @@ class KeyDedupService:
             del self.scopes[scope.scope_id]
             self.metrics.forget_scope(scope.scope_id)
         asyncio.get_running_loop().create_task(scope.close())
+
+    async def _load_members(self, scope: KeyScope) -> list[ScopeMember]:
+        return [await self.directory.key_dedup_of(n) for n in await self.member_names(scope)]
 
     async def member_names(self, scope: KeyScope) -> list[TopicName]:
         """Every topic whose effective policy puts it in ``scope`` (loaded or not)."""

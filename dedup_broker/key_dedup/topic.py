@@ -32,7 +32,6 @@ from dedup_broker.domain.outcomes import (
 )
 from dedup_broker.errors import BrokerError, ManagedLedgerClosedError, ProtocolError, RetriableError
 from dedup_broker.key_dedup import recovery
-from dedup_broker.key_dedup.scope import now_ms
 from dedup_broker.key_dedup.store import KeyStoreUnavailableError, ScopeLostError
 from dedup_broker.key_dedup.window import (
     KeyDedupPolicy,
@@ -41,6 +40,7 @@ from dedup_broker.key_dedup.window import (
     OnRedisUnavailable,
     entry_messages,
     message_key,
+    now_ms,
     verdicts,
 )
 from dedup_broker.protocol import pulsar_api_pb2 as pb
@@ -209,7 +209,7 @@ class TopicKeyDedup:
         """Keys of stored entries to Redis; answers the topic's new checkpoint."""
         if self.scope is None or self.policy is None:
             return None
-        return await recovery.replay(self.scope, self.policy, self.ledger, after)
+        return await recovery.replay(self.scope.write_now, self.policy, self.ledger, after)
 
     # --- the publish path ---------------------------------------------------------
     def submit(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -29,6 +30,11 @@ KEY_BYTES = 16
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _WINDOW = re.compile(r"\s*(\d+)\s*(ms|s|m|h|d)?\s*")
 MAX_WINDOW_MS = 30 * 86_400_000
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds: windows are measured against publish times."""
+    return int(time.time() * 1000)
 
 
 class InvalidKeyDedupPolicyError(PermanentError):

@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.broker import Broker
@@ -21,24 +20,20 @@ from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import FRAME_PADDING, Frame, FrameDecoder, encode_command
 from dedup_broker.session.consumers import ConsumerCommands
+from dedup_broker.session.context import ConnectionHost, Handler
 from dedup_broker.session.handshake import Handshake
 from dedup_broker.session.lookups import LookupCommands
 from dedup_broker.session.metrics import SessionMetrics
 from dedup_broker.session.producers import ProducerCommands
 from dedup_broker.session.replies import error_reply
 
-if TYPE_CHECKING:
-    from dedup_broker.session.listener import Listener
-
 log = logging.getLogger(__name__)
-
-Handler = Callable[[Frame], Awaitable[None] | None]
 
 _BASE = pb.BaseCommand
 
 
 class ClientConnection(asyncio.Protocol):
-    def __init__(self, listener: Listener) -> None:
+    def __init__(self, listener: ConnectionHost) -> None:
         self.listener = listener
         self.broker: Broker = listener.broker
         self.config: BrokerConfig = listener.config
@@ -63,6 +58,10 @@ class ClientConnection(asyncio.Protocol):
             **self.producers.handlers(),
             **self.consumers.handlers(),
         }
+
+    @property
+    def service_url(self) -> str:
+        return self.listener.service_url
 
     # --- transport callbacks --------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:

@@ -20,7 +20,7 @@ from dedup_broker.session.replies import CreationInProgressError, UnknownIdError
 from dedup_broker.storage.position import Position
 
 if TYPE_CHECKING:
-    from dedup_broker.session.connection import ClientConnection, Handler
+    from dedup_broker.session.context import Handler, Session
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class OtherConsumersError(PermanentError):
 class ConsumerCommands:
     """The consumer side of one connection; also each consumer's link back to its client."""
 
-    def __init__(self, connection: ClientConnection) -> None:
+    def __init__(self, connection: Session) -> None:
         self.connection = connection
         self.broker = connection.broker
         self.consumers: dict[int, Consumer] = {}

@@ -11,13 +11,13 @@ from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import Frame
 
 if TYPE_CHECKING:
-    from dedup_broker.session.connection import ClientConnection, Handler
+    from dedup_broker.session.context import Handler, Session
 
 SERVER_PROTOCOL_VERSION = 21
 
 
 class Handshake:
-    def __init__(self, connection: ClientConnection) -> None:
+    def __init__(self, connection: Session) -> None:
         self.connection = connection
         self.connected = False
         self.protocol_version = 0

@@ -50,10 +50,12 @@ class Listener:
         if self._server is not None:
             await self._server.wait_closed()
 
-    def connection_opened(self, connection: ClientConnection) -> None:
+    def connection_opened(self, connection: object) -> None:
+        assert isinstance(connection, ClientConnection)
         self.connections.add(connection)
         self.metrics.connections_opened.inc()
 
-    def connection_closed(self, connection: ClientConnection) -> None:
+    def connection_closed(self, connection: object) -> None:
+        assert isinstance(connection, ClientConnection)
         self.connections.discard(connection)
         self.metrics.connections_closed.inc()

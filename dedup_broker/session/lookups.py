@@ -11,16 +11,16 @@ from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import Frame
 
 if TYPE_CHECKING:
-    from dedup_broker.session.connection import ClientConnection, Handler
+    from dedup_broker.session.context import Handler, Session
 
 
-def topic_name(connection: ClientConnection, text: str) -> TopicName:
+def topic_name(connection: Session, text: str) -> TopicName:
     config = connection.config
     return TopicName.parse(text, config.default_tenant, config.default_namespace)
 
 
 class LookupCommands:
-    def __init__(self, connection: ClientConnection) -> None:
+    def __init__(self, connection: Session) -> None:
         self.connection = connection
         self.broker = connection.broker
 
@@ -44,7 +44,7 @@ class LookupCommands:
         request = frame.command.lookupTopic
         topic_name(self.connection, request.topic)
         self.connection.send_command(
-            commands.lookup_response(request.request_id, self.connection.listener.service_url)
+            commands.lookup_response(request.request_id, self.connection.service_url)
         )
 
     def _on_get_topics_of_namespace(self, frame: Frame) -> None:

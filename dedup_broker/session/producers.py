@@ -24,7 +24,7 @@ from dedup_broker.session.replies import CreationInProgressError, UnknownIdError
 
 if TYPE_CHECKING:
     from dedup_broker.domain.topic import Topic
-    from dedup_broker.session.connection import ClientConnection, Handler
+    from dedup_broker.session.context import Handler, Session
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ class _Attached:
 class ProducerCommands:
     """The producer side of one connection; also each producer's link back to its client."""
 
-    def __init__(self, connection: ClientConnection) -> None:
+    def __init__(self, connection: Session) -> None:
         self.connection = connection
         self.broker = connection.broker
         self.producers: dict[int, _Attached] = {}

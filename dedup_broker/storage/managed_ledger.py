@@ -120,7 +120,7 @@ class ManagedLedger(ManagedLedgerView):
         self.trimmer = LedgerTrimmer(self, ctx)
         self.retention: Callable[[], Retention] | None = None
         """Set by the owner to enable automatic trimming; None: trim only when asked."""
-        self.offloads = LedgerOffloads(self, ctx)
+        self.offloads = LedgerOffloads(self, ctx, self.trimmer.lock)
         self._listeners: list[Callable[[], None]] = []
         self._notify_scheduled = False
         self.entries_added = 0

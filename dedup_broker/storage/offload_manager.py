@@ -27,7 +27,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from dedup_broker.errors import (
     OffloadInProgressError,
@@ -42,7 +42,6 @@ from dedup_broker.storage.trimmer import pending_deletion
 
 if TYPE_CHECKING:
     from dedup_broker.storage.context import StorageContext
-    from dedup_broker.storage.managed_ledger import ManagedLedger
     from dedup_broker.storage.offload_fs import FilesystemOffloader
 
 log = logging.getLogger(__name__)
@@ -80,10 +79,26 @@ def over_threshold(ledgers: list[LedgerInfo], threshold_bytes: int) -> list[int]
     return sorted(chosen)
 
 
+class OffloadableLedger(Protocol):
+    """What offloading needs of a managed ledger."""
+
+    name: str
+
+    @property
+    def last_confirmed(self) -> Position: ...
+    def is_writable_state(self) -> bool: ...
+    def ledgers(self) -> list[LedgerInfo]: ...
+    def ledger_info(self, ledger_id: int) -> LedgerInfo | None: ...
+    def next_position(self, position: Position) -> Position: ...
+    async def update_offloads(self, changes: dict[int, OffloadInfo | None]) -> None: ...
+
+
 class LedgerOffloads:
-    def __init__(self, ledger: ManagedLedger, ctx: StorageContext) -> None:
+    def __init__(self, ledger: OffloadableLedger, ctx: StorageContext, lock: asyncio.Lock) -> None:
         self._ledger = ledger
         self._ctx = ctx
+        self._lock = lock
+        """The trimmer's lock: a ledger is never offloaded while trimmed."""
         self.threshold: Callable[[], int] | None = None
         """Set by the owner: the ``offloadThreshold`` in bytes (negative: off)."""
         self.status = NOT_RUN
@@ -145,7 +160,7 @@ class LedgerOffloads:
         if self._offloader is None:
             return
         ml = self._ledger
-        async with ml.trimmer.lock:
+        async with self._lock:
             if not ml.is_writable_state():
                 return
             await self._drop_incomplete()
@@ -170,7 +185,7 @@ class LedgerOffloads:
     async def _offload_prefix(self, before: Position) -> None:
         ml = self._ledger
         try:
-            async with ml.trimmer.lock:
+            async with self._lock:
                 await self._drop_incomplete()
                 for info in ml.ledgers():
                     if info.ledger_id >= before.ledger_id or info.is_open:

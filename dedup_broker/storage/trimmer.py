@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Protocol
 
 from dedup_broker.storage.coalesced import CoalescedJob
 from dedup_broker.storage.deletion import (
@@ -28,7 +28,7 @@ from dedup_broker.storage.status import LedgerStatus, LedgerType
 
 if TYPE_CHECKING:
     from dedup_broker.storage.context import StorageContext
-    from dedup_broker.storage.managed_ledger import ManagedLedger
+    from dedup_broker.storage.position import LedgerInfo, Position
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +47,24 @@ def pending_deletion(ctx: StorageContext, name: str, ids: Iterable[int]) -> Iter
             ctx.pending_deletions.pop(name, None)
 
 
+class TrimmableLedger(Protocol):
+    """What trimming needs of a managed ledger."""
+
+    name: str
+    retention: Callable[[], Retention] | None
+
+    def is_writable_state(self) -> bool: ...
+    def ledgers(self) -> list[LedgerInfo]: ...
+    def ledger_info(self, ledger_id: int) -> LedgerInfo | None: ...
+    def durable_mark_deletes(self) -> list[Position]: ...
+    def stored_views(self) -> list[list[LedgerInfo]]: ...
+    def trimmed(self, ledger_id: int) -> bool: ...
+    async def store_trimmed_removal(self) -> None: ...
+    async def remove_ledgers(self, ledger_ids: set[int]) -> None: ...
+
+
 class LedgerTrimmer:
-    def __init__(self, ledger: ManagedLedger, ctx: StorageContext) -> None:
+    def __init__(self, ledger: TrimmableLedger, ctx: StorageContext) -> None:
         self._ledger = ledger
         self._ctx = ctx
         self.lock = asyncio.Lock()

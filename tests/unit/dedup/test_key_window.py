@@ -161,11 +161,13 @@ def test_scope_keys_share_one_cluster_hash_tag() -> None:
 
 
 def test_broker_defaults_are_validated_like_policies() -> None:
+    from dedup_broker.app import validate_settings
     from dedup_broker.config import BrokerConfig
     from dedup_broker.errors import ConfigError
+    from dedup_broker.key_dedup.service import key_dedup_defaults
 
     config = BrokerConfig.load(environ={}, overrides={"keyDeduplicationWindow": "2h"})
-    assert config.key_deduplication_window == "2h"
+    assert key_dedup_defaults(config).window_ms == 2 * 3600 * 1000
     for name, value in (
         ("keyDeduplicationWindow", "soon"),
         ("keyDeduplicationKeySource", "header"),
@@ -173,4 +175,4 @@ def test_broker_defaults_are_validated_like_policies() -> None:
         ("keyDeduplicationOnRedisUnavailable", "maybe"),
     ):
         with pytest.raises(ConfigError):
-            BrokerConfig.load(environ={}, overrides={name: value})
+            validate_settings(BrokerConfig.load(environ={}, overrides={name: value}))

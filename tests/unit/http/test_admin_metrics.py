@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from dedup_broker.domain.metrics import PUBLISH_LATENCY_BUCKETS
 from dedup_broker.metrics_registry import CONTENT_TYPE, exposition, new_registry
 from system_topics.decision import Action, Verdict
+from system_topics.intents import CopyKind
 from system_topics.mark_phase import TwoPhaseLedgerDeleter
 from system_topics.worker_metrics import WorkerMetrics, serve_metrics
 from tests.metric_names import (
@@ -103,7 +104,7 @@ def test_exposition_has_no_created_series_and_the_text_content_type() -> None:
 def test_worker_metrics_are_served_by_prometheus_client() -> None:
     metrics = WorkerMetrics()
     metrics.received.inc()
-    metrics.record(Verdict.DELETED, Action.ACK, "offload")
+    metrics.record(Verdict.DELETED, Action.ACK, CopyKind.OFFLOAD)
     server = serve_metrics(metrics, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.server_port}"
     try:

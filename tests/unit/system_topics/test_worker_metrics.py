@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import disable_created_metrics, enable_created_metrics
 
+from dedup_broker.metrics_registry import exposition
 from system_topics.decision import Action, Verdict
 from system_topics.intents import CopyKind
 from system_topics.worker_metrics import WorkerMetrics
@@ -41,7 +42,7 @@ def test_names_and_counts(no_created_series: None) -> None:
     metrics.record(Verdict.FAILED, Action.RETRY)
     metrics.record(Verdict.FAILED, Action.DEAD_LETTER)
     metrics.acknowledged.inc(4)
-    text = metrics.render().decode()
+    text = exposition(metrics.registry).decode()
     types = sorted(line for line in text.splitlines() if line.startswith("# TYPE"))
     assert types == [
         f"# TYPE {P}{name}_total counter"
