@@ -92,6 +92,9 @@ class ConsumerCommands:
             self.connection.send_command(commands.close_consumer(consumer.consumer_id))
 
     def active_consumer_changed(self, consumer: Consumer, active: bool) -> None:
+        if self.consumers.get(consumer.consumer_id) is not consumer:
+            # Its SUBSCRIBE is still being answered: the answer tells it, once, after SUCCESS.
+            return
         self.connection.send_command(commands.active_consumer_change(consumer.consumer_id, active))
 
     def resume_dispatch(self) -> None:

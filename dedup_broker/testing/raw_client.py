@@ -7,6 +7,7 @@ import time
 
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import Frame, FrameDecoder, encode_command
+from dedup_broker.testing import client_commands
 
 
 class RawConnection:
@@ -16,10 +17,7 @@ class RawConnection:
         self._frames: list[Frame] = []
 
     def connect(self, protocol_version: int = 21) -> pb.CommandConnected:
-        command = pb.BaseCommand(type=pb.BaseCommand.CONNECT)
-        command.connect.client_version = "raw-test-client"
-        command.connect.protocol_version = protocol_version
-        self.send(command)
+        self.send(client_commands.connect(protocol_version, "raw-test-client"))
         frame = self.expect(pb.BaseCommand.CONNECTED)
         return frame.command.connected
 

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from dedup_fakes import async_test, make_dedup, message
+from dedup_fakes import make_dedup, message
 
 from dedup_broker.errors import StorageError
 from dedup_broker.pip6.state import DedupStatus, MessageDeduplication, Verdict
@@ -26,7 +26,6 @@ def at(entry_id: int) -> Position:
     return Position(3, entry_id)
 
 
-@async_test
 async def test_new_then_in_flight_then_duplicate() -> None:
     dedup = await enabled()
     assert dedup.last_sequence_id("p") == -1
@@ -40,7 +39,6 @@ async def test_new_then_in_flight_then_duplicate() -> None:
     assert dedup.check("p", 1, 1) is NOT_DUP
 
 
-@async_test
 async def test_several_in_flight_only_the_acknowledged_are_duplicates() -> None:
     dedup = await enabled()
     assert [dedup.check("p", s, s) for s in (0, 1, 2)] == [NOT_DUP] * 3
@@ -52,7 +50,6 @@ async def test_several_in_flight_only_the_acknowledged_are_duplicates() -> None:
     assert dedup.last_sequence_id("p") == 2
 
 
-@async_test
 async def test_holes_act_as_a_high_water_mark() -> None:
     dedup = await enabled()
     assert dedup.check("p", 5, 5) is NOT_DUP
@@ -65,7 +62,6 @@ async def test_holes_act_as_a_high_water_mark() -> None:
     assert dedup.last_sequence_id("p") == 10
 
 
-@async_test
 async def test_batches_check_the_lowest_and_record_the_highest() -> None:
     dedup = await enabled()
     assert dedup.check("p", 0, 9) is NOT_DUP
@@ -81,7 +77,6 @@ async def test_batches_check_the_lowest_and_record_the_highest() -> None:
     assert dedup.check("p", 15, 15) is UNKNOWN
 
 
-@async_test
 async def test_highest_below_lowest_is_taken_as_lowest() -> None:
     dedup = await enabled()
     assert dedup.check("p", 7, 0) is NOT_DUP
@@ -89,7 +84,6 @@ async def test_highest_below_lowest_is_taken_as_lowest() -> None:
     assert dedup.check("p", 8, 8) is NOT_DUP
 
 
-@async_test
 async def test_producers_are_independent() -> None:
     dedup = await enabled()
     assert dedup.check("a", 0, 0) is NOT_DUP
@@ -101,7 +95,6 @@ async def test_producers_are_independent() -> None:
     assert (dedup.last_sequence_id("a"), dedup.last_sequence_id("b")) == (0, -1)
 
 
-@async_test
 async def test_write_acknowledged_without_check_still_guards_resends() -> None:
     # A write admitted before deduplication was enabled is acknowledged afterwards.
     dedup = await enabled()
@@ -110,7 +103,6 @@ async def test_write_acknowledged_without_check_still_guards_resends() -> None:
     assert dedup.check("p", 8, 8) is NOT_DUP
 
 
-@async_test
 async def test_sequence_ids_compare_as_signed_longs() -> None:
     dedup = await enabled()
     assert dedup.check("p", 2**64 - 1, 2**64 - 1) is NOT_DUP  # -1 as Java sees it
@@ -119,7 +111,6 @@ async def test_sequence_ids_compare_as_signed_longs() -> None:
     assert dedup.last_sequence_id("p") == 0
 
 
-@async_test
 async def test_write_failure_resets_pushed_after_resolution() -> None:
     dedup = await enabled()
     for seq in range(3):
@@ -149,7 +140,6 @@ async def test_write_failure_resets_pushed_after_resolution() -> None:
     assert dedup.stats()["entriesSinceSnapshot"] == 3
 
 
-@async_test
 async def test_write_failure_with_nothing_landed_lets_the_client_resend() -> None:
     dedup = await enabled()
     assert dedup.check("p", 0, 0) is NOT_DUP
@@ -163,7 +153,6 @@ async def test_write_failure_with_nothing_landed_lets_the_client_resend() -> Non
     assert dedup.check("p", 1, 1) is NOT_DUP
 
 
-@async_test
 async def test_resolution_reads_batch_ranges_and_ignores_already_counted_entries() -> None:
     dedup = await enabled()
     assert dedup.check("p", 0, 0) is NOT_DUP
@@ -177,7 +166,6 @@ async def test_resolution_reads_batch_ranges_and_ignores_already_counted_entries
     assert dedup.check("p", 5, 5) is NOT_DUP
 
 
-@async_test
 async def test_disabled_admits_everything_and_knows_nothing() -> None:
     dedup, _, _ = make_dedup()
     assert dedup.status is DedupStatus.DISABLED
@@ -188,10 +176,9 @@ async def test_disabled_admits_everything_and_knows_nothing() -> None:
     assert dedup.check("p", 0, 0) is NOT_DUP
 
 
-@async_test
 async def test_recovering_admits_nothing() -> None:
     dedup, ledger, _ = make_dedup()
-    ledger.append(message("p", 0))
+    ledger.add_entry(message("p", 0))
     ledger.read_gate = asyncio.Event()
     enabling = asyncio.create_task(dedup.enable())
     for _ in range(10):
@@ -213,15 +200,14 @@ async def test_recovering_admits_nothing() -> None:
     assert dedup.check("r", 8, 8) is DUP
 
 
-@async_test
 async def test_failed_recovery_admits_nothing_until_enabled_again() -> None:
     dedup, ledger, _ = make_dedup()
-    ledger.fail_open_cursor = True
+    ledger.cursor_table.failure = StorageError("cursor topic unavailable")
     with pytest.raises(StorageError, match=r"^cursor topic unavailable$"):
         await dedup.enable()
     assert dedup.status is DedupStatus.FAILED
     assert dedup.check("p", 0, 0) is UNKNOWN
-    ledger.fail_open_cursor = False
+    ledger.cursor_table.failure = None
     await dedup.enable()
     assert dedup.stats()["status"] == "Enabled"
     assert dedup.check("p", 0, 0) is NOT_DUP

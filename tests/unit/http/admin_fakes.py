@@ -19,26 +19,10 @@ from dedup_broker.key_dedup.store import KeyStore
 from dedup_broker.metrics_registry import new_registry
 from dedup_broker.session.metrics import SessionMetrics
 from dedup_broker.storage.position import Position
+from dedup_broker.testing.memory_table import MemoryTable
 
 if TYPE_CHECKING:
     from dedup_broker.domain.broker import Broker
-    from dedup_broker.storage.metadata_table import MetadataTable
-
-
-class MemoryTable:
-    """The policies table's read and write calls, in a dict."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, bytes] = {}
-
-    def get(self, key: str) -> bytes | None:
-        return self.values.get(key)
-
-    async def put(self, key: str, value: bytes) -> None:
-        self.values[key] = value
-
-    async def delete(self, key: str) -> None:
-        self.values.pop(key, None)
 
 
 @dataclass
@@ -90,7 +74,7 @@ class FakeBroker:
         self.registry = new_registry()
         self.metrics = BrokerMetrics(self.registry)
         self.session_metrics = SessionMetrics(self.registry)
-        self.policies = Policies(cast("MetadataTable", MemoryTable()))
+        self.policies = Policies(MemoryTable().as_metadata_table())
         store = KeyStore(self.config.redis_url)
         self.key_dedup = KeyDedupService(
             self.config, store, self.policies, KeyDedupMetrics(self.registry)
