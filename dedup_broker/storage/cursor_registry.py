@@ -70,7 +70,13 @@ class CursorRegistry:
                 else:
                     start = self._before_first()
                 cursor = self._durable(name, start)
-                await cursor.flush()
+                try:
+                    await cursor.flush()
+                except BaseException:
+                    # Never stored: it must not keep retrying and later overwrite the state
+                    # of the cursor opened again.
+                    await cursor.discard()
+                    raise
             self._open[name] = cursor
             return cursor
 

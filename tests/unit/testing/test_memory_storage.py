@@ -213,11 +213,6 @@ async def test_a_table_write_may_be_held_or_failed() -> None:
     assert table.writes == [("k", b"v")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="CursorRegistry.open keeps the cursor whose first write failed writing in the "
-    "background: its stale state later replaces the state of the cursor opened again",
-)
 async def test_a_cursor_whose_creation_failed_never_overwrites_a_later_one() -> None:
     storage = MemoryStorage(config(managed_ledger_default_mark_delete_rate_limit=100))
     ledger = storage.ledger("t/ns/persistent/a")
