@@ -82,6 +82,11 @@ class ServiceNotReadyError(RetriableError):
     """A component is still starting or recovering (e.g. deduplication state)."""
 
 
+class OwnershipLostError(ServiceNotReadyError):
+    """Another broker took over the bundle this write or topic belongs to: the client
+    looks the topic up again and continues on the new owner."""
+
+
 class DevServerError(PermanentError):
     """A development Kafka or Redis could not be provided, started, stopped or controlled."""
 
