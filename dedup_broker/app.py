@@ -14,6 +14,9 @@ import time
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from dedup_broker.cluster.membership import BrokerAddress, owners_topic
+from dedup_broker.cluster.routes import cluster_routes, redirect_middleware
+from dedup_broker.cluster.service import Cluster
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.broker import Broker
 from dedup_broker.domain.metrics import BrokerMetrics
@@ -51,6 +54,7 @@ def http_app(broker: Broker, registry: CollectorRegistry) -> web.Application:
     """The admin, lookup and metrics surface: each room's routes, one error table."""
     routes = [
         *broker_routes(registry),
+        *(cluster_routes(broker, broker.cluster) if broker.cluster is not None else []),
         *topic_routes(broker),
         *pip6_routes(broker),
         *key_dedup_routes(broker),
@@ -59,7 +63,7 @@ def http_app(broker: Broker, registry: CollectorRegistry) -> web.Application:
         *ledger_deletion_routes(broker),
     ]
     statuses = {**TOPIC_ERROR_STATUSES, **KEY_DEDUP_ERROR_STATUSES, **OFFLOAD_ERROR_STATUSES}
-    return new_app(routes, statuses)
+    return new_app(routes, statuses, [redirect_middleware(broker)])
 
 
 class BrokerApp:
@@ -71,6 +75,7 @@ class BrokerApp:
         self.listener: Listener | None = None
         self.http: HttpEndpoint | None = None
         self.retention: RetentionChecker | None = None
+        self.cluster: Cluster | None = None
 
     async def start(self) -> None:
         config = self.config
@@ -90,8 +95,14 @@ class BrokerApp:
             observe=key_metrics.observe_redis,
         )
         key_dedup = KeyDedupService(config, key_store, policies, key_metrics)
+        await storage.admin.create_topic(
+            owners_topic(config.cluster_name),
+            {"retention.ms": "3600000"},
+            partitions=config.cluster_ownership_slots,
+        )
+        self.cluster = cluster = Cluster(config)
         self.broker = broker = Broker(
-            config, storage, policies, BrokerMetrics(self.registry), key_dedup
+            config, storage, policies, BrokerMetrics(self.registry), key_dedup, cluster
         )
         broker.start()
         self.listener = listener = Listener(config, broker, SessionMetrics(self.registry))
@@ -101,6 +112,8 @@ class BrokerApp:
         self.http = await start_http(
             http_app(broker, self.registry), config.bind_address, config.web_service_port
         )
+        address = BrokerAddress(config.advertised_address, listener.port, self.http.port)
+        await cluster.start(address, broker.unload_slots)
         await self._register()
         log.info(
             "dedup-broker ready: pulsar://%s:%d, http://%s:%d, Kafka %s",
@@ -148,6 +161,8 @@ class BrokerApp:
                 await self.storage.policies.delete(key)
             except BrokerError as exc:
                 log.warning("unregistering the broker failed: %s", exc)
+        if self.cluster is not None:
+            await self.cluster.leave()
         if self.broker is not None:
             await self.broker.close()
 

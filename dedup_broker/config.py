@@ -37,6 +37,12 @@ class BrokerConfig:
     """SENDs of one connection awaiting their outcome before the broker stops reading it."""
     broker_shutdown_timeout_ms: int = 60000
     """Bound of a graceful shutdown (clients told to go, writes finished, state stored)."""
+    metadata_store_session_timeout_millis: int = 6000
+    """Kafka group session of a broker: a broker silent this long loses its bundles."""
+    default_number_of_namespace_bundles: int = 4
+    cluster_ownership_slots: int = 16
+    """Partitions of ``{clusterName}.owners``: the units of ownership bundles map onto.
+    Fixed for the life of a cluster."""
     default_tenant: str = "public"
     default_namespace: str = "default"
 
@@ -240,6 +246,9 @@ def _validate(config: BrokerConfig) -> None:
         "keep_alive_interval_seconds",
         "max_pending_publish_requests_per_connection",
         "broker_shutdown_timeout_ms",
+        "default_number_of_namespace_bundles",
+        "cluster_ownership_slots",
+        "metadata_store_session_timeout_millis",
     )
     for name in positive:
         if getattr(config, name) <= 0:

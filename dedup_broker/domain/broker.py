@@ -9,9 +9,12 @@ import asyncio
 import json
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from itertools import count
 from urllib.parse import unquote
 
+from dedup_broker.cluster.membership import BrokerAddress
+from dedup_broker.cluster.service import Cluster, NotOwnerError
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.names import TopicName
@@ -32,6 +35,8 @@ from dedup_broker.storage.service import StorageService
 log = logging.getLogger(__name__)
 
 PARTITIONS_KEY = "partitioned-topics/"
+PartitionDeleter = Callable[[TopicName, bool], Awaitable[None]]
+"""Deletes a partition served by another broker (the HTTP layer asks its owner)."""
 HOUSEKEEPING_SECONDS = 5.0
 
 
@@ -59,8 +64,11 @@ class Broker:
         policies: Policies,
         metrics: BrokerMetrics,
         key_dedup: KeyDedupService,
+        cluster: Cluster | None = None,
     ) -> None:
         self.config = config
+        self.cluster = cluster
+        """Bundle ownership; ``None``: this broker serves every topic (unit tests)."""
         self.storage = storage
         self.policies = policies
         self.metrics = metrics
@@ -95,6 +103,12 @@ class Broker:
     async def _periodic(self) -> None:
         while True:
             await asyncio.sleep(HOUSEKEEPING_SECONDS)
+            if self.cluster is not None:
+                try:  # policies another broker changed apply here too
+                    await self.storage.policies.refresh()
+                    await self.apply_policies()
+                except BrokerError as exc:
+                    log.warning("refreshing policies: %s", exc)
             for topic in list(self.topics.values()):
                 try:
                     await topic.housekeeping()
@@ -119,6 +133,44 @@ class Broker:
 
     def loaded_key_dedups(self) -> list[TopicKeyDedup]:
         return [t.key_dedup for t in self.topics.values()]
+
+    # --- the cluster ----------------------------------------------------------------
+    async def owner_of(self, name: TopicName) -> BrokerAddress | None:
+        """The broker serving ``name``; ``None`` when it is this one."""
+        if self.cluster is None:
+            return None
+        owner = await self.cluster.owner_of(name)
+        return None if owner == self.cluster.address else owner
+
+    def check_served(self, name: TopicName) -> None:
+        """Raise ``NotOwnerError`` (HTTP: 307 to the owner) unless this broker serves it."""
+        if self.cluster is not None:
+            self.cluster.check_owned(name)
+
+    async def unload_slots(self, slots: frozenset[int]) -> None:
+        """The slots went to another broker: unload their topics (clients told to go,
+        writes settled, snapshots and cursors stored)."""
+        assert self.cluster is not None
+        keys = [k for k, t in self.topics.items() if self.cluster.slot_of(t.name) in slots]
+        leaving = [self.topics.pop(key) for key in keys]
+        results = await asyncio.gather(*(t.close() for t in leaving), return_exceptions=True)
+        for topic, result in zip(leaving, results, strict=True):
+            if isinstance(result, BaseException):
+                log.warning("unloading %s: %s", topic.name, result)
+        if leaving:
+            log.info("unloaded %d topics of slots %s", len(leaving), sorted(slots))
+
+    async def unload_topic(self, name: TopicName) -> None:
+        """Close a loaded topic; its clients reconnect (and may land on another broker)."""
+        topic = self.topics.pop(str(name), None)
+        if topic is not None:
+            await topic.close()
+
+    async def partitioned_metadata(self, name: TopicName) -> int:
+        """Partitions of ``name`` as stored now (another broker may have just created it)."""
+        if self.cluster is not None and self.partitions_of(name) == 0:
+            await self.storage.policies.refresh()
+        return self.partitions_of(name)
 
     # --- partitioned topics ---------------------------------------------------------
     def partitions_of(self, name: TopicName) -> int:
@@ -188,6 +240,8 @@ class Broker:
             return topic
         if self._closing:
             raise ServiceNotReadyError("the broker is shutting down")
+        if self.cluster is not None:
+            self.cluster.check_owned(name)
         if self.partitions_of(name) > 0:
             raise PartitionedTopicError(
                 f"{name} is a partitioned topic: address its partitions ({name}-partition-N)"
@@ -198,7 +252,7 @@ class Broker:
             loading = asyncio.get_running_loop().create_future()
             self._loading[key] = loading
             try:
-                topic = await Topic.load(self.services, self.storage, name, create=create)
+                topic = await self._load(name, create)
                 self.topics[key] = topic
                 loading.set_result(topic)
             except BaseException as exc:
@@ -209,6 +263,18 @@ class Broker:
                 del self._loading[key]
             return topic
         return await asyncio.shield(loading)
+
+    async def _load(self, name: TopicName, create: bool) -> Topic:
+        if self.cluster is None:
+            return await Topic.load(self.services, self.storage, name, create=create)
+        slot = self.cluster.check_owned(name)
+        await self.cluster.fence_for(slot)
+        await self.storage.policies.refresh()
+        topic = await Topic.load(self.services, self.storage, name, create=create)
+        if not self.cluster.owns_slot(slot):  # revoked while loading
+            await topic.close()
+            self.cluster.check_owned(name)
+        return topic
 
     def _may_create(self, name: TopicName) -> bool:
         if name.is_partition:
@@ -223,6 +289,7 @@ class Broker:
         return self.config.allow_auto_topic_creation
 
     async def delete_topic(self, name: TopicName, force: bool = False) -> None:
+        self.check_served(name)
         topic = self.topics.get(str(name))
         if topic is not None:
             busy = bool(topic.producers) or any(s.consumers for s in topic.subscriptions.values())
@@ -234,12 +301,22 @@ class Broker:
             raise TopicNotFoundError(f"topic {name} does not exist")
         await self.storage.delete_managed_ledger(name.managed_ledger_name)
 
-    async def delete_partitioned_topic(self, name: TopicName, force: bool = False) -> None:
+    async def delete_partitioned_topic(
+        self, name: TopicName, force: bool = False, elsewhere: PartitionDeleter | None = None
+    ) -> None:
+        """Delete every partition (those served by other brokers through ``elsewhere``),
+        then the partitioned topic's metadata."""
         partitions = self.partitions_of(name)
         if not partitions:
             raise TopicNotFoundError(f"partitioned topic {name} does not exist")
         for index in range(partitions):
             partition = name.partition(index)
-            if self.topic_exists(partition):
+            if self.cluster is not None and not self.cluster.owns_slot(
+                self.cluster.slot_of(partition)
+            ):
+                if elsewhere is None:
+                    raise NotOwnerError(partition)
+                await elsewhere(partition, force)
+            elif self.topic_exists(partition):
                 await self.delete_topic(partition, force=force)
         await self.storage.policies.delete(PARTITIONS_KEY + str(name))

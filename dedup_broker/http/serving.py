@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from dedup_broker.http.errors import ErrorStatuses, error_middleware
 
@@ -31,10 +32,17 @@ def _specificity(route: web.RouteDef) -> tuple[tuple[int, ...], str]:
     return kinds, route.path
 
 
-def new_app(routes: Iterable[web.RouteDef], error_statuses: ErrorStatuses) -> web.Application:
-    """An app serving ``routes``; failures are answered as ``error_statuses`` says."""
+def new_app(
+    routes: Iterable[web.RouteDef],
+    error_statuses: ErrorStatuses,
+    middlewares: Iterable[Middleware] = (),
+) -> web.Application:
+    """An app serving ``routes``; failures are answered as ``error_statuses`` says.
+
+    ``middlewares`` run inside the error handling (a redirect they raise goes out as is)."""
     app = web.Application(
-        middlewares=[error_middleware(error_statuses)], client_max_size=MAX_BODY_BYTES
+        middlewares=[error_middleware(error_statuses), *middlewares],
+        client_max_size=MAX_BODY_BYTES,
     )
     ordered = sorted(routes, key=_specificity)
     with_slash = [

@@ -7,16 +7,19 @@ Topics (create, delete, partitioned metadata, stats, subscriptions) and the brok
 from __future__ import annotations
 
 from http import HTTPStatus
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from dedup_broker.cluster.service import NotOwnerError
 from dedup_broker.domain.broker import Broker, TopicBusyError, TopicExistsError
 from dedup_broker.domain.names import TopicName
 from dedup_broker.domain.topic import ConsumerStillConnectedError, Topic
 from dedup_broker.errors import TopicNotFoundError
 from dedup_broker.http.bodies import json_response, no_content, read_int
 from dedup_broker.http.errors import BROKER_ERROR_STATUSES, ErrorStatuses, HttpError
+from dedup_broker.http.owners import owner_call
 from dedup_broker.http.paths import TOPIC, query_flag, topic_of
 from dedup_broker.metrics_registry import CONTENT_TYPE, exposition
 
@@ -75,6 +78,7 @@ class _TopicsApi:
 
     async def create_topic(self, request: web.Request) -> web.Response:
         name = topic_of(request)
+        self.broker.check_served(name)
         if self.broker.topic_exists(name) or self.broker.partitions_of(name):
             raise HttpError(HTTPStatus.CONFLICT, f"topic {name} already exists")
         await self.broker.get_topic(name)
@@ -97,15 +101,20 @@ class _TopicsApi:
         return no_content()
 
     async def get_partitioned_metadata(self, request: web.Request) -> web.Response:
-        return json_response({"partitions": self.broker.partitions_of(topic_of(request))})
+        partitions = await self.broker.partitioned_metadata(topic_of(request))
+        return json_response({"partitions": partitions})
 
     async def delete_partitioned_topic(self, request: web.Request) -> web.Response:
+        async def on_owner(partition: TopicName, force: bool) -> None:
+            await owner_call(self.broker, partition, "DELETE", query=f"force={str(force).lower()}")
+
         await self.broker.delete_partitioned_topic(
-            topic_of(request), force=query_flag(request, "force")
+            topic_of(request), force=query_flag(request, "force"), elsewhere=on_owner
         )
         return no_content()
 
     async def _loaded(self, name: TopicName) -> Topic:
+        self.broker.check_served(name)
         if not self.broker.topic_exists(name):
             raise TopicNotFoundError(f"topic {name} does not exist")
         return await self.broker.get_topic(name)
@@ -128,10 +137,9 @@ class _TopicsApi:
         per_partition: dict[str, object] = {}
         for index in range(partitions):
             partition = name.partition(index)
-            if not self.broker.topic_exists(partition):
+            stats = await self._partition_stats(partition)
+            if stats is None:
                 continue
-            topic = await self.broker.get_topic(partition)
-            stats = topic.stats()
             per_partition[str(partition)] = stats
             for key in totals:
                 value = stats.get(key, 0)
@@ -139,6 +147,17 @@ class _TopicsApi:
         result.update(totals)
         result["partitions"] = per_partition
         return json_response(result)
+
+    async def _partition_stats(self, partition: TopicName) -> dict[str, Any] | None:
+        """A partition's stats, from the broker serving it."""
+        try:
+            self.broker.check_served(partition)
+        except NotOwnerError:
+            stats = await owner_call(self.broker, partition, "GET", "/stats")
+            return dict(stats) if isinstance(stats, dict) else None
+        if not self.broker.topic_exists(partition):
+            return None
+        return (await self.broker.get_topic(partition)).stats()
 
     async def list_subscriptions(self, request: web.Request) -> web.Response:
         topic = await self._loaded(topic_of(request))

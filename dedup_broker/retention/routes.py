@@ -60,6 +60,7 @@ class _RetentionApi:
 
     async def trim_topic(self, request: web.Request) -> web.Response:
         name = topic_of(request)
+        self.broker.check_served(name)
         if not self.broker.topic_exists(name):
             raise TopicNotFoundError(f"topic {name} does not exist")
         topic = await self.broker.get_topic(name)

@@ -3,6 +3,7 @@ schemas."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from dedup_broker.domain.names import TopicName
@@ -33,19 +34,42 @@ class LookupCommands:
             pb.BaseCommand.GET_OR_CREATE_SCHEMA: self._on_get_or_create_schema,
         }
 
-    def _on_partitioned_metadata(self, frame: Frame) -> None:
-        request = frame.command.partitionMetadata
-        partitions = self.broker.partitions_of(topic_name(self.connection, request.topic))
+    def _on_partitioned_metadata(self, frame: Frame) -> Awaitable[None]:
+        return self._partitioned_metadata(frame.command.partitionMetadata)
+
+    async def _partitioned_metadata(self, request: pb.CommandPartitionedTopicMetadata) -> None:
+        name = topic_name(self.connection, request.topic)
+        partitions = await self.broker.partitioned_metadata(name)
         self.connection.send_command(
             commands.partitioned_metadata_response(request.request_id, partitions)
         )
 
-    def _on_lookup(self, frame: Frame) -> None:
-        request = frame.command.lookupTopic
-        topic_name(self.connection, request.topic)
-        self.connection.send_command(
-            commands.lookup_response(request.request_id, self.connection.service_url)
-        )
+    def _on_lookup(self, frame: Frame) -> Awaitable[None]:
+        return self._lookup(frame.command.lookupTopic)
+
+    async def _lookup(self, request: pb.CommandLookupTopic) -> None:
+        """Connect when this broker serves the topic, else Redirect to the one that does
+        (authoritative: the owner is named by the cluster, the client need not ask again
+        elsewhere)."""
+        name = topic_name(self.connection, request.topic)
+        owner = await self.broker.owner_of(name)
+        if owner is not None:
+            reply = commands.lookup_response(
+                request.request_id,
+                owner.service_url,
+                response="Redirect",
+                authoritative=True,
+                proxy_through_service_url=False,
+            )
+        elif self.broker.cluster is not None:
+            reply = commands.lookup_response(
+                request.request_id,
+                self.broker.cluster.address.service_url,
+                proxy_through_service_url=False,
+            )
+        else:
+            reply = commands.lookup_response(request.request_id, self.connection.service_url)
+        self.connection.send_command(reply)
 
     def _on_get_topics_of_namespace(self, frame: Frame) -> None:
         request = frame.command.getTopicsOfNamespace

@@ -64,6 +64,7 @@ class _OffloadApi:
 
     async def _topic(self, request: web.Request) -> Topic:
         name = topic_of(request)
+        self.broker.check_served(name)
         if not self.broker.topic_exists(name):
             raise TopicNotFoundError(f"topic {name} does not exist")
         return await self.broker.get_topic(name)

@@ -37,6 +37,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "dedup_broker.key_dedup",
         "dedup_broker.retention",
         "dedup_broker.tiered",
+        "dedup_broker.cluster",
         "system_topics",
     ),
     4: ("dedup_broker.domain",),

@@ -71,6 +71,7 @@ class FakeBroker:
 
     def __init__(self) -> None:
         self.config = BrokerConfig()
+        self.cluster = None
         self.registry = new_registry()
         self.metrics = BrokerMetrics(self.registry)
         self.session_metrics = SessionMetrics(self.registry)
@@ -102,6 +103,12 @@ class FakeBroker:
 
     def topic_exists(self, name: TopicName) -> bool:
         return str(name) in self.topics
+
+    def check_served(self, name: TopicName) -> None:
+        """A single broker serves every topic."""
+
+    async def partitioned_metadata(self, name: TopicName) -> int:
+        return self.partitions_of(name)
 
     async def get_topic(self, name: TopicName) -> FakeTopic:
         return self.topics.get(str(name)) or self.add_topic(str(name))

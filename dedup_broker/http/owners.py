@@ -1,0 +1,39 @@
+"""Admin calls a broker forwards to the broker serving a topic (partitioned-topic calls
+touch partitions that other brokers own)."""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+from typing import Any
+
+import aiohttp
+
+from dedup_broker.domain.broker import Broker
+from dedup_broker.domain.names import TopicName
+from dedup_broker.errors import ServiceNotReadyError
+
+TIMEOUT = aiohttp.ClientTimeout(total=30)
+
+
+def topic_path(name: TopicName) -> str:
+    return f"/admin/v2/persistent/{name.tenant}/{name.namespace}/{name.local_name}"
+
+
+async def owner_call(
+    broker: Broker, name: TopicName, method: str, suffix: str = "", query: str = ""
+) -> Any:
+    """``method`` on the owner's ``{topic}{suffix}``: its JSON, or ``None`` for 404/204."""
+    owner = await broker.owner_of(name)
+    if owner is None:
+        raise ServiceNotReadyError(f"{name} moved to this broker during the call; retry")
+    url = owner.web_url + topic_path(name) + suffix + (f"?{query}" if query else "")
+    async with (
+        aiohttp.ClientSession(timeout=TIMEOUT) as session,
+        session.request(method, url) as response,
+    ):
+        if response.status in (HTTPStatus.NOT_FOUND, HTTPStatus.NO_CONTENT):
+            return None
+        if response.status >= 300:
+            reason = await response.text()
+            raise ServiceNotReadyError(f"{method} {url}: {response.status} {reason}")
+        return await response.json()
