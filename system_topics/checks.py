@@ -25,8 +25,10 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 
+from dedup_broker.cluster.owners import OwnerState, TopicOwners
 from dedup_broker.config import BrokerConfig
-from dedup_broker.errors import StorageError
+from dedup_broker.domain.names import TopicName
+from dedup_broker.errors import ServiceNotReadyError, StorageError
 from dedup_broker.storage import formats
 from dedup_broker.storage.catalog import LedgerCatalog, LedgerHeaderError
 from dedup_broker.storage.offload_fs import DRIVER, TEMP_SUFFIX, offloader_from_config
@@ -71,9 +73,10 @@ def _ask(url: str, intent: DeletionIntent) -> LedgerStatus | None:
 
 
 class IntentChecker:
-    def __init__(self, config: BrokerConfig, catalog: LedgerCatalog) -> None:
+    def __init__(self, config: BrokerConfig, catalog: LedgerCatalog, owners: TopicOwners) -> None:
         self._cluster = config.cluster_name
         self._catalog = catalog
+        self._owners = owners
         self._fails = parse_injected(config.deletion_worker_inject_delete_failures)
         self._offloader = offloader_from_config(config)
 
@@ -120,14 +123,23 @@ class IntentChecker:
         name = intent.topic_name
         if await self._catalog.stored_ledgers(name) is None:
             return None  # the managed ledger is gone (topic deleted)
-        urls = await self._catalog.broker_admin_urls()
-        if urls:
-            answers = await asyncio.gather(*(asyncio.to_thread(_ask, url, intent) for url in urls))
-            if LedgerStatus.IN_USE in answers:
-                return Outcome(Verdict.IN_USE, "the broker still lists it")
-            if not all(answer is LedgerStatus.DELETABLE for answer in answers):
-                said = [answer.value if answer else "no answer" for answer in answers]
-                return Outcome(Verdict.FAILED, f"brokers answered {said}")
+        topic = TopicName.from_managed_ledger_name(name)
+        if topic is None:
+            return Outcome(Verdict.NOT_OURS, f"{name!r} is not a topic's managed ledger")
+        try:
+            owner = await self._owners.owner_of(topic)
+        except ServiceNotReadyError as exc:
+            return Outcome(Verdict.FAILED, str(exc))
+        if owner.state is OwnerState.MOVING:
+            return Outcome(Verdict.FAILED, f"{topic} is moving between brokers; asked again later")
+        if owner.broker is not None:
+            # The owner is the one broker that may hold the topic open and change its list.
+            answer = await asyncio.to_thread(_ask, owner.broker.web_url, intent)
+            if answer is LedgerStatus.IN_USE:
+                return Outcome(Verdict.IN_USE, "the owning broker still lists it")
+            if answer is not LedgerStatus.DELETABLE:
+                said = answer.value if answer else "no answer"
+                return Outcome(Verdict.FAILED, f"the owning broker answered {said}")
         # What the brokers stored before answering is visible now.
         stored = await self._catalog.stored_ledgers(name)
         info = next((i for i in stored or [] if i.ledger_id == intent.ledger_id), None)

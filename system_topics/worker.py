@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
+from dedup_broker.cluster.owners import TopicOwners
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import StorageError
 from dedup_broker.storage.catalog import LedgerCatalog
@@ -80,7 +81,8 @@ class DeletionWorker:
         self._delay_ms = config.two_phase_deletion_reconsume_later_in_seconds * 1000
         self._max_retries = config.two_phase_deletion_max_retry_delete_count
         self._catalog = LedgerCatalog(config)
-        self._checker = IntentChecker(config, self._catalog)
+        self._owners = TopicOwners(config)
+        self._checker = IntentChecker(config, self._catalog, self._owners)
         self._held: dict[tuple[str, int], _Held] = {}
         self._consumer = Consumer(
             {
@@ -118,6 +120,7 @@ class DeletionWorker:
             await asyncio.to_thread(self._consumer.close)
             await producer.close()
             await self._catalog.close()
+            await self._owners.close()
 
     # --- holding RETRY records until due ---------------------------------------------
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:

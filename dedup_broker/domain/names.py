@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from dedup_broker.errors import InvalidTopicNameError
 
@@ -87,6 +87,17 @@ class TopicName:
     def managed_ledger_name(self) -> str:
         """Storage name, shaped like Pulsar's ``tenant/ns/persistent/topic``."""
         return f"{self.tenant}/{self.namespace}/{self.domain}/{quote(self.local_name, safe='')}"
+
+    @classmethod
+    def from_managed_ledger_name(cls, name: str) -> TopicName | None:
+        """The topic a managed ledger stores; ``None`` if ``name`` is not shaped like one."""
+        parts = name.split("/")
+        if len(parts) != 4 or parts[2] != "persistent":
+            return None
+        try:
+            return cls.parse(f"persistent://{parts[0]}/{parts[1]}/{unquote(parts[3])}")
+        except InvalidTopicNameError:
+            return None
 
     def __str__(self) -> str:
         return f"{self.domain}://{self.tenant}/{self.namespace}/{self.local_name}"
