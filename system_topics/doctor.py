@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from dedup_broker.cluster.owners import TopicOwners
 from dedup_broker.config import BrokerConfig
 from dedup_broker.storage.catalog import LedgerCatalog
 from dedup_broker.storage.offload_fs import offloader_from_config
@@ -49,11 +50,14 @@ def check(config: BrokerConfig) -> dict[str, Any]:
 async def inspect(config: BrokerConfig) -> dict[str, Any]:
     offloader = offloader_from_config(config)
     catalog = LedgerCatalog(config)
+    owners = TopicOwners(config)
     try:
         existing = set(await catalog.ledger_ids())
         lists = await catalog.managed_ledgers()
+        brokers = await owners.summary()
     finally:
         await catalog.close()
+        await owners.close()
     referenced: dict[int, str] = {}
     in_kafka: set[int] = set()
     offloads: dict[tuple[int, str], tuple[str, bool]] = {}
@@ -83,6 +87,9 @@ async def inspect(config: BrokerConfig) -> dict[str, Any]:
                 offload_missing.append({"ledgerId": ledger_id, "uid": uid, "managedLedger": name})
     return {
         "cluster": config.cluster_name,
+        "brokers": brokers["brokers"],
+        "slotsByBroker": brokers["slotsByBroker"],
+        "unownedSlots": brokers["unownedSlots"],
         "ledgerTopics": len(existing),
         "referencedLedgers": len(referenced),
         "pendingIntents": len(covered) + len(covered_offloads),

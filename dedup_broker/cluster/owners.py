@@ -47,5 +47,18 @@ class TopicOwners:
     async def brokers(self) -> list[BrokerAddress]:
         return (await self._directory.view(max_age=0.5)).brokers
 
+    async def summary(self) -> dict[str, object]:
+        """Live brokers, the slots each owns, and slots nobody owns (for the doctor)."""
+        view = await self._directory.view(max_age=0)
+        slots: dict[str, list[int]] = {b.broker_id: [] for b in view.brokers}
+        for slot, owner in sorted(view.owners.items()):
+            slots.setdefault(owner.broker_id, []).append(slot)
+        unowned = sorted(set(range(self._bundles.slots)) - set(view.owners))
+        return {
+            "brokers": [b.service_url for b in view.brokers],
+            "slotsByBroker": slots,
+            "unownedSlots": unowned if view.brokers else [],
+        }
+
     async def close(self) -> None:
         await self._directory.close()
