@@ -25,7 +25,7 @@ from dedup_broker.domain.outcomes import (
 from dedup_broker.domain.policies import Policies
 from dedup_broker.domain.producer import Producer
 from dedup_broker.domain.subscription import Subscription, SubscriptionType
-from dedup_broker.errors import BrokerError, PermanentError, RetriableError
+from dedup_broker.errors import BrokerError, PermanentError, RetriableError, ServiceNotReadyError
 from dedup_broker.key_dedup.service import KeyDedupService
 from dedup_broker.key_dedup.topic import TopicKeyDedup
 from dedup_broker.pip6.state import Verdict
@@ -130,7 +130,14 @@ class Topic:
         )
 
     # --- producers ----------------------------------------------------------------
+    def _check_open(self) -> None:
+        """A topic unloaded meanwhile (handover, shutdown) takes no new clients: they look
+        it up again and attach where it is served now."""
+        if self.closed:
+            raise ServiceNotReadyError(f"topic {self.name} was unloaded; look it up again")
+
     def add_producer(self, producer: Producer) -> None:
+        self._check_open()
         existing = self.producers.get(producer.name)
         if existing is not None and not existing.closed:
             raise ProducerBusyError(
@@ -226,6 +233,7 @@ class Topic:
         start: Position | None,
         start_inclusive: bool,
     ) -> Subscription:
+        self._check_open()
         name = consumer.subscription_name
         if name.startswith(SYSTEM_CURSOR_PREFIX):
             raise ReservedSubscriptionError(
