@@ -10,6 +10,7 @@ increasing precedence: defaults, a ``key=value`` file, environment variables nam
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from dedup_broker.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 ENV_PREFIX = "DEDUP_BROKER_"
 
@@ -139,7 +142,7 @@ class BrokerConfig:
         """Defaults, then the file, then the environment, then ``overrides``."""
         values: dict[str, Any] = {}
         if path is not None:
-            values |= _coerce_all(read_properties(Path(path)))
+            values |= _file_values(Path(path))
         env = os.environ if environ is None else environ
         for field in dataclasses.fields(cls):
             key = ENV_PREFIX + field.name.upper()
@@ -194,6 +197,31 @@ def read_properties(path: Path) -> dict[str, str]:
         key, _, value = line.partition("=")
         result[key.strip()] = value.strip()
     return result
+
+
+def _file_values(path: Path) -> dict[str, Any]:
+    """A Pulsar ``broker.conf``/``standalone.conf`` as Pulsar reads it: an empty value
+    leaves the default; a key this broker does not implement is reported, not fatal,
+    so an existing Pulsar configuration starts as is."""
+    values: dict[str, Any] = {}
+    ignored: list[str] = []
+    for key, text in read_properties(path).items():
+        if not text:
+            continue
+        try:
+            name = snake_case(key)
+        except ConfigError:
+            ignored.append(key)
+            continue
+        values[name] = _coerce(name, text)
+    if ignored:
+        log.warning(
+            "%s: %d settings are not implemented by dedup-broker and were ignored: %s",
+            path,
+            len(ignored),
+            ", ".join(sorted(ignored)),
+        )
+    return values
 
 
 def _coerce_all(values: Mapping[str, Any]) -> dict[str, Any]:
