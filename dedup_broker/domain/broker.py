@@ -268,9 +268,9 @@ class Broker:
         if self.cluster is None:
             return await Topic.load(self.services, self.storage, name, create=create)
         slot = self.cluster.check_owned(name)
-        await self.cluster.fence_for(slot)
+        fence = await self.cluster.fence_for(slot)
         await self.storage.policies.refresh()
-        topic = await Topic.load(self.services, self.storage, name, create=create)
+        topic = await Topic.load(self.services, self.storage, name, create=create, fence=fence)
         if not self.cluster.owns_slot(slot):  # revoked while loading
             await topic.close()
             self.cluster.check_owned(name)
