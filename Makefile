@@ -62,6 +62,7 @@ demo run: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench
 	$(PY) -m bench.dedup_state
+	$(PY) -m bench.cluster
 
 kafka-up: $(STAMP)
 	$(PY) -m dedup_broker.cli dev kafka-up
