@@ -44,7 +44,6 @@ from dedup_broker.storage.kafka_producer import max_record_bytes, storage_error
 log = logging.getLogger(__name__)
 
 TRANSACTION_TIMEOUT_MS = 15000
-_COMMIT_ATTEMPTS = 3
 _IDLE_WAIT_S = 0.5
 
 
@@ -78,6 +77,9 @@ class WriteFence:
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 0,
+            # A commit fails (abortable) once its records could not be delivered in this
+            # time, instead of waiting for Kafka indefinitely.
+            "message.timeout.ms": min(config.kafka_delivery_timeout_ms, TRANSACTION_TIMEOUT_MS),
             "message.max.bytes": max_record_bytes(config),
             "allow.auto.create.topics": False,
             "logger": kafka_logger(),
@@ -95,14 +97,26 @@ class WriteFence:
 
     @classmethod
     async def acquire(cls, config: BrokerConfig, slot: int) -> WriteFence:
-        """Take the slot's fence: once this returns, no earlier holder commits again."""
+        """Take the slot's fence: once this returns, no earlier holder commits again.
+
+        Transactional calls run on the fence's own daemon thread and are never given a
+        timeout: librdkafka must not destroy a producer while one is in progress, and a
+        thread blocked while Kafka is unreachable must not hold up the process's exit.
+        The caller's wait is bounded by ``kafkaRequestTimeoutMs``."""
         fence = cls(config, slot, asyncio.get_running_loop())
-        try:
-            await asyncio.to_thread(fence._producer.init_transactions, fence._commit_timeout_s)
-        except KafkaException as exc:
-            raise storage_error(f"taking the write fence of slot {slot}", exc) from exc
-        fence._thread = threading.Thread(target=fence._run, name=f"fence-{slot}", daemon=True)
+        initialized: asyncio.Future[None] = fence._loop.create_future()
+        fence._thread = threading.Thread(
+            target=fence._run, args=(initialized,), name=f"fence-{slot}", daemon=True
+        )
         fence._thread.start()
+        try:
+            await asyncio.wait_for(asyncio.shield(initialized), fence._commit_timeout_s)
+        except TimeoutError:
+            fence._closing = True
+            raise StorageError(
+                f"taking the write fence of slot {slot}: Kafka did not answer "
+                f"within {fence._commit_timeout_s:.0f}s"
+            ) from None
         log.info("write fence of slot %d taken", slot)
         return fence
 
@@ -154,7 +168,14 @@ class WriteFence:
         return OwnershipLostError(self._refusal() or f"slot {self.slot} is not writable")
 
     # --- fence thread -----------------------------------------------------------------
-    def _run(self) -> None:
+    def _run(self, initialized: asyncio.Future[None]) -> None:
+        try:
+            self._producer.init_transactions()
+        except KafkaException as exc:
+            failure = storage_error(f"taking the write fence of slot {self.slot}", exc)
+            self._loop.call_soon_threadsafe(_settle_future, initialized, failure)
+            return
+        self._loop.call_soon_threadsafe(_settle_future, initialized, None)
         while True:
             with self._lock:
                 while not (self._confirms or self._sends or self._closing):
@@ -165,9 +186,10 @@ class WriteFence:
                     break
                 confirms, sends = self._confirms, self._sends
                 self._confirms, self._sends = [], []
-            error = self._commit(sends)
-            self._loop.call_soon_threadsafe(self._settle, confirms, sends, error)
-            if error is not None and self.lost is not None:
+            outcome = self._commit(sends)
+            self._loop.call_soon_threadsafe(self._settle, confirms, sends, outcome)
+            if outcome is not None and self.lost is not None:
+                confirms, sends = [], []
                 break
         error = self._refusal_error()
         self._loop.call_soon_threadsafe(self._settle, confirms, sends, error)
@@ -198,19 +220,21 @@ class WriteFence:
             return self._failed(exc)
         except BufferError as exc:
             return self._abort(StorageError(f"commit of slot {self.slot}: {exc}"))
-        last: KafkaException | None = None
-        for _ in range(_COMMIT_ATTEMPTS):
+        # A commit that timed out (Kafka unreachable) is resumed by calling it again,
+        # never aborted while it is in progress: until it succeeds, Kafka says it cannot
+        # (abortable, or the coordinator timed the transaction out), or the fence closes.
+        while True:
             try:
-                self._producer.commit_transaction(self._commit_timeout_s)
+                self._producer.commit_transaction()
                 self.commits += 1
                 return None
             except KafkaException as exc:
-                last = exc
                 error = _kafka_error(exc)
                 if error is None or error.fatal() or not error.retriable():
                     return self._failed(exc)
-        assert last is not None
-        return self._abort(storage_error(f"commit of slot {self.slot}", last))
+                if self._closing:
+                    return self._refusal_error()
+                log.warning("slot %d: commit not confirmed yet, retrying: %s", self.slot, exc)
 
     def _failed(self, exc: KafkaException) -> BaseException:
         error = _kafka_error(exc)
@@ -221,14 +245,20 @@ class WriteFence:
         return self._refusal_error()
 
     def _abort(self, error: BaseException) -> BaseException:
-        try:
-            self._producer.abort_transaction(self._commit_timeout_s)
-        except KafkaException as exc:
-            self.lost = exc
-            log.error("slot %d: write fence lost (abort failed): %s", self.slot, exc)
-            return self._refusal_error()
-        log.warning("slot %d: transaction aborted: %s", self.slot, error)
-        return error
+        """Abort the open transaction (retried while Kafka is unreachable); ``error`` is
+        what its waiters get. A fence whose transaction cannot be aborted is lost."""
+        while True:
+            try:
+                self._producer.abort_transaction()
+                log.warning("slot %d: transaction aborted: %s", self.slot, error)
+                return error
+            except KafkaException as exc:
+                kafka_error = _kafka_error(exc)
+                retriable = kafka_error is not None and kafka_error.retriable()
+                if not retriable or kafka_error is None or kafka_error.fatal() or self._closing:
+                    self.lost = exc
+                    log.error("slot %d: write fence lost (abort failed): %s", self.slot, exc)
+                    return self._refusal_error()
 
     # --- back on the loop -------------------------------------------------------------
     def _settle(
@@ -257,6 +287,15 @@ class WriteFence:
                     watcher(error)
                 except Exception:
                     log.exception("slot %d: a fence watcher failed", self.slot)
+
+
+def _settle_future(future: asyncio.Future[None], error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
 
 
 def _kafka_error(exc: KafkaException) -> KafkaError | None:
