@@ -166,9 +166,16 @@ class Broker:
         if topic is not None:
             await topic.close()
 
+    async def refresh_listing(self) -> None:
+        """In a cluster other brokers create and delete topics: read the tables afresh
+        before answering a listing."""
+        if self.cluster is not None:
+            await self.storage.refresh()
+
     async def partitioned_metadata(self, name: TopicName) -> int:
-        """Partitions of ``name`` as stored now (another broker may have just created it)."""
-        if self.cluster is not None and self.partitions_of(name) == 0:
+        """Partitions of ``name`` as stored now (another broker may have just created,
+        grown or deleted it)."""
+        if self.cluster is not None:
             await self.storage.policies.refresh()
         return self.partitions_of(name)
 

@@ -70,10 +70,12 @@ class _TopicsApi:
 
     async def list_topics(self, request: web.Request) -> web.Response:
         namespace = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
+        await self.broker.refresh_listing()
         return json_response(self.broker.topics_of_namespace(namespace))
 
     async def list_partitioned_topics(self, request: web.Request) -> web.Response:
         namespace = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
+        await self.broker.refresh_listing()
         return json_response(self.broker.list_partitioned_topics(namespace))
 
     async def create_topic(self, request: web.Request) -> web.Response:

@@ -71,8 +71,11 @@ class LookupCommands:
             reply = commands.lookup_response(request.request_id, self.connection.service_url)
         self.connection.send_command(reply)
 
-    def _on_get_topics_of_namespace(self, frame: Frame) -> None:
-        request = frame.command.getTopicsOfNamespace
+    def _on_get_topics_of_namespace(self, frame: Frame) -> Awaitable[None]:
+        return self._topics_of_namespace(frame.command.getTopicsOfNamespace)
+
+    async def _topics_of_namespace(self, request: pb.CommandGetTopicsOfNamespace) -> None:
+        await self.broker.refresh_listing()
         topics = self.broker.topics_of_namespace(request.namespace)
         self.connection.send_command(
             commands.get_topics_of_namespace_response(request.request_id, topics)

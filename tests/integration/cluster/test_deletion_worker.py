@@ -9,9 +9,11 @@ from pathlib import Path
 import pulsar
 from confluent_kafka.admin import AdminClient
 
+from dedup_broker.config import BrokerConfig
 from dedup_broker.testing.admin_http import http_request
 from dedup_broker.testing.cluster_processes import ClusterProcesses
 from dedup_broker.testing.worker_process import WorkerProcess
+from system_topics.doctor import check
 from tests.integration.cluster.conftest import get_json, owner_of
 from tests.integration.system_topics.deletion_helpers import SMALL_LEDGERS, wait_until
 
@@ -61,6 +63,11 @@ def test_trimmed_ledgers_of_topics_on_both_brokers_are_deleted(
                     b"m-%d" % i for i in range(25, 30)
                 ]
                 consumer.close()
+            # The doctor checks the whole cluster's ledgers and names its brokers.
+            report = check(BrokerConfig.load(environ=cluster[0].environment()))
+            assert report["orphans"] == [] and report["missing"] == [], report
+            assert sorted(report["brokers"]) == sorted(b.service_url for b in cluster)
+            assert report["unownedSlots"] == []
         finally:
             client.close()
     finally:

@@ -107,6 +107,9 @@ class FakeBroker:
     def check_served(self, name: TopicName) -> None:
         """A single broker serves every topic."""
 
+    async def refresh_listing(self) -> None:
+        """Nothing else changes the topics."""
+
     async def partitioned_metadata(self, name: TopicName) -> int:
         return self.partitions_of(name)
 
