@@ -34,6 +34,8 @@ from dedup_broker.metrics_registry import new_registry
 from dedup_broker.pip6.routes import pip6_routes
 from dedup_broker.retention.policy import RetentionChecker
 from dedup_broker.retention.routes import retention_routes
+from dedup_broker.security.authentication import Authenticator
+from dedup_broker.security.routes import authentication_middleware
 from dedup_broker.session.listener import Listener
 from dedup_broker.session.metrics import SessionMetrics
 from dedup_broker.storage.broker_registry import broker_key, broker_record
@@ -45,13 +47,16 @@ from system_topics.mark_phase import TwoPhaseLedgerDeleter, two_phase_deleter
 log = logging.getLogger(__name__)
 
 
-def validate_settings(config: BrokerConfig) -> None:
+def validate_settings(config: BrokerConfig) -> Authenticator:
     """Settings each feature checks itself (``ConfigError``), before anything starts."""
     key_dedup_defaults(config)
     offload_directory(config)
+    return Authenticator(config)
 
 
-def http_app(broker: Broker, registry: CollectorRegistry) -> web.Application:
+def http_app(
+    broker: Broker, registry: CollectorRegistry, authenticator: Authenticator | None = None
+) -> web.Application:
     """The admin, lookup and metrics surface: each room's routes, one error table."""
     routes = [
         *broker_routes(registry),
@@ -64,7 +69,10 @@ def http_app(broker: Broker, registry: CollectorRegistry) -> web.Application:
         *ledger_deletion_routes(broker),
     ]
     statuses = {**TOPIC_ERROR_STATUSES, **KEY_DEDUP_ERROR_STATUSES, **OFFLOAD_ERROR_STATUSES}
-    return new_app(routes, statuses, [redirect_middleware(broker)])
+    middlewares = [redirect_middleware(broker)]
+    if authenticator is not None:
+        middlewares.insert(0, authentication_middleware(authenticator))
+    return new_app(routes, statuses, middlewares)
 
 
 class BrokerApp:
@@ -80,7 +88,7 @@ class BrokerApp:
 
     async def start(self) -> None:
         config = self.config
-        validate_settings(config)
+        authenticator = validate_settings(config)
         two_phase = config.topic_two_phase_deletion_enabled
         self.storage = storage = await StorageService.start(
             config, two_phase_deleter if two_phase else None
@@ -106,12 +114,16 @@ class BrokerApp:
             config, storage, policies, BrokerMetrics(self.registry), key_dedup, cluster
         )
         broker.start()
-        self.listener = listener = Listener(config, broker, SessionMetrics(self.registry))
+        self.listener = listener = Listener(
+            config, broker, SessionMetrics(self.registry), authenticator
+        )
         await listener.start()
         self.retention = RetentionChecker(config, broker.loaded_ledgers)
         self.retention.start()
         self.http = await start_http(
-            http_app(broker, self.registry), config.bind_address, config.web_service_port
+            http_app(broker, self.registry, authenticator),
+            config.bind_address,
+            config.web_service_port,
         )
         address = BrokerAddress(
             config.advertised_address, listener.port, self.http.port, uuid.uuid4().hex[:12]

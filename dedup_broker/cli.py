@@ -69,12 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
     show.set_defaults(func=_show_config)
 
     from dedup_broker.devservers.cli import add_dev_commands
+    from dedup_broker.security.tokens import add_tokens_command
     from dedup_broker.standalone import add_standalone_command
     from system_topics.cli import add_commands as add_deletion_commands
 
     add_standalone_command(commands, config_options)
     add_dev_commands(commands)
     add_deletion_commands(commands, config_options)
+    add_tokens_command(commands)
     return parser
 
 

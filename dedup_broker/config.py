@@ -49,6 +49,23 @@ class BrokerConfig:
     default_tenant: str = "public"
     default_namespace: str = "default"
 
+    # --- security (Pulsar's names) ----------------------------------------------------
+    authentication_enabled: bool = False
+    authentication_providers: str = ""
+    """Comma-separated: ``token``, ``basic`` (or Pulsar's provider class names)."""
+    anonymous_user_role: str = ""
+    """Role of clients without credentials; empty: they are refused."""
+    super_user_roles: str = ""
+    token_secret_key: str = ""
+    """HS256 key: ``data:;base64,<key>``, ``file:///path`` (raw bytes) or base64."""
+    token_public_key: str = ""
+    """RS256/ES256 public key (PEM or DER), same forms as ``tokenSecretKey``."""
+    token_auth_claim: str = "sub"
+    token_audience_claim: str = "aud"
+    token_audience: str = ""
+    basic_auth_conf: str = ""
+    """An htpasswd file of bcrypt hashes (``htpasswd -B``): a path or ``data:;base64,``."""
+
     # --- Kafka (storage) -----------------------------------------------------------
     kafka_bootstrap_servers: str = "localhost:9092"
     kafka_replication_factor: int = -1

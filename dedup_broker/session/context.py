@@ -10,6 +10,7 @@ from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.broker import Broker
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import Frame
+from dedup_broker.security.authentication import Authenticator
 from dedup_broker.session.metrics import SessionMetrics
 
 Handler = Callable[[Frame], Awaitable[None] | None]
@@ -26,11 +27,16 @@ class Session(Protocol):
     remote_address: str
     writable: bool
     closed: bool
+    authenticator: Authenticator
+    role: str | None
+    """Who the client proved to be at CONNECT (None: authentication is off)."""
 
     @property
     def service_url(self) -> str: ...
 
     def send_command(self, command: pb.BaseCommand) -> None: ...
+
+    def close(self) -> None: ...
 
     def write_bytes(self, data: bytes) -> None: ...
 
@@ -47,6 +53,7 @@ class ConnectionHost(Protocol):
     broker: Broker
     config: BrokerConfig
     metrics: SessionMetrics
+    authenticator: Authenticator
 
     @property
     def service_url(self) -> str: ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from dedup_broker import __version__
@@ -9,9 +10,12 @@ from dedup_broker.errors import ProtocolError
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import Frame
+from dedup_broker.security.authentication import AuthenticationError
 
 if TYPE_CHECKING:
     from dedup_broker.session.context import Handler, Session
+
+log = logging.getLogger(__name__)
 
 SERVER_PROTOCOL_VERSION = 21
 
@@ -33,6 +37,22 @@ class Handshake:
         if self.connected:
             raise ProtocolError("CONNECT received twice on one connection")
         connect = frame.command.connect
+        method = connect.auth_method_name
+        if not method and connect.HasField("auth_method"):
+            method = {
+                pb.AuthMethodNone: "",
+                pb.AuthMethodYcaV1: "yca",
+                pb.AuthMethodAthens: "athens",
+            }[connect.auth_method]
+        try:
+            self.connection.role = self.connection.authenticator.authenticate(
+                method, connect.auth_data
+            )
+        except AuthenticationError as exc:
+            log.info("CONNECT from %s refused: %s", self.connection.remote_address, exc)
+            self.connection.send_command(commands.error(0, pb.AuthenticationError, str(exc)))
+            self.connection.close()
+            return
         self.protocol_version = min(connect.protocol_version, SERVER_PROTOCOL_VERSION)
         self.connected = True
         self.connection.send_command(

@@ -7,6 +7,7 @@ import logging
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.broker import Broker
+from dedup_broker.security.authentication import Authenticator
 from dedup_broker.session.connection import ClientConnection
 from dedup_broker.session.metrics import SessionMetrics
 
@@ -14,8 +15,15 @@ log = logging.getLogger(__name__)
 
 
 class Listener:
-    def __init__(self, config: BrokerConfig, broker: Broker, metrics: SessionMetrics) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        broker: Broker,
+        metrics: SessionMetrics,
+        authenticator: Authenticator | None = None,
+    ) -> None:
         self.config = config
+        self.authenticator = authenticator or Authenticator(config)
         self.broker = broker
         self.metrics = metrics
         self.connections: set[ClientConnection] = set()

@@ -38,6 +38,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "dedup_broker.retention",
         "dedup_broker.tiered",
         "dedup_broker.cluster",
+        "dedup_broker.security",
         "system_topics",
     ),
     4: ("dedup_broker.domain",),

@@ -1,0 +1,1 @@
+"""Security: who a client is (authentication, Pulsar's providers and names)."""
