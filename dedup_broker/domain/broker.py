@@ -219,7 +219,15 @@ class Broker:
                 names.append(f"persistent://{namespace}/{unquote(ledger_name[len(prefix) :])}")
         return sorted(names)
 
+    async def current_topics_of_namespace(self, namespace: str) -> list[str]:
+        """``topics_of_namespace`` as stored now: topics other brokers created included."""
+        if self.cluster is not None:
+            await self.storage.refresh_listing()
+        return self.topics_of_namespace(namespace)
+
     def topics_of_namespace(self, namespace: str) -> list[str]:
+        """Non-partitioned topics and every partition of the partitioned topics, as this
+        broker last read them."""
         topics = set(self.list_topics(namespace))
         for base in self.list_partitioned_topics(namespace):
             partitions = self.partitions_of(TopicName.parse(base))

@@ -282,6 +282,11 @@ class StorageService:
     def open_managed_ledgers(self) -> dict[str, ManagedLedger]:
         return dict(self._open)
 
+    async def refresh_listing(self) -> None:
+        """Re-read what names the managed ledgers and partitioned topics (topics another
+        broker created since)."""
+        await asyncio.gather(self._managed_ledger_infos.refresh(), self.policies.refresh())
+
     async def refresh(self) -> None:
         """Re-read every metadata table to its current end."""
         await asyncio.gather(

@@ -124,5 +124,8 @@ class FakeBroker:
     def topics_of_namespace(self, namespace: str) -> list[str]:
         return sorted(t for t in self.topics if TopicName.parse(t).namespace_name == namespace)
 
+    async def current_topics_of_namespace(self, namespace: str) -> list[str]:
+        return self.topics_of_namespace(namespace)
+
     async def apply_policies(self) -> None:
         self.policy_applications += 1
