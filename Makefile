@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv test test-unit test-integration lint format typecheck layers check proto bench demo run \
+.PHONY: venv test test-unit test-integration soak lint format typecheck layers check proto bench demo run \
         kafka-up kafka-down redis-up redis-down clean
 
 $(STAMP): pyproject.toml
@@ -21,6 +21,11 @@ test: $(STAMP)
 
 test-unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
+
+## Many more kill -9 cycles of the cluster chaos test, and the zombie test repeated.
+soak: $(STAMP)
+	CLUSTER_CHAOS_CYCLES=$${CLUSTER_CHAOS_CYCLES:-200} $(PY) -m pytest -q -s tests/chaos/test_cluster_chaos.py
+	for i in 1 2 3 4 5; do $(PY) -m pytest -q tests/integration/cluster/test_zombie.py || exit 1; done
 
 test-integration: $(STAMP)
 	$(PY) -m pytest -q tests/integration tests/chaos
@@ -57,6 +62,7 @@ demo run: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench
 	$(PY) -m bench.dedup_state
+	$(PY) -m bench.cluster
 
 kafka-up: $(STAMP)
 	$(PY) -m dedup_broker.cli dev kafka-up

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import signal
 import time
+import uuid
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -100,7 +101,7 @@ class BrokerApp:
             {"retention.ms": "3600000"},
             partitions=config.cluster_ownership_slots,
         )
-        self.cluster = cluster = Cluster(config)
+        self.cluster = cluster = Cluster(config, storage.acquire_fence)
         self.broker = broker = Broker(
             config, storage, policies, BrokerMetrics(self.registry), key_dedup, cluster
         )
@@ -112,7 +113,9 @@ class BrokerApp:
         self.http = await start_http(
             http_app(broker, self.registry), config.bind_address, config.web_service_port
         )
-        address = BrokerAddress(config.advertised_address, listener.port, self.http.port)
+        address = BrokerAddress(
+            config.advertised_address, listener.port, self.http.port, uuid.uuid4().hex[:12]
+        )
         await cluster.start(address, broker.unload_slots)
         await self._register()
         log.info(

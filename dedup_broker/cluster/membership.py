@@ -50,6 +50,8 @@ class BrokerAddress:
     host: str
     broker_port: int
     web_port: int
+    instance: str = ""
+    """Tells two processes on the same address apart (a restart is another member)."""
 
     @property
     def service_url(self) -> str:
@@ -66,15 +68,15 @@ class BrokerAddress:
 
     def member_tag(self) -> str:
         """Carried as the Kafka ``client.id`` so that a group description names it."""
-        return f"{MEMBER_PREFIX}{self.host}|{self.broker_port}|{self.web_port}"
+        return f"{MEMBER_PREFIX}{self.host}|{self.broker_port}|{self.web_port}|{self.instance}"
 
     @classmethod
     def from_member_tag(cls, tag: str) -> BrokerAddress | None:
         if not tag.startswith(MEMBER_PREFIX):
             return None
         try:
-            host, broker_port, web_port = tag[len(MEMBER_PREFIX) :].rsplit("|", 2)
-            return cls(host, int(broker_port), int(web_port))
+            host, broker_port, web_port, instance = tag[len(MEMBER_PREFIX) :].rsplit("|", 3)
+            return cls(host, int(broker_port), int(web_port), instance)
         except ValueError:
             return None
 

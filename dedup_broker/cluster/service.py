@@ -11,28 +11,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Protocol
+from typing import Any
 
 from dedup_broker.cluster.bundles import Bundle, BundleMap
-from dedup_broker.cluster.directory import ClusterView, Directory
+from dedup_broker.cluster.directory import OWNER_WAIT_SECONDS, ClusterView, Directory
 from dedup_broker.cluster.membership import BrokerAddress, Membership, owners_topic
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.names import TopicName
 from dedup_broker.errors import OwnershipLostError, ServiceNotReadyError
+from dedup_broker.storage.fencing import WriteFence
 
 log = logging.getLogger(__name__)
 
 JOIN_TIMEOUT_SECONDS = 30.0
 
 
-class Fence(Protocol):
-    """A slot's write fence as the cluster handles it (storage makes them)."""
-
-    async def close(self, timeout_seconds: float) -> None: ...
-
-
-FenceFactory = Callable[[int], Awaitable[Fence]]
+FenceFactory = Callable[[int], Awaitable[WriteFence]]
 SlotsHandler = Callable[[frozenset[int]], Coroutine[Any, Any, None]]
 
 
@@ -55,12 +51,13 @@ class Cluster:
             config.default_number_of_namespace_bundles, config.cluster_ownership_slots
         )
         self._acquire_fence = acquire_fence
-        self._fences: dict[int, Fence] = {}
-        self._fencing: dict[int, asyncio.Task[Fence | None]] = {}
+        self._fences: dict[int, WriteFence] = {}
+        self._fencing: dict[int, asyncio.Task[WriteFence | None]] = {}
         self._release: SlotsHandler | None = None
         self.directory = Directory(config)
         self.membership: Membership | None = None
         self.owned: frozenset[int] = frozenset()
+        self._tasks: set[asyncio.Future[None]] = set()
 
     @property
     def topic(self) -> str:
@@ -98,7 +95,7 @@ class Cluster:
             raise NotOwnerError(name)
         return slot
 
-    async def fence_for(self, slot: int) -> Fence | None:
+    async def fence_for(self, slot: int) -> WriteFence | None:
         """The slot's fence, once Kafka has fenced every earlier holder."""
         if self._acquire_fence is None:
             return None
@@ -114,7 +111,7 @@ class Cluster:
             raise OwnershipLostError(f"slot {slot} is no longer owned by this broker")
         return fence
 
-    async def _take_fence(self, slot: int) -> Fence | None:
+    async def _take_fence(self, slot: int) -> WriteFence | None:
         assert self._acquire_fence is not None
         try:
             fence = await self._acquire_fence(slot)
@@ -124,22 +121,62 @@ class Cluster:
             await fence.close(5.0)
             return None
         self._fences[slot] = fence
+        fence.watch(lambda error: self._fence_lost(slot, fence, error))
         return fence
+
+    def _fence_lost(self, slot: int, fence: WriteFence, error: BaseException) -> None:
+        """Kafka says another holder took the slot's fence: serve nothing of the slot
+        until the group gives it to this broker again."""
+        if self._fences.get(slot) is not fence:
+            return
+        del self._fences[slot]
+        self.owned = self.owned - {slot}
+        self.directory.invalidate()
+        log.error("slot %d: write fence lost (%s); its topics are unloaded", slot, error)
+        self._background(self._after_fence_lost(slot))
+
+    async def _after_fence_lost(self, slot: int) -> None:
+        if self._release is not None:
+            await self._release(frozenset({slot}))
+        # A fence lost to a Kafka failure rather than to a takeover: the group still
+        # assigns the slot to this very process, so it takes the fence again.
+        try:
+            view = await self.directory.view(max_age=0)
+        except ServiceNotReadyError:
+            return
+        still_ours = self.membership is not None and slot in self.membership.owned
+        if still_ours and view.owners.get(slot) == self.address:
+            self.owned = self.owned | {slot}
+            log.info("slot %d: still assigned here; taking its fence again", slot)
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     # --- who serves the others ---------------------------------------------------------
     async def owner_of(self, name: TopicName) -> BrokerAddress:
-        """This broker's address if it owns the topic, else the owner the group names."""
+        """This broker's address if it owns the topic, else the owner the group names.
+
+        The group may still name this broker's own address for a slot it does not hold:
+        a description older than a revocation, or a predecessor on the same address that
+        was killed and whose session has not expired yet. Both settle within the session
+        timeout; meanwhile the lookup waits a little, then answers ServiceNotReady."""
         slot = self.slot_of(name)
-        if slot in self.owned:
-            return self.address
-        owner = await self.directory.owner_of(slot)
-        if owner == self.address:
-            # The description is older than our own revocation: ask Kafka afresh.
-            self.directory.invalidate()
+        deadline = time.monotonic() + OWNER_WAIT_SECONDS
+        while True:
+            if slot in self.owned:
+                return self.address
             owner = await self.directory.owner_of(slot)
-            if owner == self.address and slot not in self.owned:
-                raise ServiceNotReadyError(f"slot {slot} is moving between brokers")
-        return owner
+            if owner.service_url != self.address.service_url:
+                return owner
+            if time.monotonic() >= deadline:
+                raise ServiceNotReadyError(
+                    f"slot {slot} is moving to this broker (a previous instance on this "
+                    "address still holds it until its Kafka session expires)"
+                )
+            self.directory.invalidate()
+            await asyncio.sleep(0.2)
 
     async def view(self) -> ClusterView:
         return await self.directory.view()

@@ -56,6 +56,8 @@ def server_properties(
         "share.coordinator.state.topic.replication.factor": "1",
         "share.coordinator.state.topic.min.isr": "1",
         "group.initial.rebalance.delay.ms": "0",
+        # Brokers of test clusters use short group sessions (kill -9, restart, repeat).
+        "group.min.session.timeout.ms": "1000",
         "auto.create.topics.enable": "false",
         "delete.topic.enable": "true",
         "log.retention.check.interval.ms": "5000",

@@ -170,9 +170,16 @@ class Broker:
         if topic is not None:
             await topic.close()
 
+    async def refresh_listing(self) -> None:
+        """In a cluster other brokers create and delete topics: read the tables afresh
+        before answering a listing."""
+        if self.cluster is not None:
+            await self.storage.refresh()
+
     async def partitioned_metadata(self, name: TopicName) -> int:
-        """Partitions of ``name`` as stored now (another broker may have just created it)."""
-        if self.cluster is not None and self.partitions_of(name) == 0:
+        """Partitions of ``name`` as stored now (another broker may have just created,
+        grown or deleted it)."""
+        if self.cluster is not None:
             await self.storage.policies.refresh()
         return self.partitions_of(name)
 
@@ -230,8 +237,7 @@ class Broker:
 
     async def current_topics_of_namespace(self, namespace: str) -> list[str]:
         """``topics_of_namespace`` as stored now: topics other brokers created included."""
-        if self.cluster is not None:
-            await self.storage.refresh_listing()
+        await self.refresh_listing()
         return self.topics_of_namespace(namespace)
 
     def topics_of_namespace(self, namespace: str) -> list[str]:
@@ -285,9 +291,9 @@ class Broker:
         if self.cluster is None:
             return await Topic.load(self.services, self.storage, name, create=create)
         slot = self.cluster.check_owned(name)
-        await self.cluster.fence_for(slot)
+        fence = await self.cluster.fence_for(slot)
         await self.storage.policies.refresh()
-        topic = await Topic.load(self.services, self.storage, name, create=create)
+        topic = await Topic.load(self.services, self.storage, name, create=create, fence=fence)
         if not self.cluster.owns_slot(slot):  # revoked while loading
             await topic.close()
             self.cluster.check_owned(name)

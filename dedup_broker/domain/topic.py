@@ -45,6 +45,7 @@ from dedup_broker.tiered.policy import offload_threshold
 if TYPE_CHECKING:
     from dedup_broker.domain.consumer import Consumer
     from dedup_broker.storage.cursor import ManagedCursor
+    from dedup_broker.storage.fencing import WriteFence
     from dedup_broker.storage.managed_ledger import ManagedLedger
     from dedup_broker.storage.service import StorageService
 
@@ -101,9 +102,16 @@ class Topic:
 
     @classmethod
     async def load(
-        cls, services: TopicServices, storage: StorageService, name: TopicName, create: bool
+        cls,
+        services: TopicServices,
+        storage: StorageService,
+        name: TopicName,
+        create: bool,
+        fence: WriteFence | None = None,
     ) -> Topic:
-        ledger = await storage.open_managed_ledger(name.managed_ledger_name, create=create)
+        ledger = await storage.open_managed_ledger(
+            name.managed_ledger_name, create=create, fence=fence
+        )
         topic = cls(services, name, ledger)
         config, policies = services.config, services.policies
         ledger.retention = lambda: topic_retention(policies, config, name, ledger)

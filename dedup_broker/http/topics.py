@@ -74,13 +74,15 @@ class _TopicsApi:
 
     async def list_topics(self, request: web.Request) -> web.Response:
         namespace = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
-        return json_response(await self.broker.current_topics_of_namespace(namespace))
+        await self.broker.refresh_listing()
+        return json_response(self.broker.topics_of_namespace(namespace))
 
     async def no_topics(self, request: web.Request) -> web.Response:
         return json_response([])
 
     async def list_partitioned_topics(self, request: web.Request) -> web.Response:
         namespace = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
+        await self.broker.refresh_listing()
         return json_response(self.broker.list_partitioned_topics(namespace))
 
     async def create_topic(self, request: web.Request) -> web.Response:

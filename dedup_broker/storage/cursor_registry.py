@@ -14,7 +14,7 @@ from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import CursorNotFoundError
 from dedup_broker.storage import formats
 from dedup_broker.storage.cursor import CursorLedger, ManagedCursor
-from dedup_broker.storage.metadata_table import MetadataTable
+from dedup_broker.storage.metadata_table import Table
 from dedup_broker.storage.position import Position
 
 INITIAL_POSITIONS = ("latest", "earliest")
@@ -25,7 +25,7 @@ class CursorRegistry:
         self,
         managed_ledger_name: str,
         ledger: CursorLedger,
-        table: MetadataTable,
+        table: Table,
         config: BrokerConfig,
         on_moved: Callable[[], None] | None = None,
     ) -> None:

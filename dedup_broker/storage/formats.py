@@ -53,6 +53,11 @@ def cursors_topic(cluster_name: str) -> str:
     return f"{cluster_name}.cursors"
 
 
+def fences_topic(cluster_name: str) -> str:
+    """One partition: a small record per write-fence transaction (a transaction needs one)."""
+    return f"{cluster_name}.fences"
+
+
 def policies_topic(cluster_name: str) -> str:
     """Compacted: namespace and topic policies, and the registered brokers."""
     return f"{cluster_name}.policies"

@@ -12,12 +12,12 @@ import asyncio
 
 from dedup_broker.errors import ManagedLedgerFencedError
 from dedup_broker.storage import formats
-from dedup_broker.storage.metadata_table import MetadataTable
+from dedup_broker.storage.metadata_table import Table
 from dedup_broker.storage.position import LedgerInfo
 
 
 class LedgerInfoWriter:
-    def __init__(self, name: str, table: MetadataTable) -> None:
+    def __init__(self, name: str, table: Table) -> None:
         self._name = name
         self._table = table
         self._lock = asyncio.Lock()

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 
 # These names are public API; the package's stubs merely do not re-export them.
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
@@ -129,11 +129,18 @@ class KafkaAdmin:
                 if _error_code(exc) != KafkaError.UNKNOWN_TOPIC_OR_PART:
                     raise storage_error(f"delete topic {topic}", exc) from exc
 
-    async def _list_offsets(self, request: dict[TopicPartition, Any], what: str) -> dict[str, int]:
+    async def _list_offsets(
+        self,
+        request: dict[TopicPartition, Any],
+        what: str,
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+    ) -> dict[str, int]:
         """Offsets per topic for ``request`` (partition -> OffsetSpec)."""
         topics = sorted({tp.topic for tp in request})
         for attempt in range(1, LIST_OFFSETS_ATTEMPTS + 1):
-            futures = self._client.list_offsets(request, request_timeout=self._timeout_s)
+            futures = self._client.list_offsets(
+                request, isolation_level=isolation, request_timeout=self._timeout_s
+            )
             try:
                 return {
                     tp.topic: int((await asyncio.wrap_future(future)).offset)
@@ -160,6 +167,17 @@ class KafkaAdmin:
         latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
         request = {TopicPartition(topic, partition): latest}
         return (await self._list_offsets(request, f"end offset of {topic}"))[topic]
+
+    async def stable_end(self, topic: str, partition: int = 0) -> int:
+        """The partition's last stable offset: one past the last record that is not part
+        of a transaction still open (the end a read-committed reader reaches)."""
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        request = {TopicPartition(topic, partition): latest}
+        return (
+            await self._list_offsets(
+                request, f"stable end of {topic}", IsolationLevel.READ_COMMITTED
+            )
+        )[topic]
 
     async def offsets_for_time(self, topics: list[str], timestamp_ms: int) -> dict[str, int]:
         """Per topic (partition 0): offset of the first record with timestamp >= the

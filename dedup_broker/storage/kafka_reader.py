@@ -64,6 +64,8 @@ class KafkaReader:
             "enable.auto.offset.store": False,
             "auto.offset.reset": "error",
             "enable.partition.eof": True,
+            # Metadata written in write-fence transactions counts once committed only.
+            "isolation.level": "read_committed",
             "allow.auto.create.topics": False,
             # A consumer has one fetch in flight per broker; a long wait at the end of one
             # read would delay the next read's first fetch.

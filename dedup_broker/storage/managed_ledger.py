@@ -37,6 +37,7 @@ from dedup_broker.errors import (
     LedgerFencedError,
     ManagedLedgerClosedError,
     ManagedLedgerFencedError,
+    OwnershipLostError,
     StorageError,
 )
 from dedup_broker.storage import formats
@@ -44,11 +45,13 @@ from dedup_broker.storage.context import StorageContext
 from dedup_broker.storage.cursor_registry import CursorRegistry
 from dedup_broker.storage.deletion import LedgerToDelete, Retention
 from dedup_broker.storage.entry_reader import EntryReader
+from dedup_broker.storage.fencing import WriteFence
 from dedup_broker.storage.info_store import LedgerInfoWriter
 from dedup_broker.storage.kafka_producer import storage_error
 from dedup_broker.storage.ledger_list import LedgerList
 from dedup_broker.storage.ledger_store import FIRST_ENTRY_OFFSET, now_ms
 from dedup_broker.storage.ledger_view import ManagedLedgerView
+from dedup_broker.storage.metadata_table import Table, WritesThrough
 from dedup_broker.storage.offload_manager import LedgerOffloads
 from dedup_broker.storage.position import Entry, LedgerInfo, OffloadInfo, Position
 from dedup_broker.storage.status import LedgerStatus, LedgerType
@@ -72,6 +75,8 @@ class _Append:
     ledger_id: int = -1
     entry_id: int = -1
     reported: bool = False
+    confirmed: bool = False
+    """Acknowledged by Kafka and, with a write fence, by a commit begun after that."""
     settled: bool = False
     error: BaseException | None = None
 
@@ -81,10 +86,17 @@ class _Append:
 
 class ManagedLedger(ManagedLedgerView):
     def __init__(
-        self, name: str, ctx: StorageContext, on_closed: Callable[[ManagedLedger], None]
+        self,
+        name: str,
+        ctx: StorageContext,
+        on_closed: Callable[[ManagedLedger], None],
+        fence: WriteFence | None = None,
     ) -> None:
         self.name = name
         self._ctx = ctx
+        self.fence = fence
+        """The slot's write fence (a cluster); ``None``: acknowledged as Kafka acknowledges."""
+        self._awaiting_commit: list[_Append] = []
         self._on_closed = on_closed
         self._loop = asyncio.get_running_loop()
         self._ledgers = LedgerList()
@@ -109,11 +121,17 @@ class ManagedLedger(ManagedLedgerView):
         self._roll_task: asyncio.Task[None] | None = None
         self._recovery_task: asyncio.Task[None] | None = None
         self._rollover_timer: asyncio.TimerHandle | None = None
-        self._info = LedgerInfoWriter(name, ctx.managed_ledger_infos)
+        infos: Table = ctx.managed_ledger_infos
+        cursor_infos: Table = ctx.cursor_infos
+        if fence is not None:
+            infos = WritesThrough(ctx.managed_ledger_infos, fence)
+            cursor_infos = WritesThrough(ctx.cursor_infos, fence)
+            fence.watch(self._fence_lost)
+        self._info = LedgerInfoWriter(name, infos)
         # Reads, cursors and listeners.
         self._reader = EntryReader(name, ctx.ledgers, ctx.cache, ctx.offloader)
         self._cursors = CursorRegistry(
-            name, self, ctx.cursor_infos, ctx.config, on_moved=self._cursor_moved
+            name, self, cursor_infos, ctx.config, on_moved=self._cursor_moved
         )
         # Trimming: ids removed from the list (never listed again), the retention source.
         self._trimmed: set[int] = set()
@@ -132,11 +150,15 @@ class ManagedLedger(ManagedLedgerView):
     # --- opening --------------------------------------------------------------------
     @classmethod
     async def open(
-        cls, name: str, ctx: StorageContext, on_closed: Callable[[ManagedLedger], None]
+        cls,
+        name: str,
+        ctx: StorageContext,
+        on_closed: Callable[[ManagedLedger], None],
+        fence: WriteFence | None = None,
     ) -> ManagedLedger:
         """Recover the stored state (closing a ledger left open by a crash at its true
         end) and start a fresh ledger for appends."""
-        ledger = cls(name, ctx, on_closed)
+        ledger = cls(name, ctx, on_closed, fence)
         await ledger._initialize()
         return ledger
 
@@ -338,13 +360,56 @@ class ManagedLedger(ManagedLedgerView):
                 f"append to {self.name}: entry {op.ledger_id}:{op.entry_id} was stored at "
                 f"offset {offset}, expected {op.entry_id + FIRST_ENTRY_OFFSET}"
             )
+        elif self.fence is None:
+            op.confirmed = True
+        else:
+            self._awaiting_commit.append(op)
+            if len(self._awaiting_commit) == 1:
+                self._loop.call_soon(self._request_commit)
         self._settle()
+
+    # --- write fence ------------------------------------------------------------------
+    def _request_commit(self) -> None:
+        """Ask the fence for a commit covering every append Kafka acknowledged so far."""
+        ops, self._awaiting_commit = self._awaiting_commit, []
+        if not ops or self.fence is None:
+            return
+        self.fence.confirm().add_done_callback(lambda done: self._committed(ops, done))
+
+    def _committed(self, ops: list[_Append], done: asyncio.Future[None]) -> None:
+        error = done.exception() if not done.cancelled() else StorageError("commit cancelled")
+        if error is None:
+            for op in ops:
+                op.confirmed = True
+            self._settle()
+            return
+        if isinstance(error, OwnershipLostError):
+            self._fence_lost(error)
+            return
+        # The commit failed without a takeover: like a failed write, nothing is guessed.
+        culprit = next((op for op in ops if not op.settled), None)
+        if culprit is not None:
+            self._fence(error, culprit=culprit)
+
+    def _fence_lost(self, error: BaseException) -> None:
+        """Another broker took the slot: stop at once, write nothing more."""
+        if self._state == CLOSED or self._close_error is not None:
+            return
+        lost = (
+            error
+            if isinstance(error, OwnershipLostError)
+            else OwnershipLostError(f"{self.name}: {error}")
+        )
+        self._close_error = lost
+        self._loop.create_task(self._shutdown(lost))
 
     def _settle(self) -> None:
         """Resolve acknowledged appends from the head of the queue, in call order."""
         confirmed = False
         while self._inflight and self._inflight[0].reported:
             op = self._inflight[0]
+            if op.error is None and not op.confirmed:
+                break
             if op.error is not None:
                 self._fence(op.error, culprit=op)
                 return
@@ -550,6 +615,7 @@ class ManagedLedger(ManagedLedgerView):
             await asyncio.wait_for(self._drained.wait(), timeout)
         except TimeoutError:
             log.warning("%s: appends still unacknowledged at close", self.name)
+        await self._wait_committed(timeout)
         if self._state == OPEN and self._ledgers.current is not None:
             closed = LedgerInfo(
                 self._ledgers.last_id,
@@ -568,11 +634,22 @@ class ManagedLedger(ManagedLedgerView):
             log.warning("%s: storing cursor %s failed: %s", self.name, cursor_name, error)
         self._finish_close()
 
+    async def _wait_committed(self, timeout: float) -> None:
+        """With a write fence: until every acknowledged append is committed (or failed),
+        so that the ledger is closed at the end its clients were told."""
+        deadline = time.monotonic() + timeout
+        while self._inflight and self._state == OPEN and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+
     async def _shutdown(self, error: Exception) -> None:
         """Another broker took over: stop at once, write nothing more."""
         log.error("%s: %s; closing without writing", self.name, error)
         self._close_error = error
         self._closing = True
+        for op in (*self._inflight, *self._queued):
+            op.settled = True
+            if not op.future.done():
+                op.future.set_exception(error)
         self._fence(error)
         self._cancel_rollover_timer()
         self._cursors.write_error = error

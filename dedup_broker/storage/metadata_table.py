@@ -13,6 +13,7 @@ single order of writes.
 from __future__ import annotations
 
 import asyncio
+from typing import Protocol
 
 from dedup_broker.storage.kafka_admin import KafkaAdmin
 from dedup_broker.storage.kafka_producer import SharedProducer
@@ -47,7 +48,9 @@ class MetadataView:
     async def refresh(self) -> None:
         """Read the topic from where this view stopped to its current end."""
         async with self._refresh_lock:
-            end = await self._admin.high_watermark(self.topic, TABLE_PARTITION)
+            # The last stable offset: records of a transaction still open stay unread
+            # (and are read by a later refresh), never skipped.
+            end = await self._admin.stable_end(self.topic, TABLE_PARTITION)
             while self._next_offset < end:
                 records = await self._reader.fetch(
                     self.topic, self._next_offset, end, partition=TABLE_PARTITION
@@ -59,6 +62,10 @@ class MetadataView:
                         self._apply(record.key.decode("utf-8"), record.value, record.offset)
                 self._next_offset = records[-1].offset + 1
             self._next_offset = max(self._next_offset, end)
+
+    def record_write(self, key: str, value: bytes | None, offset: int) -> None:
+        """A write acknowledged at ``offset`` (made through another writer) shows now."""
+        self._apply(key, value, offset)
 
     def _apply(self, key: str, value: bytes | None, offset: int) -> None:
         if offset <= self._offsets.get(key, -1):
@@ -92,3 +99,53 @@ class MetadataTable(MetadataView):
             self.topic, None, key=key.encode("utf-8"), partition=TABLE_PARTITION
         )
         self._apply(key, None, offset)
+
+
+class RecordSender(Protocol):
+    def send(
+        self, topic: str, value: bytes | None, *, key: bytes | None = None, partition: int = -1
+    ) -> asyncio.Future[int]: ...
+
+
+class Table(Protocol):
+    """What a managed ledger's metadata writers need of a table."""
+
+    def get(self, key: str) -> bytes | None: ...
+
+    def items(self, prefix: str = "") -> list[tuple[str, bytes]]: ...
+
+    async def refresh(self) -> None: ...
+
+    async def put(self, key: str, value: bytes) -> None: ...
+
+    async def delete(self, key: str) -> None: ...
+
+
+class WritesThrough:
+    """A table whose writes go through ``sender`` (a write fence's transactions); reads
+    and the shared view are the table's own."""
+
+    def __init__(self, table: MetadataTable, sender: RecordSender) -> None:
+        self._table = table
+        self._sender = sender
+
+    def get(self, key: str) -> bytes | None:
+        return self._table.get(key)
+
+    def items(self, prefix: str = "") -> list[tuple[str, bytes]]:
+        return self._table.items(prefix)
+
+    async def refresh(self) -> None:
+        await self._table.refresh()
+
+    async def put(self, key: str, value: bytes) -> None:
+        await self._write(key, value)
+
+    async def delete(self, key: str) -> None:
+        await self._write(key, None)
+
+    async def _write(self, key: str, value: bytes | None) -> None:
+        offset = await self._sender.send(
+            self._table.topic, value, key=key.encode("utf-8"), partition=TABLE_PARTITION
+        )
+        self._table.record_write(key, value, offset)

@@ -20,6 +20,7 @@ from dedup_broker.storage import formats
 from dedup_broker.storage.context import StorageContext
 from dedup_broker.storage.deletion import DirectLedgerDeleter, LedgerDeleter, targets_for
 from dedup_broker.storage.entry_cache import EntryCache
+from dedup_broker.storage.fencing import WriteFence
 from dedup_broker.storage.kafka_admin import KafkaAdmin
 from dedup_broker.storage.kafka_producer import SharedProducer, max_record_bytes
 from dedup_broker.storage.kafka_reader import KafkaReader
@@ -48,6 +49,7 @@ def internal_topics(config: BrokerConfig) -> dict[str, dict[str, str]]:
         formats.managed_ledgers_topic(cluster): compacted,
         formats.cursors_topic(cluster): compacted,
         formats.policies_topic(cluster): compacted,
+        formats.fences_topic(cluster): {"cleanup.policy": "delete", "retention.ms": "3600000"},
     }
 
 
@@ -160,26 +162,41 @@ class StorageService:
         if self._closed:
             raise StorageError("the storage service is closed")
 
-    async def open_managed_ledger(self, name: str, create: bool = True) -> ManagedLedger:
-        """The open managed ledger ``name``, opening (and, if allowed, creating) it."""
+    async def acquire_fence(self, slot: int) -> WriteFence:
+        """Take ``slot``'s write fence (fencing every earlier holder); see fencing.py."""
+        self._check_running()
+        return await WriteFence.acquire(self.config, slot)
+
+    async def open_managed_ledger(
+        self, name: str, create: bool = True, fence: WriteFence | None = None
+    ) -> ManagedLedger:
+        """The open managed ledger ``name``, opening (and, if allowed, creating) it.
+
+        With ``fence``, its acknowledgements and metadata writes go through the fence."""
         self._check_running()
         if not name or formats.CURSOR_KEY_SEPARATOR in name:
             raise ValueError(f"invalid managed ledger name {name!r}")
         ledger = self._open.get(name)
         if ledger is not None:
-            return ledger
+            return self._same_fence(ledger, fence)
         async with self._lock(name):
             ledger = self._open.get(name)
             if ledger is not None:
-                return ledger
+                return self._same_fence(ledger, fence)
             self._check_running()
             # Another broker may have written since this one loaded the tables.
             await asyncio.gather(self._managed_ledger_infos.refresh(), self._cursor_infos.refresh())
             if not create and self._managed_ledger_infos.get(name) is None:
                 raise TopicNotFoundError(f"managed ledger {name} does not exist")
-            ledger = await ManagedLedger.open(name, self._ctx, self._ledger_closed)
+            ledger = await ManagedLedger.open(name, self._ctx, self._ledger_closed, fence)
             self._open[name] = ledger
             return ledger
+
+    @staticmethod
+    def _same_fence(ledger: ManagedLedger, fence: WriteFence | None) -> ManagedLedger:
+        if ledger.fence is not fence:
+            raise StorageError(f"managed ledger {ledger.name} is open under another write fence")
+        return ledger
 
     def _ledger_closed(self, ledger: ManagedLedger) -> None:
         if self._open.get(ledger.name) is ledger:
@@ -281,11 +298,6 @@ class StorageService:
     @property
     def open_managed_ledgers(self) -> dict[str, ManagedLedger]:
         return dict(self._open)
-
-    async def refresh_listing(self) -> None:
-        """Re-read what names the managed ledgers and partitioned topics (topics another
-        broker created since)."""
-        await asyncio.gather(self._managed_ledger_infos.refresh(), self.policies.refresh())
 
     async def refresh(self) -> None:
         """Re-read every metadata table to its current end."""

@@ -528,7 +528,9 @@ class MemoryStorage:
             self._open[name] = ledger
         return ledger
 
-    async def open_managed_ledger(self, name: str, create: bool = True) -> MemoryLedger:
+    async def open_managed_ledger(
+        self, name: str, create: bool = True, fence: object | None = None
+    ) -> MemoryLedger:
         await asyncio.sleep(0)  # reading the metadata tables
         if self.open_failure is not None:
             raise self.open_failure

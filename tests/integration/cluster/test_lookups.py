@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pulsar
 import pytest
 
+from dedup_broker.testing.admin_http import http_request
 from dedup_broker.testing.cluster_processes import ClusterProcesses
 
 
@@ -97,3 +98,40 @@ def test_admin_calls_redirect_to_the_owner(cluster: ClusterProcesses) -> None:
 class NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args: object, **kwargs: object) -> None:
         return None
+
+
+def test_partitioned_topics_span_brokers_and_any_broker_manages_them(
+    cluster: ClusterProcesses,
+) -> None:
+    local = f"parts-{uuid.uuid4().hex[:8]}"
+    topic = f"persistent://public/default/{local}"
+    base = f"/admin/v2/persistent/public/default/{local}"
+    status, body = http_request("PUT", cluster[1].http_url + base + "/partitions", b"8")
+    assert status == 204, body
+    assert get_json(cluster[2].http_url + base + "/partitions") == {"partitions": 8}
+    owners = {owner_port(cluster, f"{topic}-partition-{i}") for i in range(8)}
+    assert len(owners) >= 2, "8 partitions should not all hash to one broker"
+    client = pulsar.Client(cluster[0].service_url, operation_timeout_seconds=30)
+    try:
+        producer = client.create_producer(
+            topic,
+            message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution,
+            batching_enabled=False,
+        )
+        for i in range(16):
+            producer.send(f"m{i}".encode())
+        producer.close()
+    finally:
+        client.close()
+    # Any broker sums the partitions' stats, asking each partition's owner.
+    stats = get_json(cluster[0].http_url + base + "/partitioned-stats")
+    assert isinstance(stats, dict)
+    assert stats["msgInCounter"] == 16
+    assert len(stats["partitions"]) == 8
+    # And any broker deletes it: each partition through its owner, then the metadata.
+    status, body = http_request("DELETE", cluster[2].http_url + base + "/partitions")
+    assert status == 204, body
+    assert get_json(cluster[0].http_url + base + "/partitions") == {"partitions": 0}
+    topics = get_json(cluster[0].http_url + "/admin/v2/persistent/public/default")
+    assert isinstance(topics, list)
+    assert not [t for t in topics if local in t]

@@ -107,6 +107,9 @@ class FakeBroker:
     def check_served(self, name: TopicName) -> None:
         """A single broker serves every topic."""
 
+    async def refresh_listing(self) -> None:
+        """Nothing else changes the topics."""
+
     async def partitioned_metadata(self, name: TopicName) -> int:
         return self.partitions_of(name)
 
@@ -123,9 +126,6 @@ class FakeBroker:
 
     def topics_of_namespace(self, namespace: str) -> list[str]:
         return sorted(t for t in self.topics if TopicName.parse(t).namespace_name == namespace)
-
-    async def current_topics_of_namespace(self, namespace: str) -> list[str]:
-        return self.topics_of_namespace(namespace)
 
     async def apply_policies(self) -> None:
         self.policy_applications += 1

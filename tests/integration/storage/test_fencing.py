@@ -1,0 +1,118 @@
+"""Write fences: once another process takes a slot's fence, the old holder gets no
+acknowledgement out and none of its later metadata becomes visible."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from dedup_broker.config import BrokerConfig
+from dedup_broker.errors import OwnershipLostError, StorageError
+from dedup_broker.storage import formats
+from dedup_broker.storage.fencing import WriteFence
+from dedup_broker.storage.metadata_table import MetadataView
+from dedup_broker.storage.service import StorageService
+from tests.integration.storage.helpers import ConfigFactory, run, wait_until
+
+
+def test_a_new_holder_fences_the_old_one(make_config: ConfigFactory) -> None:
+    config = make_config()
+
+    async def scenario() -> None:
+        old = await StorageService.start(config)
+        new = await StorageService.start(config)
+        try:
+            old_fence = await old.acquire_fence(3)
+            ml = await old.open_managed_ledger("fenced", fence=old_fence)
+            acked = [await ml.append(f"m{i}".encode(), 0) for i in range(5)]
+            cursor = await ml.open_cursor("sub", "earliest")
+            cursor.mark_delete(acked[1])
+            await cursor.flush()
+
+            # The new holder takes the fence and the managed ledger (sealing the ledger
+            # the old one writes): it sees exactly what was acknowledged, and the cursor.
+            new_fence = await new.acquire_fence(3)
+            ml2 = await new.open_managed_ledger("fenced", fence=new_fence)
+            expected = [f"m{i}".encode() for i in range(5)]
+            entries = await ml2.read_entries(ml2.first_position(), 20)
+            assert [e.data for e in entries] == expected
+            resumed = await ml2.open_cursor("sub")
+            assert resumed.mark_delete_position == acked[1]
+
+            # The old holder, unaware: no acknowledgement; its managed ledger closes.
+            late = ml.append(b"late", 0)
+            try:
+                await asyncio.wait_for(late, 30)
+            except (OwnershipLostError, StorageError):
+                pass
+            else:
+                raise AssertionError("an append after the takeover was acknowledged")
+            await wait_until(lambda: ml.state == "Closed", timeout=30)
+
+            # Its late write is visible to nobody; the new holder goes on.
+            nxt = await ml2.append(b"next", 0)
+            assert nxt > acked[-1]
+            entries = await ml2.read_entries(ml2.first_position(), 20)
+            assert [e.data for e in entries] == [*expected, b"next"]
+
+            # A write the old holder attempts now is never visible to anyone.
+            forged = old_fence.send(
+                formats.managed_ledgers_topic(config.cluster_name), b"forged", key=b"fenced"
+            )
+            try:
+                await forged
+            except OwnershipLostError:
+                pass
+            else:
+                raise AssertionError("a fenced holder's metadata write was committed")
+            fresh = MetadataView(
+                formats.managed_ledgers_topic(config.cluster_name), new.admin, new._reader
+            )
+            await fresh.refresh()
+            assert fresh.get("fenced") not in (None, b"forged")
+        finally:
+            await new.close()
+            await old.close()
+
+    run(scenario)
+
+
+def test_commits_are_shared_by_appends_in_flight(make_config: ConfigFactory) -> None:
+    config = make_config()
+
+    async def scenario() -> None:
+        storage = await StorageService.start(config)
+        try:
+            fence = await storage.acquire_fence(0)
+            ml = await storage.open_managed_ledger("busy", fence=fence)
+            before = fence.commits
+            positions = await asyncio.gather(*(ml.append(f"e{i}".encode(), 0) for i in range(2000)))
+            assert [p.entry_id for p in positions] == list(range(2000))
+            used = fence.commits - before
+            assert 1 <= used < 2000 / 10, f"{used} commits for 2000 appends"
+            entries = await ml.read_entries(ml.first_position(), 2000)
+            assert [e.data for e in entries] == [f"e{i}".encode() for i in range(2000)]
+        finally:
+            await storage.close()
+
+    run(scenario)
+
+
+def test_taking_a_fence_with_kafka_unreachable_fails_within_its_timeout() -> None:
+    config = BrokerConfig(
+        cluster_name="unreachable",
+        kafka_bootstrap_servers="127.0.0.1:9",
+        kafka_request_timeout_ms=2000,
+    )
+
+    async def scenario() -> None:
+        started = time.monotonic()
+        try:
+            await WriteFence.acquire(config, 1)
+        except Exception as exc:  # a StorageError naming the slot
+            assert "slot 1" in str(exc)
+        else:
+            raise AssertionError("a fence without Kafka")
+        assert time.monotonic() - started < 15
+
+    run(scenario, timeout=30)
