@@ -26,11 +26,11 @@ def test_pulsar_perf_produce_lands_every_message(
         conf, "produce", topic, "-m", str(MESSAGES), "-r", "1000", "-s", str(SIZE), "-ef"
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    # pulsar-perf stops a few messages past -m (sends in flight); it reports what it sent.
+    # pulsar-perf stops some messages past -m (sends in flight), and its closing report
+    # may miss the last acknowledgements: what it reports is a lower bound.
     reported = re.search(r"Aggregated throughput stats --- (\d+) records sent", result.stderr)
     assert reported is not None, result.stderr[-3000:]
     sent = int(reported.group(1))
-    assert sent >= MESSAGES
 
     client = pulsar.Client(broker.service_url)
     try:
@@ -40,4 +40,5 @@ def test_pulsar_perf_produce_lands_every_message(
             sizes.append(len(reader.read_next(10_000).data()))
     finally:
         client.close()
-    assert sizes == [SIZE] * sent
+    assert len(sizes) >= max(sent, MESSAGES)
+    assert sizes == [SIZE] * len(sizes)
