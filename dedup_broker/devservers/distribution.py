@@ -139,18 +139,31 @@ def _resolve(home: Path, version: str) -> None:
     )
 
 
-def ensure_resolved(home: Path, pom: bytes, what: str, expected_jar_prefix: str) -> Path:
+def ensure_resolved(
+    home: Path,
+    pom: bytes,
+    what: str,
+    expected_jar_prefix: str,
+    settings: bytes | None = None,
+) -> Path:
     """``home`` with ``libs/`` holding the runtime jars of ``pom``; resolves once.
 
     For Java tools next to Kafka (the official Pulsar Java client, its command-line tools):
-    the same cache, lock and completion marker as Kafka's jars.
+    the same cache, lock and completion marker as Kafka's jars. ``settings`` is a Maven
+    ``settings.xml`` for this resolution only (e.g. mirrors).
     """
     if (home / MARKER).is_file():
         return home
     home.parent.mkdir(parents=True, exist_ok=True)
     with _locked(home.parent / f"{home.name}.lock"):
         if not (home / MARKER).is_file():
-            resolve_into(home, pom, what, expected_jar_prefix)
+            extra_args: tuple[str, ...] = ()
+            if settings is not None:
+                home.mkdir(parents=True, exist_ok=True)
+                settings_path = home / "settings.xml"
+                settings_path.write_bytes(settings)
+                extra_args = ("-s", str(settings_path))
+            resolve_into(home, pom, what, expected_jar_prefix, extra_args)
     return home
 
 

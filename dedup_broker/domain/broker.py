@@ -20,6 +20,7 @@ from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.names import TopicName
 from dedup_broker.domain.policies import Policies
 from dedup_broker.domain.topic import Topic, TopicServices
+from dedup_broker.domain.topic_list import TopicListWatches
 from dedup_broker.errors import (
     BrokerError,
     InvalidTopicNameError,
@@ -80,6 +81,8 @@ class Broker:
         self._closing = False
         self._instance = uuid.uuid4().hex[:10]
         self._producer_counter = count()
+        self.topic_watches = TopicListWatches(self._listing)
+        """Pattern consumers' watches of namespaces (topics created or deleted later)."""
         key_dedup.bind(self)
         metrics.watch_topics(lambda: list(self.topics.values()))
 
@@ -92,6 +95,7 @@ class Broker:
         self._closing = True
         if self._housekeeping is not None:
             self._housekeeping.cancel()
+        await self.topic_watches.close()
         topics = list(self.topics.values())
         self.topics.clear()
         results = await asyncio.gather(*(t.close() for t in topics), return_exceptions=True)
@@ -226,7 +230,19 @@ class Broker:
                 names.append(f"persistent://{namespace}/{unquote(ledger_name[len(prefix) :])}")
         return sorted(names)
 
+    async def _listing(self, namespace: str, refresh: bool) -> list[str]:
+        if refresh:
+            return await self.current_topics_of_namespace(namespace)
+        return self.topics_of_namespace(namespace)
+
+    async def current_topics_of_namespace(self, namespace: str) -> list[str]:
+        """``topics_of_namespace`` as stored now: topics other brokers created included."""
+        await self.refresh_listing()
+        return self.topics_of_namespace(namespace)
+
     def topics_of_namespace(self, namespace: str) -> list[str]:
+        """Non-partitioned topics and every partition of the partitioned topics, as this
+        broker last read them."""
         topics = set(self.list_topics(namespace))
         for base in self.list_partitioned_topics(namespace):
             partitions = self.partitions_of(TopicName.parse(base))

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import enum
 import time
 from dataclasses import dataclass, field
 from typing import Protocol
+
+
+class ProducerAccessMode(enum.IntEnum):
+    """Pulsar's producer access modes, valued as on the wire
+    (``CommandProducer.producer_access_mode``)."""
+
+    SHARED = 0
+    EXCLUSIVE = 1
+    WAIT_FOR_EXCLUSIVE = 2
+    EXCLUSIVE_WITH_FENCING = 3
 
 
 class ProducerLink(Protocol):
@@ -23,6 +34,9 @@ class Producer:
     producer_id: int
     name: str
     user_provided_name: bool
+    access_mode: ProducerAccessMode = ProducerAccessMode.SHARED
+    topic_epoch: int | None = None
+    """The epoch the client last held (it reconnects with it); ``None``: none yet."""
     created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     msgs_in: int = 0
     bytes_in: int = 0
@@ -38,4 +52,13 @@ class Producer:
             "msgInCounter": self.msgs_in,
             "bytesInCounter": self.bytes_in,
             "pendingSends": self.pending_sends,
+            "accessMode": _ACCESS_MODE_NAMES[self.access_mode],
         }
+
+
+_ACCESS_MODE_NAMES = {
+    ProducerAccessMode.SHARED: "Shared",
+    ProducerAccessMode.EXCLUSIVE: "Exclusive",
+    ProducerAccessMode.WAIT_FOR_EXCLUSIVE: "WaitForExclusive",
+    ProducerAccessMode.EXCLUSIVE_WITH_FENCING: "ExclusiveWithFencing",
+}

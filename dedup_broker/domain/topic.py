@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,7 +24,12 @@ from dedup_broker.domain.outcomes import (
     settled,
 )
 from dedup_broker.domain.policies import Policies
-from dedup_broker.domain.producer import Producer
+from dedup_broker.domain.producer import Producer, ProducerAccessMode
+from dedup_broker.domain.producer_access import (
+    TOPIC_EPOCH_PROPERTY,
+    ProducerAccess,
+    ProducerBusyError,
+)
 from dedup_broker.domain.subscription import Subscription, SubscriptionType
 from dedup_broker.errors import BrokerError, PermanentError, RetriableError, ServiceNotReadyError
 from dedup_broker.key_dedup.service import KeyDedupService
@@ -50,10 +56,6 @@ LATEST_LEDGER_ID = (1 << 63) - 1
 
 SYSTEM_CURSOR_PREFIX = "pulsar."
 """Cursors the broker keeps for itself (``pulsar.dedup``); never shown as subscriptions."""
-
-
-class ProducerBusyError(PermanentError):
-    """A live producer with that name is already attached to the topic."""
 
 
 class ConsumerStillConnectedError(PermanentError):
@@ -91,6 +93,8 @@ class Topic:
         self._last_entry_batch: tuple[Position, int] | None = None
         self.dedup = TopicDeduplication(name, ledger, services.config, services.policies)
         self.key_dedup = TopicKeyDedup(name, ledger, services.key_dedup, self.append_checked)
+        stored_epoch = ledger.properties.get(TOPIC_EPOCH_PROPERTY)
+        self.access = ProducerAccess(str(name), int(stored_epoch) if stored_epoch else None)
         self.closed = False
         self._appends_in_flight = 0
         self._appends_settled = asyncio.Event()
@@ -145,20 +149,73 @@ class Topic:
             raise ServiceNotReadyError(f"topic {self.name} was unloaded; look it up again")
 
     def add_producer(self, producer: Producer) -> None:
+        """Attach a Shared producer (nothing to wait for, no epoch to store)."""
+        if producer.access_mode is not ProducerAccessMode.SHARED:
+            raise ValueError("exclusive producers attach with attach_producer()")
         self._check_open()
+        self._check_name_free(producer)
+        self.access.admit(producer, self.producers)
+        self._register(producer)
+
+    async def attach_producer(
+        self, producer: Producer, queued: Callable[[], None] | None = None
+    ) -> int | None:
+        """Attach ``producer`` under its access mode; returns the topic epoch it holds.
+
+        A ``WaitForExclusive`` producer that must wait is announced through ``queued``,
+        then the call returns once it holds exclusive access.
+        """
+        if producer.access_mode is ProducerAccessMode.SHARED:
+            self.add_producer(producer)
+            return self.access.epoch
+        self._check_open()
+        self._check_name_free(producer)
+        if producer.access_mode is ProducerAccessMode.EXCLUSIVE_WITH_FENCING:
+            self.access.fence_waiting()
+            for fenced in list(self.producers.values()):
+                log.info("%s: producer %s fenced out by %s", self.name, fenced.name, producer.name)
+                self.remove_producer(fenced)
+                fenced.link.close_producer(fenced)
+        admitted = self.access.admit(producer, self.producers)
+        if isinstance(admitted, asyncio.Future):
+            if queued is not None:
+                queued()
+            return await admitted  # registered by whoever released the topic
+        self._register(producer)
+        if admitted is not None:
+            try:
+                await self._store_epoch(admitted)
+            except BaseException:
+                self.remove_producer(producer)
+                raise
+        return admitted
+
+    def _check_name_free(self, producer: Producer) -> None:
         existing = self.producers.get(producer.name)
         if existing is not None and not existing.closed:
             raise ProducerBusyError(
                 f"producer {producer.name!r} is already connected to topic {self.name}"
             )
+
+    def _register(self, producer: Producer) -> None:
         self.producers[producer.name] = producer
         self.dedup.producer_connected(producer.name)
+
+    async def _store_epoch(self, epoch: int) -> None:
+        """The epoch outlives the topic's loading (a fenced producer stays fenced after a
+        handover): stored with the managed ledger, as Pulsar does."""
+        properties = self.managed_ledger.properties
+        if properties.get(TOPIC_EPOCH_PROPERTY) != str(epoch):
+            properties[TOPIC_EPOCH_PROPERTY] = str(epoch)
+            await self.managed_ledger.set_properties(properties)
 
     def remove_producer(self, producer: Producer) -> None:
         producer.closed = True
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
             self.dedup.producer_disconnected(producer.name)
+        if not self.closed:
+            self.access.released(producer, self.producers, self._register)
 
     def last_sequence_id(self, producer_name: str) -> int:
         return self.dedup.last_sequence_id(producer_name)
@@ -318,6 +375,7 @@ class Topic:
         writes in flight settle, the PIP-6 snapshot covers all of them, then consumers go
         and cursors are stored."""
         self.closed = True
+        self.access.fail_waiting(ServiceNotReadyError(f"topic {self.name} was unloaded"))
         for producer in list(self.producers.values()):
             self.remove_producer(producer)
             producer.link.close_producer(producer)
@@ -340,6 +398,8 @@ class Topic:
             "deduplicationStatus": self.dedup.status.value,
             "keyDeduplication": self.key_dedup.stats(),
             "publishers": [p.stats() for p in self.producers.values()],
+            "waitingPublishers": len(self.access.waiting),
+            "topicEpoch": self.access.epoch,
             "subscriptions": {n: s.stats() for n, s in self.subscriptions.items()},
         }
 

@@ -222,6 +222,32 @@ def get_topics_of_namespace_response(
     return cmd
 
 
+def watch_topic_list_success(
+    request_id: int, watcher_id: int, topics: Iterable[str], topics_hash: str
+) -> pb.BaseCommand:
+    """WATCH_TOPIC_LIST_SUCCESS: the watch is set; ``topics`` match its pattern now."""
+    cmd = pb.BaseCommand(type=Type.WATCH_TOPIC_LIST_SUCCESS)
+    out = cmd.watchTopicListSuccess
+    out.request_id = _u64(request_id)
+    out.watcher_id = _u64(watcher_id)
+    out.topic.extend(topics)
+    out.topics_hash = topics_hash
+    return cmd
+
+
+def watch_topic_update(
+    watcher_id: int, new_topics: Iterable[str], deleted_topics: Iterable[str], topics_hash: str
+) -> pb.BaseCommand:
+    """WATCH_TOPIC_UPDATE: topics created or deleted since the last word on the watch."""
+    cmd = pb.BaseCommand(type=Type.WATCH_TOPIC_UPDATE)
+    out = cmd.watchTopicUpdate
+    out.watcher_id = _u64(watcher_id)
+    out.new_topics.extend(new_topics)
+    out.deleted_topics.extend(deleted_topics)
+    out.topics_hash = topics_hash
+    return cmd
+
+
 # ---------------------------------------------------------------------------------------
 # Producers
 # ---------------------------------------------------------------------------------------

@@ -97,6 +97,7 @@ class ClientConnection(asyncio.Protocol):
             self._keepalive.cancel()
         self.producers.connection_lost()
         self.consumers.connection_lost()
+        self.lookups.connection_lost()
         self.listener.connection_closed(self)
 
     def pause_writing(self) -> None:

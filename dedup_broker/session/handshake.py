@@ -60,6 +60,7 @@ class Handshake:
                 f"dedup-broker {__version__}",
                 self.protocol_version,
                 self.connection.config.max_message_size,
+                pb.FeatureFlags(supports_topic_watchers=True),
             )
         )
 

@@ -1,5 +1,5 @@
-"""Where a topic lives and what it is: LOOKUP, partitioned metadata, namespace listings,
-schemas."""
+"""Where a topic lives and what it is: LOOKUP, partitioned metadata, namespace listings
+and their watches (pattern subscriptions), schemas."""
 
 from __future__ import annotations
 
@@ -7,6 +7,13 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from dedup_broker.domain.names import TopicName
+from dedup_broker.domain.topic_list import (
+    TopicListWatch,
+    compile_pattern,
+    filter_topics,
+    topics_hash,
+)
+from dedup_broker.errors import PermanentError
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import Frame
@@ -20,16 +27,23 @@ def topic_name(connection: Session, text: str) -> TopicName:
     return TopicName.parse(text, config.default_tenant, config.default_namespace)
 
 
+class InvalidTopicsPatternError(PermanentError):
+    """A topic-list watch with a pattern this broker cannot evaluate."""
+
+
 class LookupCommands:
     def __init__(self, connection: Session) -> None:
         self.connection = connection
         self.broker = connection.broker
+        self.watches: dict[int, TopicListWatch] = {}
 
     def handlers(self) -> dict[int, Handler]:
         return {
             pb.BaseCommand.PARTITIONED_METADATA: self._on_partitioned_metadata,
             pb.BaseCommand.LOOKUP: self._on_lookup,
             pb.BaseCommand.GET_TOPICS_OF_NAMESPACE: self._on_get_topics_of_namespace,
+            pb.BaseCommand.WATCH_TOPIC_LIST: self._on_watch_topic_list,
+            pb.BaseCommand.WATCH_TOPIC_LIST_CLOSE: self._on_watch_topic_list_close,
             pb.BaseCommand.GET_SCHEMA: self._on_get_schema,
             pb.BaseCommand.GET_OR_CREATE_SCHEMA: self._on_get_or_create_schema,
         }
@@ -75,11 +89,67 @@ class LookupCommands:
         return self._topics_of_namespace(frame.command.getTopicsOfNamespace)
 
     async def _topics_of_namespace(self, request: pb.CommandGetTopicsOfNamespace) -> None:
-        await self.broker.refresh_listing()
-        topics = self.broker.topics_of_namespace(request.namespace)
+        """Persistent topics only (no non-persistent ones exist), filtered by the pattern
+        when there is one this broker can evaluate (the client filters again anyway)."""
+        topics: list[str] = []
+        if request.mode != pb.CommandGetTopicsOfNamespace.NON_PERSISTENT:
+            topics = await self.broker.current_topics_of_namespace(request.namespace)
+        filtered = False
+        if request.HasField("topics_pattern"):
+            pattern = compile_pattern(request.topics_pattern)
+            if pattern is not None:
+                topics, filtered = filter_topics(topics, pattern), True
+        listing_hash = topics_hash(topics)
+        unchanged = filtered and request.topics_hash == listing_hash
         self.connection.send_command(
-            commands.get_topics_of_namespace_response(request.request_id, topics)
+            commands.get_topics_of_namespace_response(
+                request.request_id,
+                [] if unchanged else topics,
+                filtered=filtered,
+                topics_hash=listing_hash,
+                changed=not unchanged,
+            )
         )
+
+    def _on_watch_topic_list(self, frame: Frame) -> Awaitable[None]:
+        return self._watch(frame.command.watchTopicList)
+
+    async def _watch(self, request: pb.CommandWatchTopicList) -> None:
+        pattern = compile_pattern(request.topics_pattern)
+        if pattern is None:
+            raise InvalidTopicsPatternError(f"invalid topics pattern {request.topics_pattern!r}")
+        watcher_id = request.watcher_id
+        previous = self.watches.pop(watcher_id, None)
+        if previous is not None:
+            self.broker.topic_watches.unwatch(previous)
+
+        def updated(new: list[str], deleted: list[str], listing_hash: str) -> None:
+            self.connection.send_command(
+                commands.watch_topic_update(watcher_id, new, deleted, listing_hash)
+            )
+
+        watch = await self.broker.topic_watches.watch(request.namespace, pattern, updated)
+        if self.connection.closed:
+            self.broker.topic_watches.unwatch(watch)
+            return
+        self.watches[watcher_id] = watch
+        self.connection.send_command(
+            commands.watch_topic_list_success(
+                request.request_id, watcher_id, sorted(watch.topics), watch.hash
+            )
+        )
+
+    def _on_watch_topic_list_close(self, frame: Frame) -> None:
+        request = frame.command.watchTopicListClose
+        watch = self.watches.pop(request.watcher_id, None)
+        if watch is not None:
+            self.broker.topic_watches.unwatch(watch)
+        self.connection.send_command(commands.success(request.request_id))
+
+    def connection_lost(self) -> None:
+        for watch in self.watches.values():
+            self.broker.topic_watches.unwatch(watch)
+        self.watches.clear()
 
     def _on_get_schema(self, frame: Frame) -> None:
         request = frame.command.getSchema

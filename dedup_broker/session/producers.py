@@ -14,8 +14,8 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from dedup_broker.domain.outcomes import PublishOutcome, PublishResult, settled
-from dedup_broker.domain.producer import Producer
-from dedup_broker.errors import ChecksumError, PermanentError, ProtocolError
+from dedup_broker.domain.producer import Producer, ProducerAccessMode
+from dedup_broker.errors import ChecksumError, ProtocolError
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import Frame, parse_metadata_only, verify_checksum
@@ -27,10 +27,6 @@ if TYPE_CHECKING:
     from dedup_broker.session.context import Handler, Session
 
 log = logging.getLogger(__name__)
-
-
-class AccessModeNotSupportedError(PermanentError):
-    """Only the Shared producer access mode is served."""
 
 
 class _Attached:
@@ -53,6 +49,8 @@ class ProducerCommands:
         self.broker = connection.broker
         self.producers: dict[int, _Attached] = {}
         self._creating: dict[int, asyncio.Future[None]] = {}
+        self._waiting: dict[int, tuple[Producer, Topic]] = {}
+        """Producers being attached (``WaitForExclusive`` ones may wait long), by id."""
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -85,16 +83,18 @@ class ProducerCommands:
                 raise UnknownIdError(
                     f"producer id {request.producer_id} is in use for another topic"
                 )
-            self._success(request.request_id, existing)
+            self._success(request.request_id, existing, existing.topic.access.epoch)
             return
         if request.producer_id in self._creating:
             raise CreationInProgressError(f"producer {request.producer_id} is being created")
         self._creating[request.producer_id] = asyncio.get_running_loop().create_future()
         try:
-            if request.producer_access_mode not in (0,):
-                raise AccessModeNotSupportedError(
-                    "only the Shared producer access mode is supported"
-                )
+            try:
+                access_mode = ProducerAccessMode(request.producer_access_mode)
+            except ValueError:
+                raise ProtocolError(
+                    f"unknown producer access mode {request.producer_access_mode}"
+                ) from None
             topic = await self.broker.get_topic(name)
             await topic.managed_ledger.wait_writable()
             user_named = request.HasField("producer_name") and bool(request.producer_name)
@@ -103,23 +103,41 @@ class ProducerCommands:
                 producer_id=request.producer_id,
                 name=request.producer_name if user_named else self.broker.new_producer_name(),
                 user_provided_name=user_named,
+                access_mode=access_mode,
+                topic_epoch=request.topic_epoch if request.HasField("topic_epoch") else None,
             )
-            topic.add_producer(producer)
+            self._waiting[request.producer_id] = (producer, topic)
+            try:
+                epoch = await topic.attach_producer(
+                    producer, queued=lambda: self._queued(request.request_id, producer)
+                )
+            finally:
+                self._waiting.pop(request.producer_id, None)
             if self.connection.closed:
                 topic.remove_producer(producer)
                 return
             attached = _Attached(producer, topic)
             self.producers[request.producer_id] = attached
             self.connection.metrics.producers.inc()
-            self._success(request.request_id, attached)
+            self._success(request.request_id, attached, epoch)
         finally:
             self._creating.pop(request.producer_id).set_result(None)
 
-    def _success(self, request_id: int, attached: _Attached) -> None:
+    def _queued(self, request_id: int, producer: Producer) -> None:
+        """A WaitForExclusive producer waits: the client hears it exists but is not ready
+        (Pulsar's answer); a second PRODUCER_SUCCESS follows once it holds the topic."""
+        self.connection.send_command(
+            commands.producer_success(request_id, producer.name, producer_ready=False)
+        )
+
+    def _success(self, request_id: int, attached: _Attached, epoch: int | None) -> None:
         name = attached.producer.name
         self.connection.send_command(
             commands.producer_success(
-                request_id, name, last_sequence_id=attached.topic.last_sequence_id(name)
+                request_id,
+                name,
+                last_sequence_id=attached.topic.last_sequence_id(name),
+                topic_epoch=epoch,
             )
         )
 
@@ -169,6 +187,10 @@ class ProducerCommands:
     # --- closing --------------------------------------------------------------------
     def _on_close_producer(self, frame: Frame) -> Awaitable[None] | None:
         request = frame.command.close_producer
+        waiting = self._waiting.get(request.producer_id)
+        if waiting is not None:  # still waiting for the topic: it stops waiting
+            producer, topic = waiting
+            topic.remove_producer(producer)
         pending = self._creating.get(request.producer_id)
         if pending is not None:
             return self._close_after(pending, request)
@@ -196,6 +218,8 @@ class ProducerCommands:
         self.connection.metrics.producers.dec()
 
     def connection_lost(self) -> None:
+        for producer, topic in list(self._waiting.values()):
+            topic.remove_producer(producer)
         for attached in list(self.producers.values()):
             attached.topic.remove_producer(attached.producer)
             self.connection.metrics.producers.dec()

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 from dedup_broker import errors
 from dedup_broker.domain.outcomes import PublishOutcome, PublishStatus
+from dedup_broker.domain.producer_access import ProducerBusyError, ProducerFencedError
 from dedup_broker.domain.subscription import ConsumerBusyError
-from dedup_broker.domain.topic import (
-    ConsumerStillConnectedError,
-    ProducerBusyError,
-    SubscriptionNotFoundError,
-)
+from dedup_broker.domain.topic import ConsumerStillConnectedError, SubscriptionNotFoundError
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 
@@ -33,6 +30,7 @@ _CODES: tuple[tuple[type[BaseException], pb.ServerError], ...] = (
     (errors.InvalidTopicNameError, pb.InvalidTopicName),
     (errors.TopicNotFoundError, pb.TopicNotFound),
     (ProducerBusyError, pb.ProducerBusy),
+    (ProducerFencedError, pb.ProducerFenced),
     (ConsumerBusyError, pb.ConsumerBusy),
     (ConsumerStillConnectedError, pb.ConsumerBusy),
     (SubscriptionNotFoundError, pb.SubscriptionNotFound),

@@ -164,6 +164,13 @@ class MemoryLedger:
 
     # --- appending ------------------------------------------------------------------
     @property
+    def properties(self) -> dict[str, str]:
+        return dict(self._storage.ledger_properties.get(self.name, {}))
+
+    async def set_properties(self, properties: dict[str, str]) -> None:
+        self._storage.ledger_properties[self.name] = dict(properties)
+
+    @property
     def state(self) -> str:
         return self._state
 
@@ -488,6 +495,8 @@ class MemoryStorage:
         self.cursor_infos = MemoryTable()
         self.open_failure: BaseException | None = None
         self._kafka: dict[str, KafkaLedgers] = {}
+        self.ledger_properties: dict[str, dict[str, str]] = {}
+        """Each managed ledger's stored properties, by name."""
         self._ledger_ids: Iterator[int] = count(first_ledger_id)
         self._open: dict[str, MemoryLedger] = {}
         self._closed = False
@@ -502,6 +511,7 @@ class MemoryStorage:
         fresh = MemoryStorage(self.config)
         fresh.policies, fresh.cursor_infos = self.policies, self.cursor_infos
         fresh._kafka, fresh._ledger_ids = self._kafka, self._ledger_ids
+        fresh.ledger_properties = self.ledger_properties
         return fresh
 
     def new_ledger_id(self) -> int:

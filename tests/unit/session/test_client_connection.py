@@ -29,7 +29,10 @@ async def test_connect_negotiates_the_protocol_version() -> None:
     frames = await connection.exchange(client.connect(protocol_version=99))
     assert frames == replies(
         commands.connected(
-            f"dedup-broker {__version__}", SERVER_PROTOCOL_VERSION, broker.config.max_message_size
+            f"dedup-broker {__version__}",
+            SERVER_PROTOCOL_VERSION,
+            broker.config.max_message_size,
+            pb.FeatureFlags(supports_topic_watchers=True),
         )
     )
     assert await connection.exchange(client.connect()) == replies(

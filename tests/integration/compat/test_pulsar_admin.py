@@ -1,0 +1,126 @@
+"""The official ``pulsar-admin`` CLI (4.0.6, from Maven Central) against the admin API.
+
+Every command runs in one JVM (start-up dominates); each command's exit code and output
+are those pulsar-admin gives a user. Commands the broker does not serve are checked too,
+so that docs/compatibility.md stays true: they fail cleanly with the missing resource.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pulsar
+import pytest
+import requests
+
+from dedup_broker.devservers.pulsar_tools import (
+    AdminOutcome,
+    ensure_pulsar_tools,
+    run_pulsar_admin_batch,
+    write_client_conf,
+)
+from dedup_broker.testing.broker_process import BrokerProcess
+
+NAMESPACE = "public/default"
+TOPIC = "persistent://public/default/admin-topic"
+PARTITIONED = "persistent://public/default/admin-partitioned"
+
+
+@pytest.fixture(scope="module")
+def tools() -> Path:
+    return ensure_pulsar_tools()
+
+
+def _by_command(outcomes: list[AdminOutcome]) -> dict[str, AdminOutcome]:
+    return {" ".join(o.args[:2]) + f"#{i}": o for i, o in enumerate(outcomes)}
+
+
+def test_pulsar_admin_commands(tools: Path, broker: BrokerProcess, tmp_path: Path) -> None:
+    client = pulsar.Client(broker.service_url)
+    try:
+        producer = client.create_producer(f"{PARTITIONED}-seed")
+        producer.send(b"seed")
+    finally:
+        client.close()
+    conf = write_client_conf(tmp_path / "client.conf", broker.service_url, broker.http_url)
+    commands: list[list[str]] = [
+        ["topics", "create", TOPIC],  # 0
+        ["topics", "create", TOPIC],  # 1: exists already
+        ["topics", "create-partitioned-topic", PARTITIONED, "-p", "3"],  # 2
+        ["topics", "list", NAMESPACE],  # 3
+        ["topics", "list-partitioned-topics", NAMESPACE],  # 4
+        ["topics", "get-partitioned-topic-metadata", PARTITIONED],  # 5
+        ["topics", "update-partitioned-topic", PARTITIONED, "-p", "4"],  # 6
+        ["topics", "stats", f"{PARTITIONED}-seed"],  # 7
+        ["topics", "stats-internal", TOPIC],  # 8
+        ["topics", "partitioned-stats", PARTITIONED],  # 9
+        ["topics", "subscriptions", TOPIC],  # 10
+        ["topics", "unload", TOPIC],  # 11
+        ["topics", "offload-status", TOPIC],  # 12
+        ["namespaces", "set-deduplication", NAMESPACE, "--enable"],  # 13
+        ["namespaces", "get-deduplication", NAMESPACE],  # 14
+        ["namespaces", "set-retention", NAMESPACE, "--size", "10M", "--time", "1h"],  # 15
+        ["namespaces", "get-retention", NAMESPACE],  # 16
+        ["namespaces", "remove-retention", NAMESPACE],  # 17
+        ["namespaces", "get-retention", NAMESPACE],  # 18
+        ["namespaces", "bundles", NAMESPACE],  # 19
+        ["brokers", "healthcheck"],  # 20
+        ["topics", "delete", TOPIC],  # 21
+        ["topics", "delete-partitioned-topic", PARTITIONED],  # 22
+        ["topics", "list", NAMESPACE],  # 23
+        ["topics", "delete", TOPIC],  # 24: gone already (pulsar-admin still exits 0)
+    ]
+    out = run_pulsar_admin_batch(conf, commands)
+    codes = [o.exit_code for o in out]
+    expected_failures = {1}
+    assert [i for i, code in enumerate(codes) if code != 0] == sorted(expected_failures), "\n".join(
+        f"{o.args}: {o.exit_code}\n{o.output[-600:]}" for o in out
+    )
+    assert "already exists" in out[1].output
+    partitions = [f"{PARTITIONED}-partition-{i}" for i in range(3)]
+    assert _json_lines(out[3].output) == sorted([TOPIC, f"{PARTITIONED}-seed", *partitions])
+    assert _json_lines(out[4].output) == [PARTITIONED]
+    assert json.loads(out[5].output)["partitions"] == 3
+    stats = json.loads(out[7].output)
+    assert stats["msgInCounter"] == 1
+    assert stats["deduplicationStatus"] == "Disabled"
+    assert json.loads(out[8].output)["numberOfEntries"] == 0
+    assert json.loads(out[9].output)["metadata"]["partitions"] == 4
+    assert out[10].output.strip() == ""
+    assert "Offload has not been run" in out[12].output
+    assert out[14].output.strip() == "true"
+    assert json.loads(out[16].output) == {"retentionTimeInMinutes": 60, "retentionSizeInMB": 10}
+    assert out[18].output.strip() in ("", "null")
+    assert json.loads(out[19].output)["numBundles"] >= 1
+    assert out[20].output.strip() == "ok"
+    assert _json_lines(out[23].output) == [f"{PARTITIONED}-seed"]
+    assert "Failed to delete topic" in out[24].output
+    assert "does not exist" in out[24].output
+
+    # The namespace policy set through the CLI is the broker's.
+    policy = requests.get(f"{broker.http_url}/admin/v2/namespaces/{NAMESPACE}/deduplication")
+    assert policy.json() is True
+
+
+def test_pulsar_admin_commands_not_served(
+    tools: Path, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """Tenants, namespace creation, permissions, schemas and compaction are not served
+    yet: each fails with pulsar-admin's usual error for a missing resource (exit 1)."""
+    conf = write_client_conf(tmp_path / "client.conf", broker.service_url, broker.http_url)
+    commands = [
+        ["tenants", "list"],
+        ["namespaces", "create", "public/other"],
+        ["namespaces", "permissions", NAMESPACE],
+        ["schemas", "get", TOPIC],
+        ["topics", "compact", TOPIC],
+    ]
+    for outcome in run_pulsar_admin_batch(conf, commands):
+        assert outcome.exit_code == 1, outcome
+        assert "no resource at /admin/v2/" in outcome.output, outcome
+
+
+def _json_lines(output: str) -> list[str]:
+    """``topics list`` prints one name per line (other output filtered away)."""
+    return sorted(line.strip() for line in output.splitlines() if "://" in line)
