@@ -169,13 +169,18 @@ class WriteFence:
 
     # --- fence thread -----------------------------------------------------------------
     def _run(self, initialized: asyncio.Future[None]) -> None:
-        try:
-            self._producer.init_transactions()
-        except KafkaException as exc:
-            failure = storage_error(f"taking the write fence of slot {self.slot}", exc)
-            self._loop.call_soon_threadsafe(_settle_future, initialized, failure)
-            return
-        self._loop.call_soon_threadsafe(_settle_future, initialized, None)
+        while True:
+            try:
+                self._producer.init_transactions()
+                break
+            except KafkaException as exc:
+                cause = _kafka_error(exc)
+                if cause is not None and cause.retriable() and not self._closing:
+                    continue  # "retry call to resume"
+                failure = storage_error(f"taking the write fence of slot {self.slot}", exc)
+                self._call_soon(_settle_future, initialized, failure)
+                return
+        self._call_soon(_settle_future, initialized, None)
         while True:
             with self._lock:
                 while not (self._confirms or self._sends or self._closing):
@@ -187,17 +192,17 @@ class WriteFence:
                 confirms, sends = self._confirms, self._sends
                 self._confirms, self._sends = [], []
             outcome = self._commit(sends)
-            self._loop.call_soon_threadsafe(self._settle, confirms, sends, outcome)
+            self._call_soon(self._settle, confirms, sends, outcome)
             if outcome is not None and self.lost is not None:
                 confirms, sends = [], []
                 break
         error = self._refusal_error()
-        self._loop.call_soon_threadsafe(self._settle, confirms, sends, error)
+        self._call_soon(self._settle, confirms, sends, error)
         with self._lock:
             rest, more = self._confirms, self._sends
             self._confirms, self._sends = [], []
         if rest or more:
-            self._loop.call_soon_threadsafe(self._settle, rest, more, error)
+            self._call_soon(self._settle, rest, more, error)
 
     def _commit(self, sends: list[_Send]) -> BaseException | None:
         """One transaction holding ``sends`` and a fence record; the error if it failed.
@@ -259,6 +264,12 @@ class WriteFence:
                     self.lost = exc
                     log.error("slot %d: write fence lost (abort failed): %s", self.slot, exc)
                     return self._refusal_error()
+
+    def _call_soon(self, callback: Callable[..., None], *args: Any) -> None:
+        try:
+            self._loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # the loop is closed: the process is ending
+            log.debug("slot %d: event loop closed; %s dropped", self.slot, callback)
 
     # --- back on the loop -------------------------------------------------------------
     def _settle(
