@@ -97,6 +97,9 @@ class ManagedLedger(ManagedLedgerView):
         self.fence = fence
         """The slot's write fence (a cluster); ``None``: acknowledged as Kafka acknowledges."""
         self._awaiting_commit: list[_Append] = []
+        self._list_lock = asyncio.Lock()
+        """Held from computing a new ledger list to applying it: two writers (a rollover
+        and an offload, say) must never store lists computed from the same old one."""
         self._on_closed = on_closed
         self._loop = asyncio.get_running_loop()
         self._ledgers = LedgerList()
@@ -255,17 +258,19 @@ class ManagedLedger(ManagedLedgerView):
         current = self._ledgers.current
         if current is not None and current.ledger_id in ledger_ids:
             raise ValueError(f"{self.name}: the current ledger cannot be removed")
-        self._trimmed |= ledger_ids
-        self._ledgers.remove(ledger_ids)
-        self._ctx.cache.invalidate_ledgers(list(ledger_ids))
-        await self._write_info(self._ledgers.infos())
+        async with self._list_lock:
+            self._trimmed |= ledger_ids
+            self._ledgers.remove(ledger_ids)
+            self._ctx.cache.invalidate_ledgers(list(ledger_ids))
+            await self._write_info(self._ledgers.infos())
 
     async def update_offloads(self, changes: dict[int, OffloadInfo | None]) -> None:
         """Record (or clear) tiered-storage copies of listed ledgers and store the list."""
-        for ledger_id, offload in changes.items():
-            if self._ledgers.count(ledger_id) is not None:
-                self._ledgers.set_offload(ledger_id, offload)
-        await self._write_info(self._ledgers.infos())
+        async with self._list_lock:
+            for ledger_id, offload in changes.items():
+                if self._ledgers.count(ledger_id) is not None:
+                    self._ledgers.set_offload(ledger_id, offload)
+            await self._write_info(self._ledgers.infos())
 
     def stored_views(self) -> list[list[LedgerInfo]]:
         """The ledger lists that may be the stored one."""
@@ -277,8 +282,9 @@ class ManagedLedger(ManagedLedgerView):
     async def store_trimmed_removal(self) -> None:
         """Write the list again if a removal of trimmed ledgers (or another change) was not
         stored."""
-        if self._trimmed & self._info.stored_ids() or self._info.unknown is not None:
-            await self._write_info(self._ledgers.infos())
+        async with self._list_lock:
+            if self._trimmed & self._info.stored_ids() or self._info.unknown is not None:
+                await self._write_info(self._ledgers.infos())
 
     def ledger_status(
         self, ledger_id: int, ledger_type: LedgerType = LedgerType.LEDGER, uid: str = ""
@@ -290,8 +296,9 @@ class ManagedLedger(ManagedLedgerView):
     async def set_properties(self, properties: dict[str, str]) -> None:
         """Replace the managed ledger's properties (stored with its ledger list)."""
         self._check_open()
-        await self._write_info(self._ledgers.infos(), dict(properties))
-        self._properties = dict(properties)
+        async with self._list_lock:
+            await self._write_info(self._ledgers.infos(), dict(properties))
+            self._properties = dict(properties)
 
     # --- appending ------------------------------------------------------------------
     @property
@@ -461,22 +468,32 @@ class ManagedLedger(ManagedLedgerView):
         closed: LedgerInfo | None = None
         new_id: int | None = None
         current_id = self._ledgers.last_id
-        while True:
-            try:
-                if closed is None:
-                    closed = await self._ctx.ledgers.close_at_true_end(current_id)
-                if new_id is None:
-                    new_id = await self._ctx.ledgers.create(self.name)
-                infos = [*self._ledgers.infos()[:-1], closed, LedgerInfo(new_id, -1, 0, 0)]
-                await self._write_info(infos)
-                break
-            except ManagedLedgerFencedError as exc:
-                await self._shutdown(exc)
-                return
-            except Exception as exc:
-                log.warning("%s: recovery failed, retrying in %.1fs: %s", self.name, delay, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _RETRY_MAX_S)
+        fenced: ManagedLedgerFencedError | None = None
+        async with self._list_lock:
+            while True:
+                try:
+                    if closed is None:
+                        closed = await self._ctx.ledgers.close_at_true_end(current_id)
+                    if new_id is None:
+                        new_id = await self._ctx.ledgers.create(self.name)
+                    infos = [*self._ledgers.infos()[:-1], closed, LedgerInfo(new_id, -1, 0, 0)]
+                    await self._write_info(infos)
+                    self._apply_recovery(closed, new_id)
+                    break
+                except ManagedLedgerFencedError as exc:
+                    fenced = exc
+                    break
+                except Exception as exc:
+                    log.warning("%s: recovery failed, retrying in %.1fs: %s", self.name, delay, exc)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, _RETRY_MAX_S)
+        if fenced is not None:
+            await self._shutdown(fenced)
+            return
+        self._after_recovery(told)
+
+    def _apply_recovery(self, closed: LedgerInfo, new_id: int) -> None:
+        current_id = self._ledgers.last_id
         confirmed = self._ledgers.current_entries
         if closed.entries < confirmed:
             log.error(
@@ -491,6 +508,8 @@ class ManagedLedger(ManagedLedgerView):
         self._ledgers.add_open_ledger(new_id)
         self._last_confirmed = self._ledgers.last_confirmed()
         self._start_ledger(new_id)
+
+    def _after_recovery(self, told: Position) -> None:
         self._recovery_task = None
         self._state = OPEN
         self._writable.set()
@@ -546,16 +565,20 @@ class ManagedLedger(ManagedLedgerView):
     async def _roll(self) -> None:
         """Close the current ledger (everything in it is acknowledged) and open the next."""
         try:
-            closed = LedgerInfo(
-                self._ledgers.last_id,
-                self._ledgers.current_entries,
-                self._ledgers.current_size,
-                now_ms(),
-            )
             new_id = await self._ctx.ledgers.create(self.name)
-            await self._write_info(
-                [*self._ledgers.infos()[:-1], closed, LedgerInfo(new_id, -1, 0, 0)]
-            )
+            async with self._list_lock:
+                closed = LedgerInfo(
+                    self._ledgers.last_id,
+                    self._ledgers.current_entries,
+                    self._ledgers.current_size,
+                    now_ms(),
+                )
+                await self._write_info(
+                    [*self._ledgers.infos()[:-1], closed, LedgerInfo(new_id, -1, 0, 0)]
+                )
+                self._ledgers.close_current(closed.entries, closed.size, closed.timestamp_ms)
+                self._ledgers.add_open_ledger(new_id)
+                self._start_ledger(new_id)
         except ManagedLedgerFencedError as exc:
             self._roll_task = None
             await self._shutdown(exc)
@@ -564,9 +587,6 @@ class ManagedLedger(ManagedLedgerView):
             self._roll_task = None
             self._fence(exc)
             return
-        self._ledgers.close_current(closed.entries, closed.size, closed.timestamp_ms)
-        self._ledgers.add_open_ledger(new_id)
-        self._start_ledger(new_id)
         self._roll_task = None
         self._rolling = False
         log.debug("%s rolled over to ledger %d", self.name, new_id)
@@ -617,19 +637,22 @@ class ManagedLedger(ManagedLedgerView):
             log.warning("%s: appends still unacknowledged at close", self.name)
         await self._wait_committed(timeout)
         if self._state == OPEN and self._ledgers.current is not None:
-            closed = LedgerInfo(
-                self._ledgers.last_id,
-                self._ledgers.current_entries,
-                self._ledgers.current_size,
-                now_ms(),
-            )
-            try:
-                await self._write_info([*self._ledgers.infos()[:-1], closed])
-                self._ledgers.close_current(closed.entries, closed.size, closed.timestamp_ms)
-            except Exception as exc:
-                log.warning(
-                    "%s: recording the closed ledger failed (recovered on open): %s", self.name, exc
+            async with self._list_lock:
+                closed = LedgerInfo(
+                    self._ledgers.last_id,
+                    self._ledgers.current_entries,
+                    self._ledgers.current_size,
+                    now_ms(),
                 )
+                try:
+                    await self._write_info([*self._ledgers.infos()[:-1], closed])
+                    self._ledgers.close_current(closed.entries, closed.size, closed.timestamp_ms)
+                except Exception as exc:
+                    log.warning(
+                        "%s: recording the closed ledger failed (recovered on open): %s",
+                        self.name,
+                        exc,
+                    )
         for cursor_name, error in await self._cursors.close_all():
             log.warning("%s: storing cursor %s failed: %s", self.name, cursor_name, error)
         self._finish_close()
