@@ -35,7 +35,13 @@ from dedup_broker.pip6.routes import pip6_routes
 from dedup_broker.retention.policy import RetentionChecker
 from dedup_broker.retention.routes import retention_routes
 from dedup_broker.security.authentication import Authenticator
-from dedup_broker.security.routes import authentication_middleware
+from dedup_broker.security.authorization import Authorizer, Tenancy
+from dedup_broker.security.routes import (
+    SECURITY_ERROR_STATUSES,
+    authentication_middleware,
+    authorization_middleware,
+    tenancy_routes,
+)
 from dedup_broker.session.listener import Listener
 from dedup_broker.session.metrics import SessionMetrics
 from dedup_broker.storage.broker_registry import broker_key, broker_record
@@ -51,14 +57,22 @@ def validate_settings(config: BrokerConfig) -> Authenticator:
     """Settings each feature checks itself (``ConfigError``), before anything starts."""
     key_dedup_defaults(config)
     offload_directory(config)
+    Authorizer.check_settings(config)
     return Authenticator(config)
 
 
 def http_app(
-    broker: Broker, registry: CollectorRegistry, authenticator: Authenticator | None = None
+    broker: Broker,
+    registry: CollectorRegistry,
+    authenticator: Authenticator | None = None,
+    authorizer: Authorizer | None = None,
 ) -> web.Application:
     """The admin, lookup and metrics surface: each room's routes, one error table."""
+    authorizer = authorizer or Authorizer(
+        broker.config, Tenancy(broker.policies.table, broker.config)
+    )
     routes = [
+        *tenancy_routes(authorizer, broker),
         *broker_routes(registry),
         *(cluster_routes(broker, broker.cluster) if broker.cluster is not None else []),
         *topic_routes(broker),
@@ -68,8 +82,13 @@ def http_app(
         *offload_routes(broker),
         *ledger_deletion_routes(broker),
     ]
-    statuses = {**TOPIC_ERROR_STATUSES, **KEY_DEDUP_ERROR_STATUSES, **OFFLOAD_ERROR_STATUSES}
-    middlewares = [redirect_middleware(broker)]
+    statuses = {
+        **TOPIC_ERROR_STATUSES,
+        **KEY_DEDUP_ERROR_STATUSES,
+        **OFFLOAD_ERROR_STATUSES,
+        **SECURITY_ERROR_STATUSES,
+    }
+    middlewares = [authorization_middleware(authorizer), redirect_middleware(broker)]
     if authenticator is not None:
         middlewares.insert(0, authentication_middleware(authenticator))
     return new_app(routes, statuses, middlewares)
@@ -114,14 +133,15 @@ class BrokerApp:
             config, storage, policies, BrokerMetrics(self.registry), key_dedup, cluster
         )
         broker.start()
+        authorizer = Authorizer(config, Tenancy(storage.policies, config))
         self.listener = listener = Listener(
-            config, broker, SessionMetrics(self.registry), authenticator
+            config, broker, SessionMetrics(self.registry), authenticator, authorizer
         )
         await listener.start()
         self.retention = RetentionChecker(config, broker.loaded_ledgers)
         self.retention.start()
         self.http = await start_http(
-            http_app(broker, self.registry, authenticator),
+            http_app(broker, self.registry, authenticator, authorizer),
             config.bind_address,
             config.web_service_port,
         )

@@ -56,6 +56,9 @@ class BrokerConfig:
     anonymous_user_role: str = ""
     """Role of clients without credentials; empty: they are refused."""
     super_user_roles: str = ""
+    """Comma-separated roles allowed everything (authorization)."""
+    authorization_enabled: bool = False
+    """Check tenants' admin roles and namespace permissions on every operation."""
     token_secret_key: str = ""
     """HS256 key: ``data:;base64,<key>``, ``file:///path`` (raw bytes) or base64."""
     token_public_key: str = ""

@@ -9,7 +9,7 @@ from urllib.parse import quote, unquote
 from dedup_broker.errors import InvalidTopicNameError
 
 PARTITION_SUFFIX = "-partition-"
-_NAME_PART = re.compile(r"[A-Za-z0-9_=:.\-]+")
+NAME_PART = re.compile(r"[A-Za-z0-9_=:.\-]+")
 _LOCAL_NAME = re.compile(r"[^/\s][^\s]*")
 
 
@@ -50,7 +50,7 @@ class TopicName:
                 )
         tenant, namespace, local = parts
         for label, part in (("tenant", tenant), ("namespace", namespace)):
-            if not _NAME_PART.fullmatch(part):
+            if not NAME_PART.fullmatch(part):
                 raise InvalidTopicNameError(f"invalid {label} {part!r} in topic {text!r}")
         if not _LOCAL_NAME.fullmatch(local) or len(local) > 1024:
             raise InvalidTopicNameError(f"invalid topic name {local!r} in {text!r}")

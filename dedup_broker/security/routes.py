@@ -1,4 +1,12 @@
-"""HTTP authentication: every admin and lookup request proves who it is first."""
+"""HTTP security: authentication and authorization of every admin and lookup request, and
+the routes of tenants, namespaces and their permissions.
+
+- ``GET /admin/v2/tenants``; ``PUT/POST/GET/DELETE /admin/v2/tenants/{tenant}`` with
+  ``{"adminRoles": [...], "allowedClusters": [...]}``
+- ``GET /admin/v2/namespaces/{tenant}``; ``PUT/DELETE /admin/v2/namespaces/{tenant}/{namespace}``
+- ``GET .../{namespace}/permissions``; ``POST/DELETE .../{namespace}/permissions/{role}``
+  with ``["produce", "consume"]``
+"""
 
 from __future__ import annotations
 
@@ -7,11 +15,37 @@ from http import HTTPStatus
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
+from dedup_broker.domain.broker import Broker
+from dedup_broker.domain.names import TopicName
+from dedup_broker.http.bodies import json_response, no_content, read_json
+from dedup_broker.http.errors import ErrorStatuses
+from dedup_broker.http.paths import NAMESPACES, namespace_of
 from dedup_broker.security.authentication import AuthenticationError, Authenticator
+from dedup_broker.security.authorization import (
+    AuthorizationError,
+    Authorizer,
+    InvalidTenancyError,
+    TenancyConflictError,
+    TenancyNotFoundError,
+    TenantInfo,
+    actions_of,
+)
 
 UNAUTHENTICATED_PATHS = frozenset({"/metrics", "/admin/v2/brokers/health"})
 """Liveness and metrics stay open, for probes and scrapers (as Pulsar's
 ``authenticateMetricsEndpoint=false``)."""
+
+TENANTS = "/admin/v2/tenants"
+TENANT = TENANTS + "/{tenant}"
+PERMISSIONS = NAMESPACES + "/permissions"
+
+SECURITY_ERROR_STATUSES: ErrorStatuses = {
+    AuthenticationError: HTTPStatus.UNAUTHORIZED,
+    AuthorizationError: HTTPStatus.FORBIDDEN,
+    TenancyConflictError: HTTPStatus.CONFLICT,
+    TenancyNotFoundError: HTTPStatus.NOT_FOUND,
+    InvalidTenancyError: HTTPStatus.BAD_REQUEST,
+}
 
 
 def authentication_middleware(authenticator: Authenticator) -> Middleware:
@@ -32,3 +66,132 @@ def authentication_middleware(authenticator: Authenticator) -> Middleware:
         return await handler(request)
 
     return authenticate
+
+
+def authorization_middleware(authorizer: Authorizer) -> Middleware:
+    """Every route is checked, by its path shape: lookups need produce or consume on the
+    topic; a tenant's routes (its namespaces, topics, policies) need an admin of the tenant
+    (reading the tenant too); everything else (creating tenants, clusters, brokers,
+    ledger deletion) needs a superuser. A refusal is a 403 with the reason."""
+
+    @web.middleware
+    async def authorize(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if authorizer.enabled and request.path.rstrip("/") not in UNAUTHENTICATED_PATHS:
+            _authorize(authorizer, request)
+        return await handler(request)
+
+    return authorize
+
+
+def _authorize(authorizer: Authorizer, request: web.Request) -> None:
+    resource = request.match_info.route.resource
+    if resource is None:
+        return  # no such route: a 404 follows
+    shape = resource.canonical.rstrip("/")
+    role: str | None = request.get("role")
+    params = request.match_info
+    what = f"{request.method} {request.path}"
+    if shape.startswith("/lookup/"):
+        topic = TopicName.parse(
+            f"persistent://{params['tenant']}/{params['namespace']}/{params['topic']}"
+        )
+        authorizer.check_lookup(role, topic)
+    elif "tenant" in params and (shape != TENANT or request.method == "GET"):
+        authorizer.check_tenant_admin(role, params["tenant"], what)
+    else:
+        authorizer.check_superuser(role, what)
+
+
+def tenancy_routes(authorizer: Authorizer, broker: Broker) -> list[web.RouteDef]:
+    api = _TenancyApi(authorizer, broker)
+    return [
+        web.get(TENANTS, api.list_tenants),
+        web.get(TENANT, api.get_tenant),
+        web.put(TENANT, api.create_tenant),
+        web.post(TENANT, api.update_tenant),
+        web.delete(TENANT, api.delete_tenant),
+        web.get("/admin/v2/namespaces/{tenant}", api.list_namespaces),
+        web.put(NAMESPACES, api.create_namespace),
+        web.delete(NAMESPACES, api.delete_namespace),
+        web.get(PERMISSIONS, api.get_permissions),
+        web.post(PERMISSIONS + "/{role}", api.grant),
+        web.delete(PERMISSIONS + "/{role}", api.revoke),
+    ]
+
+
+class _TenancyApi:
+    def __init__(self, authorizer: Authorizer, broker: Broker) -> None:
+        self.tenancy = authorizer.tenancy
+        self.broker = broker
+
+    async def list_tenants(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        return json_response(self.tenancy.tenants())
+
+    async def get_tenant(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        name = request.match_info["tenant"]
+        info = self.tenancy.tenant(name)
+        if info is None:
+            raise TenancyNotFoundError(f"Tenant does not exist: {name}")
+        return json_response(info.to_json())
+
+    async def create_tenant(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        info = TenantInfo.from_json(await _optional_json(request))
+        await self.tenancy.create_tenant(request.match_info["tenant"], info)
+        return no_content()
+
+    async def update_tenant(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        info = TenantInfo.from_json(await read_json(request))
+        await self.tenancy.update_tenant(request.match_info["tenant"], info)
+        return no_content()
+
+    async def delete_tenant(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        await self.tenancy.delete_tenant(request.match_info["tenant"])
+        return no_content()
+
+    async def list_namespaces(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        tenant = request.match_info["tenant"]
+        if self.tenancy.tenant(tenant) is None:
+            raise TenancyNotFoundError(f"Tenant does not exist: {tenant}")
+        return json_response(self.tenancy.namespaces(tenant))
+
+    async def create_namespace(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        await self.tenancy.create_namespace(namespace_of(request))
+        return no_content()
+
+    async def delete_namespace(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        namespace = namespace_of(request)
+        if await self.broker.current_topics_of_namespace(namespace):
+            raise TenancyConflictError(f"Cannot delete non empty namespace: {namespace}")
+        await self.tenancy.delete_namespace(namespace)
+        return no_content()
+
+    async def get_permissions(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        info = self.tenancy.namespace(namespace_of(request))
+        if info is None:
+            raise TenancyNotFoundError(f"Namespace does not exist: {namespace_of(request)}")
+        return json_response(info.to_json()["permissions"])
+
+    async def grant(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        actions = actions_of(await read_json(request))
+        await self.tenancy.grant(namespace_of(request), request.match_info["role"], actions)
+        return no_content()
+
+    async def revoke(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        await self.tenancy.revoke(namespace_of(request), request.match_info["role"])
+        return no_content()
+
+
+async def _optional_json(request: web.Request) -> object:
+    """Pulsar's admin client may create a tenant with no body."""
+    return await read_json(request) if (await request.read()).strip() else None

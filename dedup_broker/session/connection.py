@@ -20,6 +20,7 @@ from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import FRAME_PADDING, Frame, FrameDecoder, encode_command
 from dedup_broker.security.authentication import Authenticator
+from dedup_broker.security.authorization import Authorizer
 from dedup_broker.session.consumers import ConsumerCommands
 from dedup_broker.session.context import ConnectionHost, Handler
 from dedup_broker.session.handshake import Handshake
@@ -40,6 +41,7 @@ class ClientConnection(asyncio.Protocol):
         self.config: BrokerConfig = listener.config
         self.metrics: SessionMetrics = listener.metrics
         self.authenticator: Authenticator = listener.authenticator
+        self.authorizer: Authorizer = listener.authorizer
         self.role: str | None = None
         self.transport: asyncio.Transport | None = None
         self.remote_address = "?"

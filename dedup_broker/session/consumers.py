@@ -15,6 +15,7 @@ from dedup_broker.errors import PermanentError, ProtocolError
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import Frame, encode_payload_command
+from dedup_broker.security.authorization import AuthAction
 from dedup_broker.session.lookups import topic_name
 from dedup_broker.session.replies import CreationInProgressError, UnknownIdError
 from dedup_broker.storage.position import Position
@@ -108,6 +109,7 @@ class ConsumerCommands:
 
     async def _subscribe(self, request: pb.CommandSubscribe) -> None:
         name = topic_name(self.connection, request.topic)
+        self.connection.authorizer.check_topic(self.connection.role, name, AuthAction.CONSUME)
         if request.consumer_id in self.consumers:
             self.connection.send_command(commands.success(request.request_id))
             return

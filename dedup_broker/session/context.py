@@ -11,6 +11,7 @@ from dedup_broker.domain.broker import Broker
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import Frame
 from dedup_broker.security.authentication import Authenticator
+from dedup_broker.security.authorization import Authorizer
 from dedup_broker.session.metrics import SessionMetrics
 
 Handler = Callable[[Frame], Awaitable[None] | None]
@@ -28,6 +29,7 @@ class Session(Protocol):
     writable: bool
     closed: bool
     authenticator: Authenticator
+    authorizer: Authorizer
     role: str | None
     """Who the client proved to be at CONNECT (None: authentication is off)."""
 
@@ -54,6 +56,7 @@ class ConnectionHost(Protocol):
     config: BrokerConfig
     metrics: SessionMetrics
     authenticator: Authenticator
+    authorizer: Authorizer
 
     @property
     def service_url(self) -> str: ...

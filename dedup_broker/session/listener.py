@@ -8,6 +8,7 @@ import logging
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.broker import Broker
 from dedup_broker.security.authentication import Authenticator
+from dedup_broker.security.authorization import Authorizer
 from dedup_broker.session.connection import ClientConnection
 from dedup_broker.session.metrics import SessionMetrics
 
@@ -20,10 +21,12 @@ class Listener:
         config: BrokerConfig,
         broker: Broker,
         metrics: SessionMetrics,
-        authenticator: Authenticator | None = None,
+        authenticator: Authenticator,
+        authorizer: Authorizer,
     ) -> None:
         self.config = config
-        self.authenticator = authenticator or Authenticator(config)
+        self.authenticator = authenticator
+        self.authorizer = authorizer
         self.broker = broker
         self.metrics = metrics
         self.connections: set[ClientConnection] = set()

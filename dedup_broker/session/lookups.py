@@ -53,6 +53,7 @@ class LookupCommands:
 
     async def _partitioned_metadata(self, request: pb.CommandPartitionedTopicMetadata) -> None:
         name = topic_name(self.connection, request.topic)
+        self.connection.authorizer.check_lookup(self.connection.role, name)
         partitions = await self.broker.partitioned_metadata(name)
         self.connection.send_command(
             commands.partitioned_metadata_response(request.request_id, partitions)
@@ -66,6 +67,7 @@ class LookupCommands:
         (authoritative: the owner is named by the cluster, the client need not ask again
         elsewhere)."""
         name = topic_name(self.connection, request.topic)
+        self.connection.authorizer.check_lookup(self.connection.role, name)
         owner = await self.broker.owner_of(name)
         if owner is not None:
             reply = commands.lookup_response(
@@ -91,6 +93,9 @@ class LookupCommands:
     async def _topics_of_namespace(self, request: pb.CommandGetTopicsOfNamespace) -> None:
         """Persistent topics only (no non-persistent ones exist), filtered by the pattern
         when there is one this broker can evaluate (the client filters again anyway)."""
+        self.connection.authorizer.check_namespace_read(
+            self.connection.role, request.namespace, f"list the topics of {request.namespace}"
+        )
         topics: list[str] = []
         if request.mode != pb.CommandGetTopicsOfNamespace.NON_PERSISTENT:
             topics = await self.broker.current_topics_of_namespace(request.namespace)
@@ -115,6 +120,9 @@ class LookupCommands:
         return self._watch(frame.command.watchTopicList)
 
     async def _watch(self, request: pb.CommandWatchTopicList) -> None:
+        self.connection.authorizer.check_namespace_read(
+            self.connection.role, request.namespace, f"watch the topics of {request.namespace}"
+        )
         pattern = compile_pattern(request.topics_pattern)
         if pattern is None:
             raise InvalidTopicsPatternError(f"invalid topics pattern {request.topics_pattern!r}")

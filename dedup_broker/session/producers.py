@@ -19,6 +19,7 @@ from dedup_broker.errors import ChecksumError, ProtocolError
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import Frame, parse_metadata_only, verify_checksum
+from dedup_broker.security.authorization import AuthAction
 from dedup_broker.session.lookups import topic_name
 from dedup_broker.session.replies import CreationInProgressError, UnknownIdError, publish_reply
 
@@ -77,6 +78,7 @@ class ProducerCommands:
 
     async def _create(self, request: pb.CommandProducer) -> None:
         name = topic_name(self.connection, request.topic)
+        self.connection.authorizer.check_topic(self.connection.role, name, AuthAction.PRODUCE)
         existing = self.producers.get(request.producer_id)
         if existing is not None:
             if str(existing.topic.name) != str(name):

@@ -15,6 +15,8 @@ from dedup_broker.domain.subscription import ConsumerBusyError
 from dedup_broker.domain.topic import ConsumerStillConnectedError, SubscriptionNotFoundError
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
+from dedup_broker.security.authentication import AuthenticationError
+from dedup_broker.security.authorization import AuthorizationError
 
 
 class UnknownIdError(errors.PermanentError):
@@ -27,6 +29,8 @@ class CreationInProgressError(errors.RetriableError):
 
 _CODES: tuple[tuple[type[BaseException], pb.ServerError], ...] = (
     (errors.ChecksumError, pb.ChecksumError),
+    (AuthenticationError, pb.AuthenticationError),
+    (AuthorizationError, pb.AuthorizationError),
     (errors.InvalidTopicNameError, pb.InvalidTopicName),
     (errors.TopicNotFoundError, pb.TopicNotFound),
     (ProducerBusyError, pb.ProducerBusy),

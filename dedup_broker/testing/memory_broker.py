@@ -30,6 +30,8 @@ from dedup_broker.protocol.framing import (
     encode_command,
     encode_payload_command,
 )
+from dedup_broker.security.authentication import Authenticator
+from dedup_broker.security.authorization import Authorizer, Tenancy
 from dedup_broker.session.connection import ClientConnection
 from dedup_broker.session.listener import Listener
 from dedup_broker.session.metrics import SessionMetrics
@@ -155,7 +157,16 @@ class MemoryBroker:
             BrokerMetrics(registry),
             key_dedup,
         )
-        self.listener = Listener(self.config, self.broker, SessionMetrics(registry))
+        self.authorizer = Authorizer(
+            self.config, Tenancy(self.storage.policies.as_metadata_table(), self.config)
+        )
+        self.listener = Listener(
+            self.config,
+            self.broker,
+            SessionMetrics(registry),
+            Authenticator(self.config),
+            self.authorizer,
+        )
         self._ports = iter(range(40000, 50000))
 
     @classmethod

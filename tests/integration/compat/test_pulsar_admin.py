@@ -103,16 +103,47 @@ def test_pulsar_admin_commands(tools: Path, broker: BrokerProcess, tmp_path: Pat
     assert policy.json() is True
 
 
+def test_pulsar_admin_tenants_namespaces_and_permissions(
+    tools: Path, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    conf = write_client_conf(tmp_path / "client.conf", broker.service_url, broker.http_url)
+    cluster = broker.cluster_name
+    commands = [
+        ["tenants", "create", "acme", "--admin-roles", "alice", "--allowed-clusters", cluster],
+        ["tenants", "list"],  # 1
+        ["tenants", "get", "acme"],  # 2
+        ["namespaces", "create", "acme/app"],  # 3
+        ["namespaces", "list", "acme"],  # 4
+        ["namespaces", "grant-permission", "acme/app", "--role", "bob", "--actions", "produce"],
+        ["namespaces", "permissions", "acme/app"],  # 6
+        ["namespaces", "revoke-permission", "acme/app", "--role", "bob"],  # 7
+        ["namespaces", "permissions", "acme/app"],  # 8
+        ["tenants", "delete", "acme"],  # 9: it still has a namespace
+        ["namespaces", "delete", "acme/app"],  # 10
+        ["tenants", "delete", "acme"],  # 11
+        ["tenants", "list"],  # 12
+    ]
+    out = run_pulsar_admin_batch(conf, commands)
+    codes = [o.exit_code for o in out]
+    assert [i for i, code in enumerate(codes) if code != 0] == [9], "\n".join(
+        f"{o.args}: {o.exit_code}\n{o.output[-600:]}" for o in out
+    )
+    assert {"acme", "public"} <= set(out[1].output.split())
+    assert json.loads(out[2].output) == {"adminRoles": ["alice"], "allowedClusters": [cluster]}
+    assert "acme/app" in out[4].output.split()
+    assert out[6].output.split() == ["bob", "[produce]"]
+    assert "bob" not in out[8].output
+    assert "active namespaces" in out[9].output
+    assert "acme" not in out[12].output.split()
+
+
 def test_pulsar_admin_commands_not_served(
     tools: Path, broker: BrokerProcess, tmp_path: Path
 ) -> None:
-    """Tenants, namespace creation, permissions, schemas and compaction are not served
-    yet: each fails with pulsar-admin's usual error for a missing resource (exit 1)."""
+    """Schemas and compaction are not served yet: each fails with pulsar-admin's usual
+    error for a missing resource (exit 1)."""
     conf = write_client_conf(tmp_path / "client.conf", broker.service_url, broker.http_url)
     commands = [
-        ["tenants", "list"],
-        ["namespaces", "create", "public/other"],
-        ["namespaces", "permissions", NAMESPACE],
         ["schemas", "get", TOPIC],
         ["topics", "compact", TOPIC],
     ]

@@ -1,0 +1,281 @@
+"""Authorization with Pulsar's model: tenants with admin roles, namespaces with
+permissions granted to roles, superusers.
+
+Tenants, namespaces and their permissions live in the compacted policies table, so every
+broker of a cluster reads the same ones and changes apply at runtime. With
+``authorizationEnabled`` off (the default) every check passes, as before.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from dedup_broker.config import BrokerConfig
+from dedup_broker.domain.names import NAME_PART, TopicName
+from dedup_broker.errors import ConfigError, PermanentError
+
+if TYPE_CHECKING:
+    from dedup_broker.storage.metadata_table import MetadataTable
+
+TENANT_KEY = "tenants/"
+NAMESPACE_KEY = "namespaces/"
+SYSTEM_NAMESPACE = "pulsar/system"
+"""Reserved for the broker's own use: superusers only."""
+
+
+class AuthAction(StrEnum):
+    """What a namespace permission allows (Pulsar's ``AuthAction`` names)."""
+
+    PRODUCE = "produce"
+    CONSUME = "consume"
+    FUNCTIONS = "functions"
+    SOURCES = "sources"
+    SINKS = "sinks"
+    PACKAGES = "packages"
+
+
+class AuthorizationError(PermanentError):
+    """The role may not do this (Pulsar's AuthorizationError; HTTP 403)."""
+
+
+class TenancyConflictError(PermanentError):
+    """A tenant or namespace exists already, or is not empty (HTTP 409)."""
+
+
+class TenancyNotFoundError(PermanentError):
+    """No such tenant or namespace (HTTP 404)."""
+
+
+class InvalidTenancyError(PermanentError):
+    """A malformed tenant, namespace or permission body (HTTP 400)."""
+
+
+@dataclass(frozen=True)
+class TenantInfo:
+    admin_roles: tuple[str, ...] = ()
+    allowed_clusters: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "adminRoles": list(self.admin_roles),
+            "allowedClusters": list(self.allowed_clusters),
+        }
+
+    @classmethod
+    def from_json(cls, body: object) -> TenantInfo:
+        if body is None:
+            return cls()
+        if not isinstance(body, dict):
+            raise InvalidTenancyError("a tenant is a JSON object with adminRoles, allowedClusters")
+        return cls(
+            _strings(body.get("adminRoles") or [], "adminRoles"),
+            _strings(body.get("allowedClusters") or [], "allowedClusters"),
+        )
+
+
+@dataclass(frozen=True)
+class NamespaceInfo:
+    permissions: dict[str, tuple[AuthAction, ...]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "permissions": {
+                role: [action.value for action in actions]
+                for role, actions in sorted(self.permissions.items())
+            }
+        }
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> NamespaceInfo:
+        permissions = body.get("permissions", {})
+        return cls({role: actions_of(names) for role, names in permissions.items()})
+
+
+def _strings(value: object, label: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise InvalidTenancyError(f"{label} must be a list of strings")
+    return tuple(value)
+
+
+def actions_of(names: object) -> tuple[AuthAction, ...]:
+    """Pulsar's action names, in a stable order; anything else is refused."""
+    values = _strings(names, "actions")
+    try:
+        chosen = {AuthAction(name) for name in values}
+    except ValueError:
+        allowed = ", ".join(action.value for action in AuthAction)
+        raise InvalidTenancyError(f"unknown action in {list(values)}; allowed: {allowed}") from None
+    return tuple(action for action in AuthAction if action in chosen)
+
+
+def _check_name(name: str, label: str) -> None:
+    if not NAME_PART.fullmatch(name):
+        raise InvalidTenancyError(f"invalid {label} name {name!r}")
+
+
+class Tenancy:
+    """Tenants and namespaces in the policies table. The default namespace (and its
+    tenant) always exist, as in a Pulsar standalone."""
+
+    def __init__(self, table: MetadataTable, config: BrokerConfig) -> None:
+        self.table = table
+        self.default_tenant = config.default_tenant
+        self.default_namespace = f"{config.default_tenant}/{config.default_namespace}"
+        self.cluster_name = config.cluster_name
+
+    # --- tenants ------------------------------------------------------------------------
+    def tenants(self) -> list[str]:
+        stored = {key[len(TENANT_KEY) :] for key, _ in self.table.items(TENANT_KEY)}
+        return sorted(stored | {self.default_tenant})
+
+    def tenant(self, name: str) -> TenantInfo | None:
+        raw = self.table.get(TENANT_KEY + name)
+        if raw is not None:
+            return TenantInfo.from_json(json.loads(raw))
+        if name == self.default_tenant:
+            return TenantInfo(allowed_clusters=(self.cluster_name,))
+        return None
+
+    async def create_tenant(self, name: str, info: TenantInfo) -> None:
+        _check_name(name, "tenant")
+        if self.table.get(TENANT_KEY + name) is not None:
+            raise TenancyConflictError(f"Tenant already exists: {name}")
+        await self._put_tenant(name, info)
+
+    async def update_tenant(self, name: str, info: TenantInfo) -> None:
+        if self.tenant(name) is None:
+            raise TenancyNotFoundError(f"Tenant does not exist: {name}")
+        await self._put_tenant(name, info)
+
+    async def _put_tenant(self, name: str, info: TenantInfo) -> None:
+        if not info.allowed_clusters:
+            info = TenantInfo(info.admin_roles, (self.cluster_name,))
+        unknown = [c for c in info.allowed_clusters if c != self.cluster_name]
+        if unknown:
+            raise InvalidTenancyError(f"Clusters do not exist: {unknown}")
+        await self.table.put(TENANT_KEY + name, json.dumps(info.to_json()).encode())
+
+    async def delete_tenant(self, name: str) -> None:
+        if self.tenant(name) is None:
+            raise TenancyNotFoundError(f"Tenant does not exist: {name}")
+        if self.namespaces(name):
+            raise TenancyConflictError(f"The tenant still has active namespaces: {name}")
+        await self.table.delete(TENANT_KEY + name)
+
+    # --- namespaces ---------------------------------------------------------------------
+    def namespaces(self, tenant: str) -> list[str]:
+        prefix = f"{NAMESPACE_KEY}{tenant}/"
+        stored = {key[len(NAMESPACE_KEY) :] for key, _ in self.table.items(prefix)}
+        if self.default_namespace.startswith(tenant + "/"):
+            stored.add(self.default_namespace)
+        return sorted(stored)
+
+    def namespace(self, namespace: str) -> NamespaceInfo | None:
+        raw = self.table.get(NAMESPACE_KEY + namespace)
+        if raw is not None:
+            return NamespaceInfo.from_json(json.loads(raw))
+        return NamespaceInfo() if namespace == self.default_namespace else None
+
+    async def create_namespace(self, namespace: str) -> None:
+        tenant, _, local = namespace.partition("/")
+        _check_name(local, "namespace")
+        if self.tenant(tenant) is None:
+            raise TenancyNotFoundError(f"Tenant does not exist: {tenant}")
+        if self.table.get(NAMESPACE_KEY + namespace) is not None:
+            raise TenancyConflictError(f"Namespace already exists: {namespace}")
+        await self._put_namespace(namespace, self.namespace(namespace) or NamespaceInfo())
+
+    async def delete_namespace(self, namespace: str) -> None:
+        if self.namespace(namespace) is None:
+            raise TenancyNotFoundError(f"Namespace does not exist: {namespace}")
+        await self.table.delete(NAMESPACE_KEY + namespace)
+
+    async def grant(self, namespace: str, role: str, actions: Iterable[AuthAction]) -> None:
+        info = self._existing(namespace)
+        granted = {**info.permissions, role: actions_of([a.value for a in actions])}
+        await self._put_namespace(namespace, NamespaceInfo(granted))
+
+    async def revoke(self, namespace: str, role: str) -> None:
+        info = self._existing(namespace)
+        remaining = {r: a for r, a in info.permissions.items() if r != role}
+        await self._put_namespace(namespace, NamespaceInfo(remaining))
+
+    def _existing(self, namespace: str) -> NamespaceInfo:
+        info = self.namespace(namespace)
+        if info is None:
+            raise TenancyNotFoundError(f"Namespace does not exist: {namespace}")
+        return info
+
+    async def _put_namespace(self, namespace: str, info: NamespaceInfo) -> None:
+        await self.table.put(NAMESPACE_KEY + namespace, json.dumps(info.to_json()).encode())
+
+
+class Authorizer:
+    """Decides what a role may do; every refusal is an AuthorizationError with a reason."""
+
+    def __init__(self, config: BrokerConfig, tenancy: Tenancy) -> None:
+        self.check_settings(config)
+        self.enabled = config.authorization_enabled
+        self.tenancy = tenancy
+        self.super_users = frozenset(
+            role.strip() for role in config.super_user_roles.split(",") if role.strip()
+        )
+
+    @staticmethod
+    def check_settings(config: BrokerConfig) -> None:
+        if config.authorization_enabled and not config.authentication_enabled:
+            raise ConfigError(
+                "authorizationEnabled needs authenticationEnabled: roles come from authentication"
+            )
+
+    def is_superuser(self, role: str | None) -> bool:
+        return not self.enabled or (role is not None and role in self.super_users)
+
+    def is_tenant_admin(self, role: str | None, tenant: str) -> bool:
+        if self.is_superuser(role):
+            return True
+        info = self.tenancy.tenant(tenant)
+        return role is not None and info is not None and role in info.admin_roles
+
+    def check_superuser(self, role: str | None, what: str) -> None:
+        if not self.is_superuser(role):
+            raise AuthorizationError(f"{_who(role)} is not authorized to {what} (superusers only)")
+
+    def check_tenant_admin(self, role: str | None, tenant: str, what: str) -> None:
+        if not self.is_tenant_admin(role, tenant):
+            raise AuthorizationError(
+                f"{_who(role)} is not authorized to {what}: not an admin of tenant {tenant}"
+            )
+
+    def allowed(self, role: str | None, namespace: str, actions: Iterable[AuthAction]) -> bool:
+        """Whether the role holds one of ``actions`` on the namespace (tenant admins and
+        superusers hold all of them; the system namespace is the superusers' alone)."""
+        if self.is_superuser(role):
+            return True
+        if namespace == SYSTEM_NAMESPACE or role is None:
+            return False
+        if self.is_tenant_admin(role, namespace.split("/")[0]):
+            return True
+        info = self.tenancy.namespace(namespace)
+        granted = set(info.permissions.get(role, ())) if info is not None else set()
+        return any(action in granted for action in actions)
+
+    def check_topic(self, role: str | None, topic: TopicName, action: AuthAction) -> None:
+        if not self.allowed(role, topic.namespace_name, (action,)):
+            raise AuthorizationError(f"{_who(role)} is not authorized to {action.value} on {topic}")
+
+    def check_lookup(self, role: str | None, topic: TopicName) -> None:
+        """Lookups (and partitioned metadata) need produce or consume."""
+        self.check_namespace_read(role, topic.namespace_name, f"look up {topic}")
+
+    def check_namespace_read(self, role: str | None, namespace: str, what: str) -> None:
+        if not self.allowed(role, namespace, (AuthAction.PRODUCE, AuthAction.CONSUME)):
+            raise AuthorizationError(f"{_who(role)} is not authorized to {what}")
+
+
+def _who(role: str | None) -> str:
+    return f"role {role!r}" if role is not None else "an unauthenticated client"

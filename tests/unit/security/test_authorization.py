@@ -1,0 +1,116 @@
+"""Tenants, namespaces and permissions, and what each role may do."""
+
+from __future__ import annotations
+
+import pytest
+
+from dedup_broker.config import BrokerConfig
+from dedup_broker.domain.names import TopicName
+from dedup_broker.errors import ConfigError
+from dedup_broker.security.authorization import (
+    AuthAction,
+    AuthorizationError,
+    Authorizer,
+    InvalidTenancyError,
+    Tenancy,
+    TenancyConflictError,
+    TenancyNotFoundError,
+    TenantInfo,
+    actions_of,
+)
+from dedup_broker.testing.memory_table import MemoryTable
+
+SECURED = BrokerConfig().with_overrides(
+    authentication_enabled=True, authorization_enabled=True, super_user_roles="root, ops"
+)
+TOPIC = TopicName.parse("persistent://acme/app/orders")
+
+
+async def acme(config: BrokerConfig = SECURED) -> Authorizer:
+    tenancy = Tenancy(MemoryTable().as_metadata_table(), config)
+    await tenancy.create_tenant("acme", TenantInfo(admin_roles=("alice",)))
+    await tenancy.create_namespace("acme/app")
+    await tenancy.grant("acme/app", "bob", [AuthAction.PRODUCE])
+    await tenancy.grant("acme/app", "carol", [AuthAction.CONSUME, AuthAction.PRODUCE])
+    return Authorizer(config, tenancy)
+
+
+async def test_permissions_produce_and_consume() -> None:
+    authorizer = await acme()
+    authorizer.check_topic("bob", TOPIC, AuthAction.PRODUCE)
+    authorizer.check_lookup("bob", TOPIC)
+    with pytest.raises(AuthorizationError, match="'bob' is not authorized to consume"):
+        authorizer.check_topic("bob", TOPIC, AuthAction.CONSUME)
+    authorizer.check_topic("carol", TOPIC, AuthAction.CONSUME)
+    with pytest.raises(AuthorizationError, match="look up"):
+        authorizer.check_lookup("dave", TOPIC)
+    with pytest.raises(AuthorizationError, match="unauthenticated"):
+        authorizer.check_lookup(None, TOPIC)
+
+
+async def test_tenant_admins_and_superusers() -> None:
+    authorizer = await acme()
+    authorizer.check_topic("alice", TOPIC, AuthAction.CONSUME)
+    authorizer.check_tenant_admin("alice", "acme", "manage")
+    with pytest.raises(AuthorizationError, match="not an admin of tenant public"):
+        authorizer.check_tenant_admin("alice", "public", "manage")
+    with pytest.raises(AuthorizationError, match="superusers only"):
+        authorizer.check_superuser("alice", "create tenants")
+    for superuser in ("root", "ops"):
+        authorizer.check_superuser(superuser, "create tenants")
+        authorizer.check_topic(superuser, TOPIC, AuthAction.PRODUCE)
+
+
+async def test_the_system_namespace_is_for_superusers_only() -> None:
+    authorizer = await acme()
+    await authorizer.tenancy.create_tenant("pulsar", TenantInfo(admin_roles=("alice",)))
+    system = TopicName.parse("persistent://pulsar/system/changes")
+    with pytest.raises(AuthorizationError):
+        authorizer.check_topic("alice", system, AuthAction.CONSUME)
+    authorizer.check_topic("root", system, AuthAction.CONSUME)
+
+
+async def test_revoking_applies_to_the_next_check() -> None:
+    authorizer = await acme()
+    await authorizer.tenancy.revoke("acme/app", "bob")
+    with pytest.raises(AuthorizationError):
+        authorizer.check_topic("bob", TOPIC, AuthAction.PRODUCE)
+
+
+async def test_everything_is_allowed_with_authorization_off() -> None:
+    authorizer = await acme(BrokerConfig())
+    authorizer.check_topic(None, TOPIC, AuthAction.PRODUCE)
+    authorizer.check_superuser(None, "anything")
+
+
+async def test_tenancy_rules() -> None:
+    tenancy = (await acme()).tenancy
+    assert tenancy.tenants() == ["acme", "public"]
+    assert tenancy.namespaces("public") == ["public/default"]
+    assert tenancy.namespaces("acme") == ["acme/app"]
+    with pytest.raises(TenancyConflictError):
+        await tenancy.create_tenant("acme", TenantInfo())
+    with pytest.raises(TenancyConflictError, match="active namespaces"):
+        await tenancy.delete_tenant("acme")
+    with pytest.raises(TenancyNotFoundError):
+        await tenancy.create_namespace("nobody/ns")
+    with pytest.raises(InvalidTenancyError, match="Clusters do not exist"):
+        await tenancy.create_tenant("far", TenantInfo(allowed_clusters=("mars",)))
+    with pytest.raises(InvalidTenancyError, match="invalid tenant"):
+        await tenancy.create_tenant("a b", TenantInfo())
+    await tenancy.delete_namespace("acme/app")
+    await tenancy.delete_tenant("acme")
+    assert tenancy.tenants() == ["public"]
+
+
+def test_actions_are_pulsars() -> None:
+    assert actions_of(["consume", "produce", "produce"]) == (AuthAction.PRODUCE, AuthAction.CONSUME)
+    with pytest.raises(InvalidTenancyError, match="unknown action"):
+        actions_of(["publish"])
+    with pytest.raises(InvalidTenancyError):
+        actions_of("produce")
+
+
+def test_authorization_needs_authentication() -> None:
+    with pytest.raises(ConfigError, match="authorizationEnabled needs authenticationEnabled"):
+        Authorizer.check_settings(BrokerConfig().with_overrides(authorization_enabled=True))
