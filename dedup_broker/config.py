@@ -36,6 +36,17 @@ class BrokerConfig:
     max_message_size: int = 5 * 1024 * 1024
     keep_alive_interval_seconds: int = 30
     allow_auto_topic_creation: bool = True
+    allow_auto_topic_creation_type: str = "non-partitioned"
+    """``non-partitioned`` or ``partitioned`` (with ``defaultNumPartitions``)."""
+    default_num_partitions: int = 1
+
+    # --- limits (0: no limit) -----------------------------------------------------------
+    max_topics_per_namespace: int = 0
+    """Topics (partitions count one each) a namespace may hold; creating more is refused."""
+    max_connections_per_ip: int = 0
+    max_producers_per_topic: int = 0
+    max_consumers_per_topic: int = 0
+    max_consumers_per_subscription: int = 0
     max_pending_publish_requests_per_connection: int = 1000
     """SENDs of one connection awaiting their outcome before the broker stops reading it."""
     broker_shutdown_timeout_ms: int = 60000
@@ -310,6 +321,22 @@ def _validate(config: BrokerConfig) -> None:
             f"clusterName must be 1-100 of [A-Za-z0-9._-] (it prefixes Kafka topics), "
             f"got {config.cluster_name!r}"
         )
+    if config.allow_auto_topic_creation_type not in ("non-partitioned", "partitioned"):
+        raise ConfigError(
+            "allowAutoTopicCreationType must be non-partitioned or partitioned, "
+            f"got {config.allow_auto_topic_creation_type!r}"
+        )
+    if config.default_num_partitions <= 0:
+        raise ConfigError(f"defaultNumPartitions must be > 0, got {config.default_num_partitions}")
+    for name in (
+        "max_topics_per_namespace",
+        "max_connections_per_ip",
+        "max_producers_per_topic",
+        "max_consumers_per_topic",
+        "max_consumers_per_subscription",
+    ):
+        if getattr(config, name) < 0:
+            raise ConfigError(f"{camel_case(name)} must be >= 0 (0: no limit)")
     if config.managed_ledger_default_mark_delete_rate_limit <= 0:
         raise ConfigError("managedLedgerDefaultMarkDeleteRateLimit must be > 0")
     for name in (

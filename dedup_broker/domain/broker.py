@@ -53,6 +53,10 @@ class TopicExistsError(PermanentError):
     """The topic (or partitioned topic) already exists."""
 
 
+class TopicLimitError(PermanentError):
+    """The namespace holds ``maxTopicsPerNamespace`` topics already."""
+
+
 class TopicBusyError(PermanentError):
     """The topic has producers or consumers attached."""
 
@@ -181,7 +185,32 @@ class Broker:
         grown or deleted it)."""
         if self.cluster is not None:
             await self.storage.policies.refresh()
-        return self.partitions_of(name)
+        partitions = self.partitions_of(name)
+        if partitions == 0 and self._auto_creates_partitioned(name):
+            try:
+                await self.create_partitioned_topic(name, self.config.default_num_partitions)
+            except TopicExistsError:  # created meanwhile (through another broker)
+                await self.storage.policies.refresh()
+            partitions = self.partitions_of(name)
+        return partitions
+
+    def _auto_creates_partitioned(self, name: TopicName) -> bool:
+        """Pulsar's ``allowAutoTopicCreationType=partitioned``: a client asking for the
+        partitions of a topic nobody created makes it a partitioned topic."""
+        return (
+            self.config.allow_auto_topic_creation
+            and self.config.allow_auto_topic_creation_type == "partitioned"
+            and not name.is_partition
+            and not self.storage.managed_ledger_exists(name.managed_ledger_name)
+        )
+
+    def _check_topic_limit(self, name: TopicName, new_topics: int) -> None:
+        limit = self.config.max_topics_per_namespace
+        if limit and len(self.topics_of_namespace(name.namespace_name)) + new_topics > limit:
+            raise TopicLimitError(
+                f"Exceed maximum number of topics in namespace {name.namespace_name} "
+                f"(maxTopicsPerNamespace={limit})"
+            )
 
     # --- partitioned topics ---------------------------------------------------------
     def partitions_of(self, name: TopicName) -> int:
@@ -200,6 +229,7 @@ class Broker:
             raise TopicExistsError(f"partitioned topic {name} already exists")
         if self.storage.managed_ledger_exists(name.managed_ledger_name):
             raise TopicExistsError(f"non-partitioned topic {name} already exists")
+        self._check_topic_limit(name, partitions)
         await self.storage.policies.put(
             PARTITIONS_KEY + str(name), json.dumps({"partitions": partitions}).encode()
         )
@@ -309,7 +339,11 @@ class Broker:
                         f"{base} has {partitions} partitions; {name} does not exist"
                     )
                 return True
-        return self.config.allow_auto_topic_creation
+        if not self.config.allow_auto_topic_creation:
+            return False
+        if not self.storage.managed_ledger_exists(name.managed_ledger_name):
+            self._check_topic_limit(name, 1)
+        return True
 
     async def delete_topic(self, name: TopicName, force: bool = False) -> None:
         self.check_served(name)

@@ -30,7 +30,7 @@ from dedup_broker.domain.producer_access import (
     ProducerAccess,
     ProducerBusyError,
 )
-from dedup_broker.domain.subscription import Subscription, SubscriptionType
+from dedup_broker.domain.subscription import ConsumerBusyError, Subscription, SubscriptionType
 from dedup_broker.errors import BrokerError, PermanentError, RetriableError, ServiceNotReadyError
 from dedup_broker.key_dedup.service import KeyDedupService
 from dedup_broker.key_dedup.topic import TopicKeyDedup
@@ -165,6 +165,11 @@ class Topic:
         A ``WaitForExclusive`` producer that must wait is announced through ``queued``,
         then the call returns once it holds exclusive access.
         """
+        limit = self.config.max_producers_per_topic
+        if limit and len(self.producers) >= limit:
+            raise ProducerBusyError(
+                f"Topic {self.name} reached max producers limit (maxProducersPerTopic={limit})"
+            )
         if producer.access_mode is ProducerAccessMode.SHARED:
             self.add_producer(producer)
             return self.access.epoch
@@ -300,6 +305,7 @@ class Topic:
     ) -> Subscription:
         self._check_open()
         name = consumer.subscription_name
+        self._check_consumer_limits(name)
         if name.startswith(SYSTEM_CURSOR_PREFIX):
             raise ReservedSubscriptionError(
                 f"subscription names starting with {SYSTEM_CURSOR_PREFIX!r} are reserved"
@@ -326,6 +332,20 @@ class Topic:
         consumer.subscription = subscription
         subscription.add_consumer(consumer, sub_type)
         return subscription
+
+    def _check_consumer_limits(self, subscription_name: str) -> None:
+        per_topic = self.config.max_consumers_per_topic
+        if per_topic and sum(len(s.consumers) for s in self.subscriptions.values()) >= per_topic:
+            raise ConsumerBusyError(
+                f"Topic {self.name} reached max consumers limit (maxConsumersPerTopic={per_topic})"
+            )
+        per_subscription = self.config.max_consumers_per_subscription
+        subscription = self.subscriptions.get(subscription_name)
+        if per_subscription and subscription and len(subscription.consumers) >= per_subscription:
+            raise ConsumerBusyError(
+                f"Subscription {subscription_name} reached max consumers limit "
+                f"(maxConsumersPerSubscription={per_subscription})"
+            )
 
     def consumer_closed(self, consumer: Consumer) -> None:
         """The consumer's client closed it, or its connection went away."""

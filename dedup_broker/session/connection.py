@@ -45,6 +45,7 @@ class ClientConnection(asyncio.Protocol):
         self.role: str | None = None
         self.transport: asyncio.Transport | None = None
         self.remote_address = "?"
+        self.remote_host = "?"
         self.decoder = FrameDecoder(self.config.max_message_size + FRAME_PADDING)
         self.writable = True
         self.closed = False
@@ -74,8 +75,20 @@ class ClientConnection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.remote_address = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.remote_host = peer[0] if peer else "?"
         transport.set_write_buffer_limits(high=4 * 1024 * 1024, low=1024 * 1024)
         self.listener.connection_opened(self)
+        limit = self.config.max_connections_per_ip
+        host = self.remote_host
+        if limit and self.listener.connections_from(host) > limit:
+            log.warning("refusing a connection from %s: maxConnectionsPerIp=%d", host, limit)
+            self.send_command(
+                commands.error(
+                    0, pb.NotAllowedError, f"Reached the maximum number of connections from {host}"
+                )
+            )
+            self.close()
+            return
         self._schedule_keepalive()
 
     def data_received(self, data: bytes) -> None:

@@ -66,6 +66,10 @@ class Listener:
         self.connections.add(connection)
         self.metrics.connections_opened.inc()
 
+    def connections_from(self, host: str) -> int:
+        """Open connections whose peer is ``host`` (``maxConnectionsPerIp``)."""
+        return sum(1 for c in self.connections if c.remote_host == host)
+
     def connection_closed(self, connection: object) -> None:
         assert isinstance(connection, ClientConnection)
         self.connections.discard(connection)

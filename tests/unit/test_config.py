@@ -53,3 +53,17 @@ def test_explicit_settings_must_exist_and_parse(tmp_path: Path) -> None:
     path.write_text("clusterOwnershipSlots=0\n")
     with pytest.raises(ConfigError, match="clusterOwnershipSlots must be > 0"):
         BrokerConfig.load(path, environ={})
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "reason"),
+    [
+        ("allow_auto_topic_creation_type", "sometimes", "allowAutoTopicCreationType must be"),
+        ("default_num_partitions", 0, "defaultNumPartitions must be > 0"),
+        ("max_producers_per_topic", -1, "maxProducersPerTopic must be >= 0"),
+        ("max_connections_per_ip", -5, "maxConnectionsPerIp must be >= 0"),
+    ],
+)
+def test_limits_are_checked(setting: str, value: object, reason: str) -> None:
+    with pytest.raises(ConfigError, match=reason):
+        BrokerConfig().with_overrides(**{setting: value})
