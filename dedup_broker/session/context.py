@@ -11,6 +11,7 @@ from dedup_broker.domain.broker import Broker
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import Frame
 from dedup_broker.security.authentication import Authenticator
+from dedup_broker.security.tls import PeerCertificate
 from dedup_broker.session.metrics import SessionMetrics
 
 Handler = Callable[[Frame], Awaitable[None] | None]
@@ -30,9 +31,16 @@ class Session(Protocol):
     authenticator: Authenticator
     role: str | None
     """Who the client proved to be at CONNECT (None: authentication is off)."""
+    tls: bool
+    """The client connected over TLS (lookups answer with TLS URLs)."""
+    peer_certificate: PeerCertificate | None
+    """The client's verified TLS certificate, if it presented one."""
 
     @property
     def service_url(self) -> str: ...
+
+    @property
+    def service_url_tls(self) -> str | None: ...
 
     def send_command(self, command: pb.BaseCommand) -> None: ...
 
@@ -57,6 +65,9 @@ class ConnectionHost(Protocol):
 
     @property
     def service_url(self) -> str: ...
+
+    @property
+    def service_url_tls(self) -> str | None: ...
 
     def connection_opened(self, connection: object) -> None: ...
 

@@ -46,7 +46,7 @@ class Handshake:
             }[connect.auth_method]
         try:
             self.connection.role = self.connection.authenticator.authenticate(
-                method, connect.auth_data
+                method, connect.auth_data, self.connection.peer_certificate
             )
         except AuthenticationError as exc:
             log.info("CONNECT from %s refused: %s", self.connection.remote_address, exc)
