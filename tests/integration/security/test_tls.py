@@ -6,7 +6,10 @@ is off), another authenticates with client certificates."""
 from __future__ import annotations
 
 import json
+import os
 import ssl
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 import uuid
@@ -17,8 +20,10 @@ from typing import Any
 import pulsar
 import pytest
 
+from dedup_broker.config import ENV_PREFIX
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.testing.broker_process import BrokerProcess, free_port
+from dedup_broker.testing.cluster_processes import ClusterProcesses
 from dedup_broker.testing.raw_client import RawConnection
 from tests.integration.conftest import make_broker
 from tests.tls_certificates import Certificates, make_certificates
@@ -128,6 +133,21 @@ def get_json(url: str, context: ssl.SSLContext) -> Any:
         return json.loads(response.read())
 
 
+def raw_lookup(port: int, certs: Certificates, topic: str) -> pb.CommandLookupTopicResponse:
+    raw = RawConnection("127.0.0.1", port, ssl_context=https_context(certs))
+    try:
+        raw.connect()
+        lookup = pb.BaseCommand(type=pb.BaseCommand.LOOKUP)
+        lookup.lookupTopic.topic, lookup.lookupTopic.request_id = topic, 1
+        raw.send(lookup)
+        answer: pb.CommandLookupTopicResponse = raw.expect(
+            pb.BaseCommand.LOOKUP_RESPONSE
+        ).command.lookupTopicResponse
+        return answer
+    finally:
+        raw.close()
+
+
 def test_produce_and_consume_over_tls(tls_only: TlsBroker, certs: Certificates) -> None:
     client = tls_client(tls_only.url(), certs.ca)
     try:
@@ -162,19 +182,10 @@ def test_a_partitioned_topic_over_tls(tls_only: TlsBroker, certs: Certificates) 
 
 def test_lookups_over_tls_answer_the_tls_url(tls_only: TlsBroker, certs: Certificates) -> None:
     expected = f"pulsar+ssl://127.0.0.1:{tls_only.tls_port}"
-    raw = RawConnection("127.0.0.1", tls_only.tls_port, ssl_context=https_context(certs))
-    try:
-        raw.connect()
-        lookup = pb.BaseCommand(type=pb.BaseCommand.LOOKUP)
-        lookup.lookupTopic.topic = new_topic()
-        lookup.lookupTopic.request_id = 1
-        raw.send(lookup)
-        answer = raw.expect(pb.BaseCommand.LOOKUP_RESPONSE).command.lookupTopicResponse
-        assert answer.brokerServiceUrlTls == expected
-        assert answer.response == pb.CommandLookupTopicResponse.Connect
-        assert answer.authoritative
-    finally:
-        raw.close()
+    answer = raw_lookup(tls_only.tls_port, certs, new_topic())
+    assert answer.brokerServiceUrlTls == expected
+    assert answer.response == pb.CommandLookupTopicResponse.Connect
+    assert answer.authoritative
     data = get_json(
         f"{tls_only.https_url}/lookup/v2/topic/persistent/public/default/x", https_context(certs)
     )
@@ -258,3 +269,62 @@ def test_https_with_a_client_certificate(tls_auth: TlsBroker, certs: Certificate
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(url, timeout=10, context=https_context(certs))
     assert caught.value.code == 401
+
+
+def test_a_cluster_redirects_tls_clients_to_the_owners_tls_port(
+    kafka_bootstrap: str, certs: Certificates, tmp_path: Path
+) -> None:
+    """Brokers learn each other's TLS ports from the owners group's member tags."""
+    cluster = ClusterProcesses(
+        kafka_bootstrap,
+        tmp_path,
+        size=2,
+        settings={
+            "tls_certificate_file_path": str(certs.server_cert),
+            "tls_key_file_path": str(certs.server_key),
+        },
+    )
+    tls_ports = {}
+    for broker in cluster:
+        tls_ports[broker.port] = broker.settings["broker_service_port_tls"] = free_port()
+    try:
+        cluster.start()
+        first, second = cluster
+        tls_url = f"pulsar+ssl://127.0.0.1:{tls_ports[second.port]}"
+        for _ in range(40):
+            topic = new_topic()
+            answer = raw_lookup(tls_ports[first.port], certs, topic)
+            if answer.response == pb.CommandLookupTopicResponse.Redirect:
+                break
+        else:
+            pytest.fail("no topic of 40 is owned by the second broker")
+        assert answer.brokerServiceUrlTls == tls_url
+        assert answer.brokerServiceUrl == second.service_url
+        assert answer.authoritative
+        client = tls_client(f"pulsar+ssl://127.0.0.1:{tls_ports[first.port]}", certs.ca)
+        try:
+            assert round_trip(client, topic, count=2) == [b"m0", b"m1"]
+        finally:
+            client.close()
+    finally:
+        cluster.stop()
+
+
+def test_bad_tls_settings_stop_the_broker_at_start(certs: Certificates, tmp_path: Path) -> None:
+    env = dict(os.environ)
+    env |= {
+        ENV_PREFIX + "BROKER_SERVICE_PORT_TLS": str(free_port()),
+        ENV_PREFIX + "TLS_CERTIFICATE_FILE_PATH": str(certs.server_cert),
+        ENV_PREFIX + "TLS_KEY_FILE_PATH": str(tmp_path / "missing.key"),
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "dedup_broker.cli", "serve"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "configuration error: tlsCertificateFilePath/tlsKeyFilePath: cannot load" in (
+        result.stderr
+    )
