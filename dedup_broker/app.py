@@ -42,6 +42,7 @@ from dedup_broker.security.routes import (
     authorization_middleware,
     tenancy_routes,
 )
+from dedup_broker.security.tls import ServerTls, server_tls
 from dedup_broker.session.listener import Listener
 from dedup_broker.session.metrics import SessionMetrics
 from dedup_broker.storage.broker_registry import broker_key, broker_record
@@ -58,6 +59,7 @@ def validate_settings(config: BrokerConfig) -> Authenticator:
     key_dedup_defaults(config)
     offload_directory(config)
     Authorizer.check_settings(config)
+    server_tls(config)
     return Authenticator(config)
 
 
@@ -104,10 +106,14 @@ class BrokerApp:
         self.http: HttpEndpoint | None = None
         self.retention: RetentionChecker | None = None
         self.cluster: Cluster | None = None
+        self.tls: ServerTls | None = None
+        self.address: BrokerAddress | None = None
 
     async def start(self) -> None:
         config = self.config
         authenticator = validate_settings(config)
+        self.tls = tls = server_tls(config)
+        context = tls.context if tls is not None else None
         two_phase = config.topic_two_phase_deletion_enabled
         self.storage = storage = await StorageService.start(
             config, two_phase_deleter if two_phase else None
@@ -135,36 +141,55 @@ class BrokerApp:
         broker.start()
         authorizer = Authorizer(config, Tenancy(storage.policies, config))
         self.listener = listener = Listener(
-            config, broker, SessionMetrics(self.registry), authenticator, authorizer
+            config, broker, SessionMetrics(self.registry), authenticator, authorizer, context
         )
         await listener.start()
         self.retention = RetentionChecker(config, broker.loaded_ledgers)
         self.retention.start()
-        self.http = await start_http(
+        self.http = http = await start_http(
             http_app(broker, self.registry, authenticator, authorizer),
             config.bind_address,
             config.web_service_port,
+            config.web_service_port_tls,
+            context,
         )
-        address = BrokerAddress(
-            config.advertised_address, listener.port, self.http.port, uuid.uuid4().hex[:12]
+        if tls is not None:
+            tls.start()
+        self.address = address = BrokerAddress(
+            config.advertised_address,
+            listener.port or 0,
+            http.port or 0,
+            uuid.uuid4().hex[:12],
+            listener.tls_port,
+            http.tls_port,
         )
         await cluster.start(address, broker.unload_slots)
         await self._register()
+        urls = [listener.service_url_tls, address.web_url_tls]
+        if listener.port is not None:
+            urls.insert(0, listener.service_url)
+        if http.port is not None:
+            urls.insert(-1, f"http://{config.advertised_address}:{http.port}")
         log.info(
-            "dedup-broker ready: pulsar://%s:%d, http://%s:%d, Kafka %s",
-            config.advertised_address,
-            listener.port,
-            config.advertised_address,
-            self.http.port,
+            "dedup-broker ready: %s, Kafka %s",
+            ", ".join(u for u in urls if u),
             config.kafka_bootstrap_servers,
+        )
+
+    def _registry_key(self) -> str:
+        port = self.config.broker_service_port
+        return broker_key(
+            self.config.advertised_address,
+            port if port is not None else self.config.broker_service_port_tls or 0,
         )
 
     async def _register(self) -> None:
         """Announce this broker's admin URL (deletion workers ask it about ledgers)."""
-        assert self.storage is not None and self.http is not None
-        url = f"http://{self.config.advertised_address}:{self.http.port}"
-        key = broker_key(self.config.advertised_address, self.config.broker_service_port)
-        await self.storage.policies.put(key, broker_record(url, self.storage.broker_id))
+        assert self.storage is not None and self.address is not None
+        url = self.address.web_url
+        await self.storage.policies.put(
+            self._registry_key(), broker_record(url, self.storage.broker_id)
+        )
 
     async def stop(self) -> None:
         """Graceful and bounded (``brokerShutdownTimeoutMs``): stop accepting, tell clients
@@ -182,6 +207,8 @@ class BrokerApp:
             await self.listener.close()
         if self.http is not None:
             await self.http.stop()
+        if self.tls is not None:
+            await self.tls.stop()
         if self.storage is not None:
             await self.storage.close(max(deadline - time.monotonic(), 1.0))
 
@@ -191,9 +218,8 @@ class BrokerApp:
         if self.retention is not None:
             await self.retention.stop()
         if self.storage is not None:
-            key = broker_key(self.config.advertised_address, self.config.broker_service_port)
             try:
-                await self.storage.policies.delete(key)
+                await self.storage.policies.delete(self._registry_key())
             except BrokerError as exc:
                 log.warning("unregistering the broker failed: %s", exc)
         if self.cluster is not None:

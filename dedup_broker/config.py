@@ -31,8 +31,10 @@ class BrokerConfig:
     """Prefix of every Kafka topic the broker owns; brokers of one cluster share it."""
     bind_address: str = "0.0.0.0"
     advertised_address: str = "localhost"
-    broker_service_port: int = 6650
-    web_service_port: int = 8080
+    broker_service_port: int | None = 6650
+    """Plain Pulsar protocol port; ``none`` (or an empty ``--set`` value): no plain listener."""
+    web_service_port: int | None = 8080
+    """Plain HTTP port; ``none``: HTTPS only."""
     max_message_size: int = 5 * 1024 * 1024
     keep_alive_interval_seconds: int = 30
     allow_auto_topic_creation: bool = True
@@ -79,6 +81,29 @@ class BrokerConfig:
     token_audience: str = ""
     basic_auth_conf: str = ""
     """An htpasswd file of bcrypt hashes (``htpasswd -B``): a path or ``data:;base64,``."""
+
+    # --- TLS (Pulsar's names) ---------------------------------------------------------
+    broker_service_port_tls: int | None = None
+    """Pulsar protocol over TLS (Pulsar uses 6651); unset: no TLS listener."""
+    web_service_port_tls: int | None = None
+    """HTTPS port (Pulsar uses 8443); unset: no HTTPS."""
+    tls_certificate_file_path: str = ""
+    """The broker's certificate chain (PEM)."""
+    tls_key_file_path: str = ""
+    """The broker's private key (PEM, unencrypted)."""
+    tls_trust_certs_file_path: str = ""
+    """CA certificates (PEM) that client certificates are verified against; empty: client
+    certificates are neither requested nor accepted."""
+    tls_allow_insecure_connection: bool = False
+    """Do not request or verify client certificates even with ``tlsTrustCertsFilePath``."""
+    tls_require_trusted_client_cert_on_connect: bool = False
+    """Refuse TLS handshakes without a client certificate the trusted CAs signed."""
+    tls_protocols: str = ""
+    """Comma-separated, e.g. ``TLSv1.3,TLSv1.2``; empty: the ssl library's defaults."""
+    tls_ciphers: str = ""
+    """Comma-separated OpenSSL cipher names (TLSv1.2 and older); empty: defaults."""
+    tls_cert_refresh_check_duration_sec: int = 300
+    """How often the certificate files are checked for changes (and then re-read)."""
 
     # --- Kafka (storage) -----------------------------------------------------------
     kafka_bootstrap_servers: str = "localhost:9092"
@@ -271,6 +296,10 @@ def _coerce(name: str, value: Any) -> Any:
     if not isinstance(value, str):
         return value
     text = value.strip()
+    if kind.endswith(" | None"):
+        if text.lower() in ("", "none"):
+            return None
+        kind = kind.removesuffix(" | None")
     try:
         if kind == "bool":
             if text.lower() in ("true", "1", "yes", "on"):
@@ -312,10 +341,21 @@ def _validate(config: BrokerConfig) -> None:
     for name in positive:
         if getattr(config, name) <= 0:
             raise ConfigError(f"{camel_case(name)} must be > 0, got {getattr(config, name)}")
-    for name in ("broker_service_port", "web_service_port"):
+    for name in (
+        "broker_service_port",
+        "web_service_port",
+        "broker_service_port_tls",
+        "web_service_port_tls",
+    ):
         port = getattr(config, name)
-        if not 0 <= port <= 65535:
+        if port is not None and not 0 <= port <= 65535:
             raise ConfigError(f"{camel_case(name)} must be a TCP port, got {port}")
+    if config.broker_service_port is None and config.broker_service_port_tls is None:
+        raise ConfigError("brokerServicePort and brokerServicePortTls are both off")
+    if config.web_service_port is None and config.web_service_port_tls is None:
+        raise ConfigError("webServicePort and webServicePortTls are both off")
+    if config.tls_cert_refresh_check_duration_sec <= 0:
+        raise ConfigError("tlsCertRefreshCheckDurationSec must be > 0")
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,100}", config.cluster_name):
         raise ConfigError(
             f"clusterName must be 1-100 of [A-Za-z0-9._-] (it prefixes Kafka topics), "

@@ -218,17 +218,25 @@ class Standalone:
         env = dict(os.environ)
         env[ENV_PREFIX + "KAFKA_BOOTSTRAP_SERVERS"] = kafka
         env[ENV_PREFIX + "REDIS_URL"] = redis
+        web_port = self.config.web_service_port
+        if web_port is None:
+            raise StandaloneError("standalone needs the plain webServicePort (its health check)")
         self._run_command(Role.BROKER, "serve", env)
-        self._wait_healthy(Role.BROKER, self.config.web_service_port, HEALTH_PATH)
+        self._wait_healthy(Role.BROKER, web_port, HEALTH_PATH)
         if self.options.worker:
             self._run_command(Role.DELETION_WORKER, "deletion-worker", env)
             port = self.config.deletion_worker_web_service_port
             if port > 0:
                 self._wait_healthy(Role.DELETION_WORKER, port, WORKER_HEALTH_PATH)
         advertised = self.config.advertised_address
+        broker_port = self.config.broker_service_port
         return Endpoints(
-            service_url=f"pulsar://{advertised}:{self.config.broker_service_port}",
-            web_service_url=f"http://{advertised}:{self.config.web_service_port}",
+            service_url=(
+                f"pulsar://{advertised}:{broker_port}"
+                if broker_port is not None
+                else f"pulsar+ssl://{advertised}:{self.config.broker_service_port_tls}"
+            ),
+            web_service_url=f"http://{advertised}:{web_port}",
             kafka_bootstrap_servers=kafka,
             redis_url=redis,
             kafka_started_here=kafka_here,
@@ -403,8 +411,14 @@ def _release_data_dir(data_dir: Path) -> None:
 def _check_ports_free(options: StandaloneOptions, config: BrokerConfig) -> None:
     """Name a taken port now rather than after Kafka took a minute to start."""
     wanted = {
-        "brokerServicePort": config.broker_service_port,
-        "webServicePort": config.web_service_port,
+        name: port
+        for name, port in (
+            ("brokerServicePort", config.broker_service_port),
+            ("webServicePort", config.web_service_port),
+            ("brokerServicePortTls", config.broker_service_port_tls),
+            ("webServicePortTls", config.web_service_port_tls),
+        )
+        if port is not None
     }
     if options.worker and config.deletion_worker_web_service_port > 0:
         wanted["deletionWorkerWebServicePort"] = config.deletion_worker_web_service_port

@@ -45,38 +45,88 @@ def owners_group(cluster_name: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class BrokerAddress:
-    """How clients reach a broker: its advertised host and ports."""
+    """How clients reach a broker: its advertised host and ports (0: that plain port is
+    off; None: no TLS port)."""
 
     host: str
     broker_port: int
     web_port: int
     instance: str = ""
     """Tells two processes on the same address apart (a restart is another member)."""
+    broker_port_tls: int | None = None
+    web_port_tls: int | None = None
 
     @property
     def service_url(self) -> str:
+        """The plain Pulsar URL, or the TLS one when the broker has no plain port."""
+        if not self.broker_port and self.broker_port_tls is not None:
+            return f"pulsar+ssl://{self.host}:{self.broker_port_tls}"
         return f"pulsar://{self.host}:{self.broker_port}"
 
     @property
+    def service_url_tls(self) -> str | None:
+        if self.broker_port_tls is None:
+            return None
+        return f"pulsar+ssl://{self.host}:{self.broker_port_tls}"
+
+    @property
     def web_url(self) -> str:
+        """The plain HTTP URL, or the HTTPS one when the broker has no plain port."""
+        if not self.web_port and self.web_port_tls is not None:
+            return f"https://{self.host}:{self.web_port_tls}"
         return f"http://{self.host}:{self.web_port}"
 
     @property
+    def web_url_tls(self) -> str | None:
+        if self.web_port_tls is None:
+            return None
+        return f"https://{self.host}:{self.web_port_tls}"
+
+    @property
     def broker_id(self) -> str:
-        """Pulsar's broker id in listings: ``host:webServicePort``."""
-        return f"{self.host}:{self.web_port}"
+        """Pulsar's broker id in listings: ``host:webServicePort`` (the TLS one without)."""
+        return f"{self.host}:{self.web_port or self.web_port_tls}"
+
+    def same_endpoint(self, other: BrokerAddress) -> bool:
+        """Reached at the same address and ports (whichever process it is)."""
+        return (self.host, self.broker_port, self.broker_port_tls) == (
+            other.host,
+            other.broker_port,
+            other.broker_port_tls,
+        )
 
     def member_tag(self) -> str:
-        """Carried as the Kafka ``client.id`` so that a group description names it."""
-        return f"{MEMBER_PREFIX}{self.host}|{self.broker_port}|{self.web_port}|{self.instance}"
+        """Carried as the Kafka ``client.id`` so that a group description names it:
+        ``dedup-broker@host|port|web|instance``, the instance followed by
+        ``;tls=<port>`` and ``;webtls=<port>`` when there are TLS ports (brokers that do
+        not know them read them as part of the instance)."""
+        instance = self.instance
+        if self.broker_port_tls is not None:
+            instance += f";tls={self.broker_port_tls}"
+        if self.web_port_tls is not None:
+            instance += f";webtls={self.web_port_tls}"
+        return f"{MEMBER_PREFIX}{self.host}|{self.broker_port}|{self.web_port}|{instance}"
 
     @classmethod
     def from_member_tag(cls, tag: str) -> BrokerAddress | None:
         if not tag.startswith(MEMBER_PREFIX):
             return None
         try:
-            host, broker_port, web_port, instance = tag[len(MEMBER_PREFIX) :].rsplit("|", 3)
-            return cls(host, int(broker_port), int(web_port), instance)
+            host, broker_port, web_port, rest = tag[len(MEMBER_PREFIX) :].rsplit("|", 3)
+            instance, *extras = rest.split(";")
+            ports: dict[str, int] = {}
+            for extra in extras:
+                key, sep, value = extra.partition("=")
+                if sep and key in ("tls", "webtls"):
+                    ports[key] = int(value)
+            return cls(
+                host,
+                int(broker_port),
+                int(web_port),
+                instance,
+                ports.get("tls"),
+                ports.get("webtls"),
+            )
         except ValueError:
             return None
 

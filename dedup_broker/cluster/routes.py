@@ -23,9 +23,9 @@ def lookup_data(address: BrokerAddress) -> dict[str, str]:
     """Pulsar's ``LookupData``."""
     return {
         "brokerUrl": address.service_url,
-        "brokerUrlTls": "",
+        "brokerUrlTls": address.service_url_tls or "",
         "httpUrl": address.web_url,
-        "httpUrlTls": "",
+        "httpUrlTls": address.web_url_tls or "",
         "nativeUrl": address.service_url,
     }
 
@@ -42,7 +42,8 @@ def redirect_middleware(broker: Broker) -> Middleware:
             owner = await broker.owner_of(exc.topic)
             if owner is None:  # it came back to this broker meanwhile
                 return await handler(request)
-            raise web.HTTPTemporaryRedirect(owner.web_url + request.path_qs) from None
+            base = (owner.web_url_tls if request.secure else None) or owner.web_url
+            raise web.HTTPTemporaryRedirect(base + request.path_qs) from None
 
     return to_owner
 
@@ -67,7 +68,9 @@ class ClusterApi:
         return json_response(
             {
                 "serviceUrl": first.web_url,
+                "serviceUrlTls": first.web_url_tls or "",
                 "brokerServiceUrl": first.service_url,
+                "brokerServiceUrlTls": first.service_url_tls or "",
                 "brokerServiceUrls": [b.service_url for b in view.brokers],
             }
         )

@@ -44,7 +44,11 @@ class Cluster:
     def __init__(self, config: BrokerConfig, acquire_fence: FenceFactory | None = None) -> None:
         self.config = config
         self.address = BrokerAddress(
-            config.advertised_address, config.broker_service_port, config.web_service_port
+            config.advertised_address,
+            config.broker_service_port or 0,
+            config.web_service_port or 0,
+            broker_port_tls=config.broker_service_port_tls,
+            web_port_tls=config.web_service_port_tls,
         )
         """Where clients reach this broker (the bound ports, once :meth:`start` knows them)."""
         self.bundles = BundleMap(
@@ -168,7 +172,7 @@ class Cluster:
             if slot in self.owned:
                 return self.address
             owner = await self.directory.owner_of(slot)
-            if owner.service_url != self.address.service_url:
+            if not owner.same_endpoint(self.address):
                 return owner
             if time.monotonic() >= deadline:
                 raise ServiceNotReadyError(

@@ -8,6 +8,7 @@ the left, a literal beats a ``{parameter}``), and a single trailing slash is ign
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -54,25 +55,42 @@ def new_app(
 
 @dataclass(frozen=True)
 class HttpEndpoint:
-    """A started app: the port it is bound to (the kernel's choice for port 0)."""
+    """A started app: the ports it is bound to (the kernel's choice for port 0; None:
+    that listener is off)."""
 
     runner: web.AppRunner
-    port: int
+    port: int | None
+    tls_port: int | None = None
 
     async def stop(self) -> None:
         """Stop listening, let in-flight requests finish briefly, close connections."""
         await self.runner.cleanup()
 
 
-async def start_http(app: web.Application, host: str, port: int) -> HttpEndpoint:
-    """Serve ``app`` on ``host:port`` in the running event loop."""
+async def start_http(
+    app: web.Application,
+    host: str,
+    port: int | None,
+    tls_port: int | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+) -> HttpEndpoint:
+    """Serve ``app`` on ``host:port`` and, with ``ssl_context``, HTTPS on ``tls_port``,
+    in the running event loop."""
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
     await runner.setup()
+    bound: list[int | None] = []
     try:
-        await web.TCPSite(runner, host, port, backlog=_ACCEPT_BACKLOG).start()
+        for each, context in ((port, None), (tls_port if ssl_context else None, ssl_context)):
+            if each is None:
+                bound.append(None)
+                continue
+            before = len(runner.addresses)
+            site = web.TCPSite(runner, host, each, backlog=_ACCEPT_BACKLOG, ssl_context=context)
+            await site.start()
+            bound.append(int(runner.addresses[before][1]))
+            scheme = "HTTPS" if context is not None else "HTTP"
+            log.info("admin %s server listening on %s:%d", scheme, host, bound[-1])
     except BaseException:
         await runner.cleanup()
         raise
-    bound = int(runner.addresses[0][1])
-    log.info("admin HTTP server listening on %s:%d", host, bound)
-    return HttpEndpoint(runner, bound)
+    return HttpEndpoint(runner, bound[0], bound[1])

@@ -155,10 +155,12 @@ def lookup_response(
     proxy_through_service_url: bool = True,
     error: pb.ServerError | None = None,
     message: str | None = None,
+    broker_service_url_tls: str | None = None,
 ) -> pb.BaseCommand:
     """LOOKUP_RESPONSE; ``response`` is ``"Connect"``, ``"Redirect"`` or ``"Failed"``.
 
-    Passing ``error`` makes it a failed lookup whatever ``response`` says.
+    Passing ``error`` makes it a failed lookup whatever ``response`` says. Clients on TLS
+    go to ``broker_service_url_tls``, the others to ``broker_service_url``.
     """
     cmd = pb.BaseCommand(type=Type.LOOKUP_RESPONSE)
     out = cmd.lookupTopicResponse
@@ -174,6 +176,8 @@ def lookup_response(
     out.response = _LOOKUP_TYPES[response]
     if broker_service_url is not None:
         out.brokerServiceUrl = broker_service_url
+    if broker_service_url_tls is not None:
+        out.brokerServiceUrlTls = broker_service_url_tls
     out.authoritative = authoritative
     out.proxy_through_service_url = proxy_through_service_url
     if message is not None:

@@ -1,7 +1,9 @@
-"""Authentication with Pulsar's providers: token (JWT) and basic (htpasswd).
+"""Authentication with Pulsar's providers: token (JWT), basic (htpasswd) and TLS client
+certificates.
 
 Binary clients present a method name and data in CONNECT; HTTP clients an
-``Authorization`` header. The result is a role (the principal authorization will check).
+``Authorization`` header; TLS clients their certificate in the handshake. The result is
+a role (the principal authorization will check).
 With ``authenticationEnabled`` off every client is anonymous and everything is allowed,
 as before.
 """
@@ -25,12 +27,15 @@ from dedup_broker.security.keys import (
     load_public_key,
     read_key_bytes,
 )
+from dedup_broker.security.tls import PeerCertificate, common_name
 
 PROVIDER_ALIASES = {
     "token": "token",
     "org.apache.pulsar.broker.authentication.AuthenticationProviderToken": "token",
     "basic": "basic",
     "org.apache.pulsar.broker.authentication.AuthenticationProviderBasic": "basic",
+    "tls": "tls",
+    "org.apache.pulsar.broker.authentication.AuthenticationProviderTls": "tls",
 }
 
 
@@ -42,8 +47,9 @@ class AuthenticationError(PermanentError):
 class Provider(Protocol):
     method: str
 
-    def authenticate(self, data: bytes) -> str:
-        """The role the credentials prove; AuthenticationError if they prove none."""
+    def authenticate(self, data: bytes, certificate: PeerCertificate | None) -> str:
+        """The role the credentials prove (``certificate``: the client's verified TLS
+        certificate, if any); AuthenticationError if they prove none."""
 
 
 class TokenProvider:
@@ -65,7 +71,7 @@ class TokenProvider:
         else:
             raise ConfigError("the token provider needs tokenSecretKey or tokenPublicKey")
 
-    def authenticate(self, data: bytes) -> str:
+    def authenticate(self, data: bytes, certificate: PeerCertificate | None = None) -> str:
         token = data.decode("utf-8", "replace").strip()
         if token.lower().startswith("bearer "):
             token = token[7:].strip()
@@ -106,7 +112,7 @@ class BasicProvider:
             raise ConfigError("the basic provider needs basicAuthConf (an htpasswd file)")
         self._users = _read_htpasswd(config.basic_auth_conf)
 
-    def authenticate(self, data: bytes) -> str:
+    def authenticate(self, data: bytes, certificate: PeerCertificate | None = None) -> str:
         user, sep, password = data.decode("utf-8", "replace").partition(":")
         hashed = self._users.get(user)
         if not sep or hashed is None:
@@ -115,6 +121,41 @@ class BasicProvider:
         if not bcrypt.checkpw(password.encode(), candidate):
             raise AuthenticationError("unknown user or wrong password")
         return user
+
+
+class TlsProvider:
+    """A client certificate the broker's trusted CAs signed (verified in the TLS
+    handshake against ``tlsTrustCertsFilePath``); the role is its subject's common name,
+    as Pulsar's ``AuthenticationProviderTls``."""
+
+    method = "tls"
+
+    def __init__(self, config: BrokerConfig) -> None:
+        if config.broker_service_port_tls is None and config.web_service_port_tls is None:
+            raise ConfigError(
+                "the tls provider needs a TLS port (brokerServicePortTls or webServicePortTls)"
+            )
+        if not config.tls_trust_certs_file_path or config.tls_allow_insecure_connection:
+            raise ConfigError(
+                "the tls provider needs tlsTrustCertsFilePath (the CAs client certificates "
+                "are verified against) and tlsAllowInsecureConnection=false"
+            )
+
+    def authenticate(self, data: bytes, certificate: PeerCertificate | None = None) -> str:
+        if not certificate:
+            raise AuthenticationError("no trusted TLS client certificate was presented")
+        role = common_name(certificate)
+        if role is None:
+            raise AuthenticationError("the client certificate's subject has no common name")
+        return role
+
+
+def _new_provider(kind: str, config: BrokerConfig) -> Provider:
+    if kind == "token":
+        return TokenProvider(config)
+    if kind == "basic":
+        return BasicProvider(config)
+    return TlsProvider(config)
 
 
 def _read_htpasswd(source: str) -> dict[str, str]:
@@ -158,12 +199,14 @@ class Authenticator:
                     f"authenticationProviders: unknown provider {name!r} "
                     f"(known: {', '.join(sorted(PROVIDER_ALIASES))})"
                 )
-            provider: Provider = TokenProvider(config) if kind == "token" else BasicProvider(config)
+            provider = _new_provider(kind, config)
             self.providers[provider.method] = provider
 
-    def authenticate(self, method: str, data: bytes) -> str | None:
+    def authenticate(
+        self, method: str, data: bytes, certificate: PeerCertificate | None = None
+    ) -> str | None:
         """The role of a client presenting ``data`` for ``method`` (None: anonymous with
-        authentication off)."""
+        authentication off); ``certificate`` is its verified TLS client certificate."""
         if not self.enabled:
             return None
         if not method or method == "none":
@@ -179,10 +222,13 @@ class Authenticator:
                 f"authentication method {method!r} is not enabled here "
                 f"(enabled: {', '.join(sorted(self.providers))})"
             )
-        return provider.authenticate(data)
+        return provider.authenticate(data, certificate)
 
-    def authenticate_http(self, headers: Mapping[str, str]) -> str | None:
-        """The role of an HTTP request (``Authorization: Bearer`` or ``Basic``)."""
+    def authenticate_http(
+        self, headers: Mapping[str, str], certificate: PeerCertificate | None = None
+    ) -> str | None:
+        """The role of an HTTP request (``Authorization: Bearer`` or ``Basic``, else a
+        TLS client certificate when the tls provider is on)."""
         if not self.enabled:
             return None
         header = headers.get("Authorization", "")
@@ -197,4 +243,6 @@ class Authenticator:
             return self.authenticate("basic", decoded)
         if header:
             raise AuthenticationError(f"unsupported Authorization scheme {scheme!r}")
+        if certificate and "tls" in self.providers:
+            return self.authenticate("tls", b"", certificate)
         return self.authenticate("", b"")

@@ -30,6 +30,7 @@ from dedup_broker.security.authorization import (
     TenantInfo,
     actions_of,
 )
+from dedup_broker.security.tls import PeerCertificate, peer_certificate
 
 UNAUTHENTICATED_PATHS = frozenset({"/metrics", "/admin/v2/brokers/health"})
 """Liveness and metrics stay open, for probes and scrapers (as Pulsar's
@@ -48,6 +49,14 @@ SECURITY_ERROR_STATUSES: ErrorStatuses = {
 }
 
 
+def request_certificate(request: web.Request) -> PeerCertificate | None:
+    """The verified client certificate of an HTTPS request (None over plain HTTP)."""
+    transport = request.transport
+    if transport is None:
+        return None
+    return peer_certificate(transport.get_extra_info("ssl_object"))
+
+
 def authentication_middleware(authenticator: Authenticator) -> Middleware:
     """401 with Pulsar's reason shape unless the request authenticates; the role is
     ``request["role"]``."""
@@ -56,7 +65,9 @@ def authentication_middleware(authenticator: Authenticator) -> Middleware:
     async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
         if authenticator.enabled and request.path.rstrip("/") not in UNAUTHENTICATED_PATHS:
             try:
-                request["role"] = authenticator.authenticate_http(request.headers)
+                request["role"] = authenticator.authenticate_http(
+                    request.headers, request_certificate(request)
+                )
             except AuthenticationError as exc:
                 return web.json_response(
                     {"reason": f"Authentication required: {exc}"},

@@ -21,6 +21,7 @@ from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import FRAME_PADDING, Frame, FrameDecoder, encode_command
 from dedup_broker.security.authentication import Authenticator
 from dedup_broker.security.authorization import Authorizer
+from dedup_broker.security.tls import PeerCertificate, peer_certificate
 from dedup_broker.session.consumers import ConsumerCommands
 from dedup_broker.session.context import ConnectionHost, Handler
 from dedup_broker.session.handshake import Handshake
@@ -43,6 +44,8 @@ class ClientConnection(asyncio.Protocol):
         self.authenticator: Authenticator = listener.authenticator
         self.authorizer: Authorizer = listener.authorizer
         self.role: str | None = None
+        self.tls = False
+        self.peer_certificate: PeerCertificate | None = None
         self.transport: asyncio.Transport | None = None
         self.remote_address = "?"
         self.remote_host = "?"
@@ -69,6 +72,10 @@ class ClientConnection(asyncio.Protocol):
     def service_url(self) -> str:
         return self.listener.service_url
 
+    @property
+    def service_url_tls(self) -> str | None:
+        return self.listener.service_url_tls
+
     # --- transport callbacks --------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -76,6 +83,9 @@ class ClientConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.remote_address = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.remote_host = peer[0] if peer else "?"
+        ssl_object = transport.get_extra_info("ssl_object")
+        self.tls = ssl_object is not None
+        self.peer_certificate = peer_certificate(ssl_object)
         transport.set_write_buffer_limits(high=4 * 1024 * 1024, low=1024 * 1024)
         self.listener.connection_opened(self)
         limit = self.config.max_connections_per_ip

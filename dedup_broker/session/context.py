@@ -12,6 +12,7 @@ from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import Frame
 from dedup_broker.security.authentication import Authenticator
 from dedup_broker.security.authorization import Authorizer
+from dedup_broker.security.tls import PeerCertificate
 from dedup_broker.session.metrics import SessionMetrics
 
 Handler = Callable[[Frame], Awaitable[None] | None]
@@ -32,9 +33,16 @@ class Session(Protocol):
     authorizer: Authorizer
     role: str | None
     """Who the client proved to be at CONNECT (None: authentication is off)."""
+    tls: bool
+    """The client connected over TLS (lookups answer with TLS URLs)."""
+    peer_certificate: PeerCertificate | None
+    """The client's verified TLS certificate, if it presented one."""
 
     @property
     def service_url(self) -> str: ...
+
+    @property
+    def service_url_tls(self) -> str | None: ...
 
     def send_command(self, command: pb.BaseCommand) -> None: ...
 
@@ -60,6 +68,9 @@ class ConnectionHost(Protocol):
 
     @property
     def service_url(self) -> str: ...
+
+    @property
+    def service_url_tls(self) -> str | None: ...
 
     def connection_opened(self, connection: object) -> None: ...
 

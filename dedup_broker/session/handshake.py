@@ -46,13 +46,20 @@ class Handshake:
             }[connect.auth_method]
         try:
             self.connection.role = self.connection.authenticator.authenticate(
-                method, connect.auth_data
+                method, connect.auth_data, self.connection.peer_certificate
             )
         except AuthenticationError as exc:
             log.info("CONNECT from %s refused: %s", self.connection.remote_address, exc)
             self.connection.send_command(commands.error(0, pb.AuthenticationError, str(exc)))
             self.connection.close()
             return
+        if self.connection.role is not None:
+            log.info(
+                "CONNECT from %s authenticated with role %s using %s",
+                self.connection.remote_address,
+                self.connection.role,
+                method or "none",
+            )
         self.protocol_version = min(connect.protocol_version, SERVER_PROTOCOL_VERSION)
         self.connected = True
         self.connection.send_command(

@@ -76,15 +76,22 @@ class LookupCommands:
                 response="Redirect",
                 authoritative=True,
                 proxy_through_service_url=False,
+                broker_service_url_tls=owner.service_url_tls,
             )
         elif self.broker.cluster is not None:
+            address = self.broker.cluster.address
             reply = commands.lookup_response(
                 request.request_id,
-                self.broker.cluster.address.service_url,
+                address.service_url,
                 proxy_through_service_url=False,
+                broker_service_url_tls=address.service_url_tls,
             )
         else:
-            reply = commands.lookup_response(request.request_id, self.connection.service_url)
+            reply = commands.lookup_response(
+                request.request_id,
+                self.connection.service_url,
+                broker_service_url_tls=self.connection.service_url_tls,
+            )
         self.connection.send_command(reply)
 
     def _on_get_topics_of_namespace(self, frame: Frame) -> Awaitable[None]:

@@ -65,7 +65,8 @@ class StorageService:
     ) -> None:
         cluster = config.cluster_name
         self.config = config
-        self.broker_id = f"{config.advertised_address}:{config.broker_service_port}/{os.getpid()}"
+        port = config.broker_service_port or config.broker_service_port_tls
+        self.broker_id = f"{config.advertised_address}:{port}/{os.getpid()}"
         self._admin = admin
         self._producer = producer
         self._reader = reader

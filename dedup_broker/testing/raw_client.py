@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import ssl
 import time
 
 from dedup_broker.protocol import pulsar_api_pb2 as pb
@@ -11,8 +12,17 @@ from dedup_broker.testing import client_commands
 
 
 class RawConnection:
-    def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        timeout: float = 10.0,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        sock = socket.create_connection((host, port), timeout=timeout)
+        if ssl_context is not None:
+            sock = ssl_context.wrap_socket(sock, server_hostname=host)
+        self.sock = sock
         self.decoder = FrameDecoder(64 * 1024 * 1024)
         self._frames: list[Frame] = []
 

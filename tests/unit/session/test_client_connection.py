@@ -4,6 +4,7 @@ the broker does not serve, bytes that are not frames, and lookups."""
 from __future__ import annotations
 
 from dedup_broker import __version__
+from dedup_broker.cluster.membership import BrokerAddress
 from dedup_broker.domain.names import TopicName
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
@@ -99,3 +100,35 @@ async def test_a_lost_connection_leaves_no_producer_or_consumer_behind() -> None
     assert topic.producers == {}
     assert topic.subscriptions["sub"].consumers == []
     assert broker.listener.connections == set()
+
+
+async def test_lookups_name_the_tls_urls_too() -> None:
+    """Clients on TLS follow brokerServiceUrlTls: this broker's TLS port, or the owner's
+    (which its member tag announced)."""
+    broker = MemoryBroker()
+    broker.listener.tls_port = 6651
+    connection = await broker.client()
+    lookup = pb.BaseCommand(type=pb.BaseCommand.LOOKUP)
+    lookup.lookupTopic.topic, lookup.lookupTopic.request_id = TOPIC, 2
+    assert await connection.exchange(lookup) == replies(
+        commands.lookup_response(
+            2, "pulsar://localhost:6650", broker_service_url_tls="pulsar+ssl://localhost:6651"
+        )
+    )
+    owner = BrokerAddress("b2", 0, 8080, "i", 6661, 8443)
+
+    async def owner_of(name: TopicName) -> BrokerAddress:
+        return owner
+
+    broker.broker.owner_of = owner_of  # type: ignore[method-assign]
+    lookup.lookupTopic.request_id = 3
+    assert await connection.exchange(lookup) == replies(
+        commands.lookup_response(
+            3,
+            "pulsar+ssl://b2:6661",
+            response="Redirect",
+            authoritative=True,
+            proxy_through_service_url=False,
+            broker_service_url_tls="pulsar+ssl://b2:6661",
+        )
+    )
