@@ -36,6 +36,7 @@ from dedup_broker.retention.policy import RetentionChecker
 from dedup_broker.retention.routes import retention_routes
 from dedup_broker.security.authentication import Authenticator
 from dedup_broker.security.authorization import Authorizer, Tenancy
+from dedup_broker.security.broker_client import broker_client_headers
 from dedup_broker.security.routes import (
     SECURITY_ERROR_STATUSES,
     authentication_middleware,
@@ -59,6 +60,7 @@ def validate_settings(config: BrokerConfig) -> Authenticator:
     key_dedup_defaults(config)
     offload_directory(config)
     Authorizer.check_settings(config)
+    broker_client_headers(config)
     server_tls(config)
     return Authenticator(config)
 

@@ -71,6 +71,11 @@ class BrokerConfig:
     super_user_roles: str = ""
     """Comma-separated roles allowed everything (authorization)."""
     authorization_enabled: bool = False
+    broker_client_authentication_plugin: str = ""
+    """How brokers and the deletion worker authenticate to brokers: ``token`` or ``basic``
+    (or Pulsar's client class names)."""
+    broker_client_authentication_parameters: str = ""
+    """``token:<jwt>``, ``file:///path``; basic: ``{"userId": ..., "password": ...}``."""
     """Check tenants' admin roles and namespace permissions on every operation."""
     token_secret_key: str = ""
     """HS256 key: ``data:;base64,<key>``, ``file:///path`` (raw bytes) or base64."""

@@ -11,6 +11,7 @@ import aiohttp
 from dedup_broker.domain.broker import Broker
 from dedup_broker.domain.names import TopicName
 from dedup_broker.errors import ServiceNotReadyError
+from dedup_broker.security.broker_client import broker_client_headers
 
 TIMEOUT = aiohttp.ClientTimeout(total=30)
 
@@ -28,7 +29,9 @@ async def owner_call(
         raise ServiceNotReadyError(f"{name} moved to this broker during the call; retry")
     url = owner.web_url + topic_path(name) + suffix + (f"?{query}" if query else "")
     async with (
-        aiohttp.ClientSession(timeout=TIMEOUT) as session,
+        aiohttp.ClientSession(
+            timeout=TIMEOUT, headers=broker_client_headers(broker.config)
+        ) as session,
         session.request(method, url) as response,
     ):
         if response.status in (HTTPStatus.NOT_FOUND, HTTPStatus.NO_CONTENT):

@@ -24,11 +24,14 @@ class ClusterProcesses:
         size: int = 3,
         settings: dict[str, Any] | None = None,
         cluster_name: str | None = None,
+        http_headers: dict[str, str] | None = None,
     ) -> None:
         self.kafka_bootstrap = kafka_bootstrap
         self.cluster_name = cluster_name or f"c-{uuid.uuid4().hex[:10]}"
         self.log_dir = log_dir
         self.settings = dict(settings or {})
+        self.http_headers = dict(http_headers or {})
+        """Sent with the cluster's own admin calls (credentials when authentication is on)."""
         self.brokers: list[BrokerProcess] = []
         for _ in range(size):
             self.add()
@@ -71,9 +74,10 @@ class ClusterProcesses:
         return f"pulsar://{hosts}"
 
     def ownership(self, broker: BrokerProcess) -> dict[str, Any]:
-        with urllib.request.urlopen(
-            broker.http_url + "/admin/v2/brokers/ownership/slots", timeout=10
-        ) as response:
+        request = urllib.request.Request(
+            broker.http_url + "/admin/v2/brokers/ownership/slots", headers=self.http_headers
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
             result: dict[str, Any] = json.loads(response.read())
             return result
 

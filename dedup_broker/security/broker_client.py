@@ -1,0 +1,80 @@
+"""The credentials a broker (or the deletion worker) presents when it calls another
+broker's admin API: Pulsar's ``brokerClientAuthenticationPlugin`` and
+``brokerClientAuthenticationParameters``. With authorization on, their role must be a
+superuser."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+from dedup_broker.config import BrokerConfig
+from dedup_broker.errors import ConfigError
+
+CLIENT_PLUGIN_ALIASES = {
+    "token": "token",
+    "org.apache.pulsar.client.impl.auth.AuthenticationToken": "token",
+    "basic": "basic",
+    "org.apache.pulsar.client.impl.auth.AuthenticationBasic": "basic",
+}
+
+
+def broker_client_headers(config: BrokerConfig) -> dict[str, str]:
+    """``{"Authorization": ...}`` for calls to other brokers; empty without a plugin."""
+    plugin = config.broker_client_authentication_plugin.strip()
+    if not plugin:
+        return {}
+    kind = CLIENT_PLUGIN_ALIASES.get(plugin)
+    if kind is None:
+        raise ConfigError(
+            f"brokerClientAuthenticationPlugin: unknown plugin {plugin!r} "
+            f"(known: {', '.join(sorted(CLIENT_PLUGIN_ALIASES))})"
+        )
+    parameters = config.broker_client_authentication_parameters.strip()
+    if kind == "token":
+        return {"Authorization": f"Bearer {_token(parameters)}"}
+    user, password = _user_password(parameters)
+    pair = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {pair}"}
+
+
+def _token(parameters: str) -> str:
+    """``token:<jwt>``, ``file:///path`` or ``{"token": "<jwt>"}``, as Pulsar accepts."""
+    if parameters.startswith("token:"):
+        token = parameters.removeprefix("token:")
+    elif parameters.startswith("file://"):
+        path = parameters.removeprefix("file://")
+        try:
+            token = Path(path).read_text()
+        except OSError as exc:
+            raise ConfigError(f"brokerClientAuthenticationParameters: {exc}") from exc
+    elif parameters.startswith("{"):
+        token = str(_json(parameters).get("token", ""))
+    else:
+        token = parameters
+    if not token.strip():
+        raise ConfigError("brokerClientAuthenticationParameters: no token given")
+    return token.strip()
+
+
+def _user_password(parameters: str) -> tuple[str, str]:
+    """``{"userId": ..., "password": ...}`` or ``user:password``."""
+    if parameters.startswith("{"):
+        body = _json(parameters)
+        user, password = str(body.get("userId", "")), str(body.get("password", ""))
+    else:
+        user, _, password = parameters.partition(":")
+    if not user or not password:
+        raise ConfigError("brokerClientAuthenticationParameters: a user and a password are needed")
+    return user, password
+
+
+def _json(parameters: str) -> dict[str, object]:
+    try:
+        body = json.loads(parameters)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"brokerClientAuthenticationParameters: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ConfigError("brokerClientAuthenticationParameters: expected a JSON object")
+    return body

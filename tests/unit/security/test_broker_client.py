@@ -1,0 +1,55 @@
+"""The credentials brokers present to each other, in Pulsar's parameter forms."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+
+from dedup_broker.config import BrokerConfig
+from dedup_broker.errors import ConfigError
+from dedup_broker.security.broker_client import broker_client_headers
+
+
+def headers(plugin: str, parameters: str) -> dict[str, str]:
+    return broker_client_headers(
+        BrokerConfig().with_overrides(
+            broker_client_authentication_plugin=plugin,
+            broker_client_authentication_parameters=parameters,
+        )
+    )
+
+
+def test_token_forms(tmp_path: Path) -> None:
+    stored = tmp_path / "broker.jwt"
+    stored.write_text("abc.def.ghi\n")
+    for parameters in ("token:abc.def.ghi", f"file://{stored}", '{"token": "abc.def.ghi"}'):
+        assert headers("token", parameters) == {"Authorization": "Bearer abc.def.ghi"}
+    plugin = "org.apache.pulsar.client.impl.auth.AuthenticationToken"
+    assert headers(plugin, "token:x") == {"Authorization": "Bearer x"}
+
+
+def test_basic_forms() -> None:
+    expected = "Basic " + base64.b64encode(b"broker:pw").decode()
+    assert headers("basic", '{"userId": "broker", "password": "pw"}')["Authorization"] == expected
+    assert headers("basic", "broker:pw")["Authorization"] == expected
+
+
+def test_nothing_without_a_plugin() -> None:
+    assert broker_client_headers(BrokerConfig()) == {}
+
+
+@pytest.mark.parametrize(
+    ("plugin", "parameters", "reason"),
+    [
+        ("kerberos", "x", "unknown plugin"),
+        ("token", "", "no token"),
+        ("token", "file:///nonexistent/broker.jwt", "No such file"),
+        ("basic", "broker", "a user and a password"),
+        ("basic", "{not json", "brokerClientAuthenticationParameters"),
+    ],
+)
+def test_bad_settings_are_refused(plugin: str, parameters: str, reason: str) -> None:
+    with pytest.raises(ConfigError, match=reason):
+        headers(plugin, parameters)
