@@ -11,6 +11,7 @@ import logging
 import signal
 import time
 import uuid
+from collections.abc import Callable
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -70,6 +71,7 @@ def http_app(
     registry: CollectorRegistry,
     authenticator: Authenticator | None = None,
     authorizer: Authorizer | None = None,
+    ready: Callable[[], bool] = lambda: True,
 ) -> web.Application:
     """The admin, lookup and metrics surface: each room's routes, one error table."""
     authorizer = authorizer or Authorizer(
@@ -77,7 +79,7 @@ def http_app(
     )
     routes = [
         *tenancy_routes(authorizer, broker),
-        *broker_routes(registry),
+        *broker_routes(registry, ready),
         *(cluster_routes(broker, broker.cluster) if broker.cluster is not None else []),
         *topic_routes(broker),
         *pip6_routes(broker),
@@ -108,6 +110,8 @@ class BrokerApp:
         self.http: HttpEndpoint | None = None
         self.retention: RetentionChecker | None = None
         self.cluster: Cluster | None = None
+        self.ready = False
+        """Serving: started and not shutting down (the health check says so)."""
         self.tls: ServerTls | None = None
         self.address: BrokerAddress | None = None
 
@@ -149,7 +153,7 @@ class BrokerApp:
         self.retention = RetentionChecker(config, broker.loaded_ledgers)
         self.retention.start()
         self.http = http = await start_http(
-            http_app(broker, self.registry, authenticator, authorizer),
+            http_app(broker, self.registry, authenticator, authorizer, lambda: self.ready),
             config.bind_address,
             config.web_service_port,
             config.web_service_port_tls,
@@ -167,6 +171,7 @@ class BrokerApp:
         )
         await cluster.start(address, broker.unload_slots)
         await self._register()
+        self.ready = True
         urls = [listener.service_url_tls, address.web_url_tls]
         if listener.port is not None:
             urls.insert(0, listener.service_url)
@@ -197,6 +202,7 @@ class BrokerApp:
         """Graceful and bounded (``brokerShutdownTimeoutMs``): stop accepting, tell clients
         to go, finish writes in flight, store cursors and PIP-6 snapshots; whatever is not
         done by the deadline is abandoned (a restart recovers it from the log)."""
+        self.ready = False
         deadline = time.monotonic() + self.config.broker_shutdown_timeout_ms / 1000
         try:
             await asyncio.wait_for(self._drain(), self.config.broker_shutdown_timeout_ms / 1000)

@@ -71,6 +71,9 @@ class BrokerConfig:
     super_user_roles: str = ""
     """Comma-separated roles allowed everything (authorization)."""
     authorization_enabled: bool = False
+    authentication_refresh_check_seconds: float = 60
+    """How often connections' credentials are checked for expiry; an expired one is
+    challenged (AUTH_CHALLENGE) to present new credentials, or closed."""
     broker_client_authentication_plugin: str = ""
     """How brokers and the deletion worker authenticate to brokers: ``token`` or ``basic``
     (or Pulsar's client class names)."""

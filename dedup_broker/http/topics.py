@@ -6,6 +6,7 @@ Topics (create, delete, partitioned metadata, stats, subscriptions) and the brok
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 
@@ -34,13 +35,22 @@ TOPIC_ERROR_STATUSES: ErrorStatuses = {
 }
 
 
-def broker_routes(registry: CollectorRegistry) -> list[web.RouteDef]:
-    """``/metrics`` (Prometheus text format) and ``/admin/v2/brokers/health``."""
+def broker_routes(
+    registry: CollectorRegistry, ready: Callable[[], bool] = lambda: True
+) -> list[web.RouteDef]:
+    """``/metrics`` (Prometheus text format) and ``/admin/v2/brokers/health``: 503 while
+    the broker starts (its ports are bound before it owns anything) or shuts down, so that
+    probes and load balancers send clients only to a broker that serves."""
 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=exposition(registry), headers={"Content-Type": CONTENT_TYPE})
 
     async def health(request: web.Request) -> web.Response:
+        if not ready():
+            return web.json_response(
+                {"reason": "the broker is starting or shutting down"},
+                status=HTTPStatus.SERVICE_UNAVAILABLE,
+            )
         return web.Response(text="ok", content_type="text/plain")
 
     return [web.get("/metrics", metrics), web.get("/admin/v2/brokers/health", health)]

@@ -111,6 +111,15 @@ def connected(
     return cmd
 
 
+def auth_challenge(method: str, data: bytes, protocol_version: int) -> pb.BaseCommand:
+    """AUTH_CHALLENGE: the client must answer AUTH_RESPONSE with fresh credentials."""
+    cmd = pb.BaseCommand(type=Type.AUTH_CHALLENGE)
+    cmd.authChallenge.challenge.auth_method_name = method
+    cmd.authChallenge.challenge.auth_data = data
+    cmd.authChallenge.protocol_version = protocol_version
+    return cmd
+
+
 def ping() -> pb.BaseCommand:
     cmd = pb.BaseCommand(type=Type.PING)
     cmd.ping.SetInParent()

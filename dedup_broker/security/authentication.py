@@ -224,6 +224,19 @@ class Authenticator:
             )
         return provider.authenticate(data, certificate)
 
+    def expires_at(self, method: str, data: bytes) -> float | None:
+        """When credentials that authenticated expire (epoch seconds): a token's ``exp``;
+        None for credentials that do not expire."""
+        if not self.enabled or method != "token":
+            return None
+        token = data.decode("utf-8", "replace").strip().removeprefix("Bearer ").strip()
+        try:
+            claims = jwt.decode(token, options={"verify_signature": False})
+        except jwt.InvalidTokenError:
+            return None
+        expiry = claims.get("exp")
+        return float(expiry) if isinstance(expiry, int | float) else None
+
     def authenticate_http(
         self, headers: Mapping[str, str], certificate: PeerCertificate | None = None
     ) -> str | None:

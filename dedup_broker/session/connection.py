@@ -120,6 +120,7 @@ class ClientConnection(asyncio.Protocol):
         self.closed = True
         if self._keepalive is not None:
             self._keepalive.cancel()
+        self.handshake.connection_lost()
         self.producers.connection_lost()
         self.consumers.connection_lost()
         self.lookups.connection_lost()

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import bcrypt
+import jwt
 import pulsar
 import pytest
 
@@ -172,3 +173,85 @@ def test_rs256_tokens_and_the_anonymous_role(
         assert round_trip(broker.service_url, None) == b"hello"  # as "guest"
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="module")
+def refreshing(
+    kafka_bootstrap: str, keys: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerProcess]:
+    broker = make_broker(
+        kafka_bootstrap,
+        tmp_path_factory.mktemp("refreshing"),
+        authentication_enabled=True,
+        authentication_providers="token",
+        token_secret_key=f"file://{keys['secret']}",
+        authentication_refresh_check_seconds=1,
+    )
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def short_lived_token(secret: Path, seconds: int = 3) -> str:
+    return jwt.encode(
+        {"sub": "dana", "exp": int(time.time()) + seconds}, secret.read_bytes(), algorithm="HS256"
+    )
+
+
+def test_a_token_supplier_keeps_a_long_lived_producer_connected(
+    refreshing: BrokerProcess, keys: dict[str, Path]
+) -> None:
+    """Each token lives 3 s; the broker challenges the expired one (AUTH_CHALLENGE) and the
+    client answers with a fresh one from its supplier: nothing fails, nothing reconnects."""
+    issued: list[str] = []
+
+    def supplier() -> str:
+        issued.append(short_lived_token(keys["secret"]))
+        return issued[-1]
+
+    client = pulsar.Client(
+        refreshing.service_url,
+        authentication=pulsar.AuthenticationToken(supplier),
+        operation_timeout_seconds=10,
+    )
+    try:
+        topic = f"persistent://public/default/refresh-{uuid.uuid4().hex[:8]}"
+        consumer = client.subscribe(topic, "s")
+        producer = client.create_producer(topic)
+        sent = []
+        deadline = time.monotonic() + 9
+        while time.monotonic() < deadline:
+            sent.append(f"m{len(sent)}".encode())
+            producer.send(sent[-1])
+            time.sleep(0.3)
+        received = [consumer.receive(timeout_millis=10_000).data() for _ in sent]
+        assert received == sent
+    finally:
+        client.close()
+    log = refreshing.log_text()
+    assert log.count("refreshed (role dana)") >= 2, log[-2000:]
+    assert "its credentials expired" not in log
+    assert len(issued) >= 3
+
+
+def test_an_expired_token_that_is_not_renewed_loses_its_connection(
+    refreshing: BrokerProcess, keys: dict[str, Path]
+) -> None:
+    client = pulsar.Client(
+        refreshing.service_url,
+        authentication=pulsar.AuthenticationToken(short_lived_token(keys["secret"], 5)),
+        operation_timeout_seconds=10,
+    )
+    try:
+        topic = f"persistent://public/default/expire-{uuid.uuid4().hex[:8]}"
+        producer = client.create_producer(topic, send_timeout_millis=4000)
+        producer.send(b"while valid")
+        time.sleep(8)
+        # The client cannot reconnect with an expired token.
+        with pytest.raises((pulsar.Timeout, pulsar.AuthenticationError, pulsar.ConnectError)):
+            producer.send(b"after expiry")
+    finally:
+        client.close()
+    assert "refused: the token has expired" in refreshing.log_text()
