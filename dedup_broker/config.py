@@ -122,6 +122,18 @@ class BrokerConfig:
     kafka_producer_linger_ms: int = 1
     kafka_reader_pool_size: int = 4
     """Kafka consumers (each with its thread) serving reads that miss the entry cache."""
+    kafka_security_protocol: str = "PLAINTEXT"
+    """librdkafka's ``security.protocol``: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."""
+    kafka_sasl_mechanism: str = ""
+    """PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (with ``kafkaSaslUsername``/``Password``)."""
+    kafka_sasl_username: str = ""
+    kafka_sasl_password: str = ""
+    kafka_ssl_ca_location: str = ""
+    """PEM file of the CAs that signed Kafka's certificates (SSL, SASL_SSL)."""
+    kafka_ssl_certificate_location: str = ""
+    """Client certificate (PEM) for Kafka listeners that require one."""
+    kafka_ssl_key_location: str = ""
+    kafka_ssl_key_password: str = ""
 
     # --- managed ledgers ----------------------------------------------------------
     managed_ledger_max_entries_per_ledger: int = 50000
@@ -191,6 +203,25 @@ class BrokerConfig:
     default_retention_time_in_minutes: int = 0
     default_retention_size_in_mb: int = 0
     retention_check_interval_in_seconds: int = 120
+
+    def kafka_connection(self) -> dict[str, str]:
+        """The librdkafka settings every Kafka client of the broker, the deletion worker
+        and the doctor connects with: the bootstrap servers and the listener's security."""
+        settings = {
+            "bootstrap.servers": self.kafka_bootstrap_servers,
+            "security.protocol": self.kafka_security_protocol,
+        }
+        optional = {
+            "sasl.mechanism": self.kafka_sasl_mechanism,
+            "sasl.username": self.kafka_sasl_username,
+            "sasl.password": self.kafka_sasl_password,
+            "ssl.ca.location": self.kafka_ssl_ca_location,
+            "ssl.certificate.location": self.kafka_ssl_certificate_location,
+            "ssl.key.location": self.kafka_ssl_key_location,
+            "ssl.key.password": self.kafka_ssl_key_password,
+        }
+        settings.update({key: value for key, value in optional.items() if value})
+        return settings
 
     def with_overrides(self, **changes: Any) -> BrokerConfig:
         """A copy with some attributes replaced (values are coerced like file values)."""
@@ -368,6 +399,18 @@ def _validate(config: BrokerConfig) -> None:
         raise ConfigError(
             f"clusterName must be 1-100 of [A-Za-z0-9._-] (it prefixes Kafka topics), "
             f"got {config.cluster_name!r}"
+        )
+    protocols = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+    if config.kafka_security_protocol.upper() not in protocols:
+        raise ConfigError(
+            f"kafkaSecurityProtocol must be one of {', '.join(protocols)}, "
+            f"got {config.kafka_security_protocol!r}"
+        )
+    if config.kafka_security_protocol.upper().startswith("SASL") and not (
+        config.kafka_sasl_mechanism and config.kafka_sasl_username
+    ):
+        raise ConfigError(
+            "kafkaSecurityProtocol SASL_* needs kafkaSaslMechanism and kafkaSaslUsername"
         )
     if config.allow_auto_topic_creation_type not in ("non-partitioned", "partitioned"):
         raise ConfigError(

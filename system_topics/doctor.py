@@ -30,7 +30,7 @@ def _pending_intents(config: BrokerConfig) -> tuple[set[int], set[tuple[int, str
     covered: set[int] = set()
     covered_offloads: set[tuple[int, str]] = set()
     topics = DeletionTopics.from_config(config)
-    for value in uncommitted_records(config.kafka_bootstrap_servers, topics):
+    for value in uncommitted_records(config.kafka_connection(), topics):
         try:
             intent = decode_intent(value)
         except MalformedIntentError:

@@ -29,10 +29,10 @@ class _Backlog:
     end: int
 
 
-def _group_reader(bootstrap: str, topics: DeletionTopics) -> Consumer:
+def _group_reader(connection: dict[str, str], topics: DeletionTopics) -> Consumer:
     return Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **connection,
             "group.id": topics.group,
             "client.id": f"{topics.group}-backlog-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
@@ -56,9 +56,11 @@ def _backlogs(consumer: Consumer, topic: str, timeout: float) -> Iterator[_Backl
         yield _Backlog(topic, tp.partition, start, high)
 
 
-def group_lag(bootstrap: str, topics: DeletionTopics, timeout: float = 10.0) -> dict[str, int]:
+def group_lag(
+    connection: dict[str, str], topics: DeletionTopics, timeout: float = 10.0
+) -> dict[str, int]:
     """Records not yet committed by the worker group, per topic (main, retry)."""
-    consumer = _group_reader(bootstrap, topics)
+    consumer = _group_reader(connection, topics)
     try:
         return {
             topic: sum(max(b.end - b.start, 0) for b in _backlogs(consumer, topic, timeout))
@@ -69,11 +71,11 @@ def group_lag(bootstrap: str, topics: DeletionTopics, timeout: float = 10.0) -> 
 
 
 def uncommitted_records(
-    bootstrap: str, topics: DeletionTopics, timeout: float = 10.0
+    connection: dict[str, str], topics: DeletionTopics, timeout: float = 10.0
 ) -> list[bytes | None]:
     """The values of every record of the main and RETRY topics the group has not
     committed yet (StorageError if they cannot be read within ``timeout`` per partition)."""
-    consumer = _group_reader(bootstrap, topics)
+    consumer = _group_reader(connection, topics)
     values: list[bytes | None] = []
     try:
         for topic in (topics.main, topics.retry):

@@ -86,7 +86,7 @@ class DeletionWorker:
         self._held: dict[tuple[str, int], _Held] = {}
         self._consumer = Consumer(
             {
-                "bootstrap.servers": config.kafka_bootstrap_servers,
+                **config.kafka_connection(),
                 "group.id": self.topics.group,
                 "client.id": f"{config.cluster_name}.deletion-worker",
                 "enable.auto.commit": False,

@@ -43,7 +43,7 @@ class Directory:
         self._topic = owners_topic(config.cluster_name)
         self._timeout_s = config.kafka_request_timeout_ms / 1000
         conf: dict[str, Any] = {
-            "bootstrap.servers": config.kafka_bootstrap_servers,
+            **config.kafka_connection(),
             "client.id": f"{config.cluster_name}.cluster-directory",
             "logger": kafka_logger(),
         }

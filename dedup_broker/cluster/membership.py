@@ -153,7 +153,7 @@ class Membership:
         """Assignments and revocations seen so far (the directory refreshes on a change)."""
         session_ms = config.metadata_store_session_timeout_millis
         conf: dict[str, Any] = {
-            "bootstrap.servers": config.kafka_bootstrap_servers,
+            **config.kafka_connection(),
             "group.id": owners_group(config.cluster_name),
             "client.id": address.member_tag(),
             "partition.assignment.strategy": "cooperative-sticky",

@@ -71,6 +71,28 @@ def server_properties(
     return props
 
 
+def sasl_listener(
+    props: dict[str, str], sasl_port: int, users: Mapping[str, str]
+) -> dict[str, str]:
+    """``props`` with a second client listener on ``sasl_port``: SASL_PLAINTEXT with the
+    PLAIN mechanism and these users (name -> password). The PLAINTEXT listener stays for
+    the node's own traffic."""
+    accounts = " ".join(f'user_{name}="{password}"' for name, password in users.items())
+    listener = f"SASL_PLAINTEXT://127.0.0.1:{sasl_port}"
+    return {
+        **props,
+        "listeners": f"{props['listeners']},{listener}",
+        "advertised.listeners": f"{props['advertised.listeners']},{listener}",
+        "listener.security.protocol.map": (
+            f"{props['listener.security.protocol.map']},SASL_PLAINTEXT:SASL_PLAINTEXT"
+        ),
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {accounts};"
+        ),
+    }
+
+
 class NativeKafka(NativeServer):
     """One Kafka JVM on 127.0.0.1 with fixed ports and a data directory it keeps.
 
@@ -90,6 +112,7 @@ class NativeKafka(NativeServer):
         stop_timeout: float = 30.0,
         detached: bool = False,
         extra_properties: Mapping[str, str] | None = None,
+        sasl_users: Mapping[str, str] | None = None,
     ) -> None:
         self._init_native("kafka", data_dir, startup_timeout, stop_timeout, detached)
         if port is None or controller_port is None:
@@ -103,11 +126,21 @@ class NativeKafka(NativeServer):
         self.version = version
         self.heap = heap
         self.extra_properties = dict(extra_properties or {})
+        self.sasl_users = dict(sasl_users or {})
+        """Users of a SASL_PLAINTEXT/PLAIN listener on ``sasl_port`` (none: no listener)."""
+        self.sasl_port = process.free_ports(1)[0] if self.sasl_users else None
 
     # --- addresses and files --------------------------------------------------------
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_bootstrap_servers(self) -> str:
+        """The SASL_PLAINTEXT listener (when ``sasl_users`` were given)."""
+        if self.sasl_port is None:
+            raise DevServerError("this Kafka has no SASL listener (no sasl_users)")
+        return f"127.0.0.1:{self.sasl_port}"
 
     @property
     def log_dir(self) -> Path:
@@ -124,7 +157,8 @@ class NativeKafka(NativeServer):
         """Start the JVM (formatting storage on first use) and wait until it serves."""
         if self.running:
             return
-        process.ensure_ports_free([self.port, self.controller_port], "Kafka")
+        ports = [self.port, self.controller_port, *([self.sasl_port] if self.sasl_port else [])]
+        process.ensure_ports_free(ports, "Kafka")
         home = distribution.ensure_kafka(self.version)
         java = distribution.find_java()
         self._write_config()
@@ -169,6 +203,8 @@ class NativeKafka(NativeServer):
         props = server_properties(
             self.port, self.controller_port, self.log_dir, self.extra_properties
         )
+        if self.sasl_port is not None:
+            props = sasl_listener(props, self.sasl_port, self.sasl_users)
         text = "".join(f"{key}={value}\n" for key, value in props.items())
         (self.data_dir / "server.properties").write_text(text)
         (self.data_dir / "log4j2.properties").write_text(LOG4J2_PROPERTIES)

@@ -60,14 +60,18 @@ class NativeRedis(NativeServer):
         startup_timeout: float = 20.0,
         stop_timeout: float = 10.0,
         detached: bool = False,
+        password: str | None = None,
     ) -> None:
         self._init_native("redis", data_dir, startup_timeout, stop_timeout, detached)
+        self.password = password
+        """``requirepass``: clients must AUTH (the URL carries it)."""
         self.port = process.free_ports(1)[0] if port is None else port
         self.persistent = persistent
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        credentials = f":{self.password}@" if self.password else ""
+        return f"redis://{credentials}127.0.0.1:{self.port}/0"
 
     @property
     def log_path(self) -> Path:
@@ -88,6 +92,8 @@ class NativeRedis(NativeServer):
             "--logfile",
             "",
         ]
+        if self.password:
+            argv += ["--requirepass", self.password]
         if self.persistent:
             argv += ["--appendonly", "yes", "--appendfsync", "always", "--save", ""]
         else:

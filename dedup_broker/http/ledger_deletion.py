@@ -57,7 +57,7 @@ class _LedgerDeletionApi:
     async def stats(self, request: web.Request) -> web.Response:
         config = self.broker.config
         topics = DeletionTopics.from_config(config)
-        lag = await asyncio.to_thread(group_lag, config.kafka_bootstrap_servers, topics)
+        lag = await asyncio.to_thread(group_lag, config.kafka_connection(), topics)
         return json_response(
             {
                 "twoPhaseDeletionEnabled": config.topic_two_phase_deletion_enabled,

@@ -70,7 +70,7 @@ class WriteFence:
         self._topic = formats.fences_topic(config.cluster_name)
         self._commit_timeout_s = config.kafka_request_timeout_ms / 1000
         conf: dict[str, Any] = {
-            "bootstrap.servers": config.kafka_bootstrap_servers,
+            **config.kafka_connection(),
             "client.id": f"{config.cluster_name}.fence-{slot}",
             "transactional.id": fence_transactional_id(config.cluster_name, slot),
             "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,

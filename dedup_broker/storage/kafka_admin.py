@@ -49,7 +49,7 @@ class KafkaAdmin:
         self._timeout_s = config.kafka_request_timeout_ms / 1000
         self._replication_factor = config.kafka_replication_factor
         conf: dict[str, Any] = {
-            "bootstrap.servers": config.kafka_bootstrap_servers,
+            **config.kafka_connection(),
             "client.id": f"{config.cluster_name}.broker-admin",
             "logger": kafka_logger(),
             "allow.auto.create.topics": False,
@@ -60,6 +60,7 @@ class KafkaAdmin:
         try:
             return await asyncio.wrap_future(future)
         except KafkaException as exc:
+            self._client.poll(0)  # librdkafka's reason (refused credentials...) gets logged
             raise storage_error(what, exc) from exc
 
     async def create_topic(
@@ -75,6 +76,7 @@ class KafkaAdmin:
         except KafkaException as exc:
             if _error_code(exc) == KafkaError.TOPIC_ALREADY_EXISTS:
                 return False
+            self._client.poll(0)  # librdkafka's reason (refused credentials...) gets logged
             raise storage_error(f"create topic {topic}", exc) from exc
         return True
 

@@ -80,7 +80,7 @@ class SharedProducer:
         self._flush_timeout_s = config.kafka_delivery_timeout_ms / 1000 + 5
         record_bytes = max_record_bytes(config)
         self._conf: dict[str, Any] = {
-            "bootstrap.servers": config.kafka_bootstrap_servers,
+            **config.kafka_connection(),
             "client.id": f"{config.cluster_name}.broker",
             "logger": kafka_logger(),
             "enable.idempotence": True,

@@ -55,7 +55,7 @@ class KafkaReader:
         self._timeout_s = config.kafka_request_timeout_ms / 1000
         fetch_bytes = 2 * max_record_bytes(config)
         self._conf: dict[str, Any] = {
-            "bootstrap.servers": config.kafka_bootstrap_servers,
+            **config.kafka_connection(),
             "client.id": f"{config.cluster_name}.broker-reader",
             "logger": kafka_logger(),
             # Required by the client, never used: no subscribe, no commit.

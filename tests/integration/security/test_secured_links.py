@@ -1,0 +1,142 @@
+"""The broker, the deletion worker and the doctor on a Kafka listener that requires SASL
+(PLAIN), and key-window deduplication on a Redis that requires a password."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pulsar
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from dedup_broker.config import BrokerConfig
+from dedup_broker.devservers.kafka import NativeKafka
+from dedup_broker.devservers.redis import NativeRedis
+from dedup_broker.testing.admin_http import http_request
+from dedup_broker.testing.broker_process import BrokerProcess
+from dedup_broker.testing.worker_process import WorkerProcess
+from system_topics.doctor import check
+from tests.integration.conftest import make_broker
+from tests.integration.system_topics.deletion_helpers import SMALL_LEDGERS, wait_until
+
+SASL = {
+    "kafka_security_protocol": "SASL_PLAINTEXT",
+    "kafka_sasl_mechanism": "PLAIN",
+    "kafka_sasl_username": "broker",
+    "kafka_sasl_password": "broker-secret",
+}
+
+
+@pytest.fixture(scope="module")
+def sasl_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NativeKafka]:
+    kafka = NativeKafka(
+        tmp_path_factory.mktemp("sasl-kafka"), sasl_users={"broker": "broker-secret"}
+    )
+    kafka.start()
+    try:
+        yield kafka
+    finally:
+        kafka.close()
+
+
+def test_broker_worker_and_doctor_over_sasl(sasl_kafka: NativeKafka, tmp_path: Path) -> None:
+    settings = {**SASL, **SMALL_LEDGERS}
+    broker = make_broker(sasl_kafka.sasl_bootstrap_servers, tmp_path, **settings)
+    worker = WorkerProcess(
+        sasl_kafka.sasl_bootstrap_servers, broker.cluster_name, settings, tmp_path
+    )
+    admin = AdminClient({"bootstrap.servers": sasl_kafka.bootstrap_servers})
+    pattern = re.compile(re.escape(broker.cluster_name) + r"\.ledger\.(\d+)")
+
+    def ledger_topics() -> set[int]:
+        names = admin.list_topics(timeout=10).topics
+        return {int(m.group(1)) for t in names if (m := pattern.fullmatch(t))}
+
+    try:
+        broker.start()
+        worker.start()
+        topic = f"persistent://public/default/sasl-{uuid.uuid4().hex[:8]}"
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=60)
+        try:
+            consumer = client.subscribe(topic, "sub")
+            producer = client.create_producer(topic, batching_enabled=False)
+            for i in range(30):
+                producer.send(b"m-%d" % i)
+            received = []
+            for _ in range(25):
+                message = consumer.receive(10_000)
+                received.append(message.data())
+                consumer.acknowledge(message)
+            assert received == [b"m-%d" % i for i in range(25)]
+            consumer.close()
+            path = "/admin/v2/persistent/" + topic.removeprefix("persistent://")
+            before = {x["ledgerId"] for x in _internal(broker, path)["ledgers"]}
+            assert http_request("POST", broker.http_url + path + "/trim")[0] == 204
+            trimmed = before - {x["ledgerId"] for x in _internal(broker, path)["ledgers"]}
+            assert len(trimmed) >= 4
+            # The worker (over SASL) deletes what was trimmed.
+            wait_until(lambda: not (ledger_topics() & trimmed), what="ledgers deleted")
+            consumer = client.subscribe(topic, "sub")
+            assert [consumer.receive(10_000).data() for _ in range(5)] == [
+                b"m-%d" % i for i in range(25, 30)
+            ]
+        finally:
+            client.close()
+        report = check(BrokerConfig.load(environ=broker.environment()))
+        assert report["orphans"] == [] and report["missing"] == [], report
+    finally:
+        worker.stop()
+        broker.stop()
+
+
+def test_a_wrong_kafka_password_stops_the_broker_with_the_reason(
+    sasl_kafka: NativeKafka, tmp_path: Path
+) -> None:
+    broker = make_broker(
+        sasl_kafka.sasl_bootstrap_servers,
+        tmp_path,
+        **{**SASL, "kafka_sasl_password": "guess", "kafka_request_timeout_ms": 5000},
+    )
+    with pytest.raises((RuntimeError, TimeoutError)):
+        broker.start(timeout=40)
+    broker.stop()
+    assert "SASL authentication error: Authentication failed" in broker.log_text()
+
+
+def test_key_dedup_on_a_redis_with_a_password(kafka_bootstrap: str, tmp_path: Path) -> None:
+    redis = NativeRedis(tmp_path / "redis", password="redis-secret")
+    redis.start()
+    broker = make_broker(kafka_bootstrap, tmp_path, redis_url=redis.url)
+    try:
+        broker.start()
+        topic = f"persistent://public/default/keys-{uuid.uuid4().hex[:8]}"
+        path = "/admin/v2/persistent/" + topic.removeprefix("persistent://")
+        policy = json.dumps({"enabled": True, "keySource": "partitionKey"}).encode()
+        status, body = http_request("POST", broker.http_url + path + "/keyDeduplication", policy)
+        assert status == 204, body
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=30)
+        try:
+            producer = client.create_producer(topic, batching_enabled=False)
+            for key in ["a", "b", "a", "c", "b"]:
+                producer.send(key.encode(), partition_key=key)
+            reader = client.create_reader(topic, pulsar.MessageId.earliest)
+            stored = [reader.read_next(10_000).data() for _ in range(3)]
+            assert stored == [b"a", b"b", b"c"]
+            with pytest.raises(pulsar.Timeout):
+                reader.read_next(1_000)
+        finally:
+            client.close()
+    finally:
+        broker.stop()
+        redis.close()
+
+
+def _internal(broker: BrokerProcess, path: str) -> dict[str, list[dict[str, int]]]:
+    status, body = http_request("GET", broker.http_url + path + "/internalStats")
+    assert status == 200, body
+    data: dict[str, list[dict[str, int]]] = json.loads(body)
+    return data
