@@ -19,6 +19,7 @@ from dedup_broker.devservers.pulsar_java import (
     java_produce,
     sha256_hex,
 )
+from dedup_broker.testing.admin_http import http_request
 from dedup_broker.testing.broker_process import BrokerProcess
 from tests.integration.conftest import make_broker
 
@@ -195,3 +196,24 @@ def test_java_consumer_reads_what_the_python_producer_sent(
     ]
     assert [m.producer_name for m in consumed.messages] == ["py-app"] * 50 + ["py-chunks"] * 2
     assert consumed.timed_out
+
+
+def test_java_chunked_resend_with_deduplication_enabled_on_the_namespace(
+    java_client: Path, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    broker = make_broker(kafka_bootstrap, tmp_path, max_message_size=MAX_MESSAGE_SIZE)
+    broker.start()  # deduplication off by default: the namespace policy turns it on
+    try:
+        url, topic, count = broker.service_url, "persistent://public/default/java-ns", 3
+        ns_url = f"{broker.http_url}/admin/v2/namespaces/public/default/deduplication"
+        assert http_request("POST", ns_url, b"true")[0] == 204
+        first = java_produce(
+            url, topic, count, name="ns-app", chunking=True, size=BIG, resend=(0, 2)
+        )
+        assert not any(m.duplicate for m in first.sent)
+        assert all(m.duplicate for m in first.resent)
+        consumed = java_consume(url, topic, "java-sub", count + 1, timeout_ms=5000)
+        assert _seen(consumed.messages) == [_expected(i, BIG) for i in range(count)]
+        assert consumed.timed_out
+    finally:
+        broker.stop()
