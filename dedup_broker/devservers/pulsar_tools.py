@@ -64,7 +64,7 @@ _POM = """<?xml version="1.0" encoding="UTF-8"?>
 </project>
 """
 
-_SETTINGS = """<?xml version="1.0" encoding="UTF-8"?>
+CENTRAL_MIRROR_SETTINGS = """<?xml version="1.0" encoding="UTF-8"?>
 <settings xmlns="http://maven.apache.org/SETTINGS/1.0.0">
   <mirrors>
     <mirror>
@@ -84,18 +84,23 @@ def ensure_pulsar_tools(version: str = PULSAR_TOOLS_VERSION) -> Path:
         _POM.format(version=version, bom=PULSAR_BOM_VERSION).encode(),
         f"the Pulsar command-line tools {version}",
         "pulsar-client-tools-",
-        settings=_SETTINGS.encode(),
+        settings=CENTRAL_MIRROR_SETTINGS.encode(),
     )
 
 
-def _compiled_batch_driver(home: Path) -> Path:
-    """``home/classes`` with the driver that runs several pulsar-admin commands per JVM."""
-    source = resources.files(__package__).joinpath("java", ADMIN_BATCH_SOURCE).read_bytes()
+def compile_driver(home: Path, source_name: str, class_name: str) -> Path:
+    """``home/classes`` with ``java/<source_name>`` (this package's) compiled against the
+    jars in ``home/libs``. ``home/<source_name>`` is the source last compiled: it is
+    written only after javac succeeded, so a changed or half-compiled driver is compiled
+    again."""
+    source = resources.files(__package__).joinpath("java", source_name).read_bytes()
     classes = home / "classes"
-    source_path = home / ADMIN_BATCH_SOURCE
-    compiled = classes.joinpath(*ADMIN_BATCH_CLASS.split(".")).with_suffix(".class")
-    if compiled.is_file() and source_path.is_file() and source_path.read_bytes() == source:
+    stamp = home / source_name
+    compiled = classes.joinpath(*class_name.split(".")).with_suffix(".class")
+    if compiled.is_file() and stamp.is_file() and stamp.read_bytes() == source:
         return classes
+    source_path = home / "src" / source_name
+    source_path.parent.mkdir(parents=True, exist_ok=True)
     source_path.write_bytes(source)
     javac = Path(find_java()).with_name("javac")
     result = subprocess.run(
@@ -106,7 +111,13 @@ def _compiled_batch_driver(home: Path) -> Path:
     )
     if result.returncode != 0:
         raise DevServerError(f"javac failed to compile {source_path}:\n{result.stderr}")
+    stamp.write_bytes(source)
     return classes
+
+
+def _compiled_batch_driver(home: Path) -> Path:
+    """``home/classes`` with the driver that runs several pulsar-admin commands per JVM."""
+    return compile_driver(home, ADMIN_BATCH_SOURCE, ADMIN_BATCH_CLASS)
 
 
 def _run(

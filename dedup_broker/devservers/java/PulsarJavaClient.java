@@ -1,15 +1,26 @@
 // A small driver of the official Pulsar Java client, compiled and run by the test suite
-// to prove that unmodified Java applications work against the broker.
+// to prove that unmodified Java applications work against the broker. Every line it
+// prints is one JSON object with an "event" field, so that tests can assert exact results.
 //
 //   produce URL TOPIC COUNT [name=N] [batching=none|default|key] [chunking=true]
-//           [size=BYTES] [key=K] [sendTimeoutMs=MS]
-//       sends COUNT messages "m-<i>" (padded to BYTES when given) with sequence ids 0..,
-//       prints "sent <i> <messageId>" per message and "done" at the end
+//           [size=BYTES] [keys=K] [resend=FROM-TO] [sendTimeoutMs=MS]
+//       sends COUNT messages with sequence ids 0..COUNT-1: "m-<i>", or BYTES bytes of
+//       payload(i) when size is given; with keys=K message i has the key "k<i % K>";
+//       resend=FROM-TO then sends messages FROM..TO (inclusive) again, same ids, same
+//       producer. Prints {"event":"producer","lastSequenceId":..},
+//       {"event":"sent"|"resent","sequenceId":..,"messageId":".."} and {"event":"done"}.
 //   consume URL TOPIC SUBSCRIPTION COUNT [timeoutMs=MS] [type=Exclusive|Shared|...]
-//       receives COUNT messages from the earliest position, acknowledging each, and
-//       prints "received <key> <sequenceId> <payload-size> <payload-prefix>" per message
+//       receives up to COUNT messages from the earliest position, acknowledging each;
+//       prints {"event":"received","key":..,"size":..,"sha256":"..","value":"..",
+//       "sequenceId":..,"producerName":"..","messageId":".."} per message ("value" only
+//       for payloads of at most 256 bytes), {"event":"timeout","after":N} when none came
+//       for timeoutMs, and {"event":"done"}.
 import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.HexFormat;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
@@ -25,6 +36,8 @@ import org.apache.pulsar.client.api.SubscriptionType;
 import org.apache.pulsar.client.api.TypedMessageBuilder;
 
 public final class PulsarJavaClient {
+    private static final int VALUE_LIMIT = 256;
+
     private PulsarJavaClient() {}
 
     public static void main(String[] args) throws Exception {
@@ -46,11 +59,13 @@ public final class PulsarJavaClient {
                 default -> throw new IllegalArgumentException("unknown mode " + args[0]);
             }
         }
+        System.out.println("{\"event\":\"done\"}");
         System.out.flush();
         System.exit(0);
     }
 
-    private static byte[] payload(int index, int size) {
+    /** "m-<index>", or exactly size bytes: "m-<index> " then letters from index on. */
+    static byte[] payload(int index, int size) {
         byte[] head = ("m-" + index).getBytes(StandardCharsets.UTF_8);
         if (size <= head.length) {
             return head;
@@ -88,27 +103,47 @@ public final class PulsarJavaClient {
             builder.enableBatching(false).enableChunking(true);
         }
         int size = Integer.parseInt(options.getOrDefault("size", "0"));
-        String keyPrefix = options.get("key");
+        int keys = Integer.parseInt(options.getOrDefault("keys", "0"));
         try (Producer<byte[]> producer = builder.create()) {
-            long last = producer.getLastSequenceId();
-            System.out.println("last-sequence-id " + last);
-            @SuppressWarnings("unchecked")
-            CompletableFuture<MessageId>[] sends = new CompletableFuture[count];
+            System.out.println("{\"event\":\"producer\",\"lastSequenceId\":"
+                    + producer.getLastSequenceId() + "}");
+            List<Integer> order = new ArrayList<>();
             for (int i = 0; i < count; i++) {
-                TypedMessageBuilder<byte[]> message = producer.newMessage()
-                        .sequenceId(i)
-                        .value(payload(i, size));
-                if (keyPrefix != null) {
-                    message.key(keyPrefix + (i % 4));
+                order.add(i);
+            }
+            sendAll(producer, order, size, keys, "sent");
+            String resend = options.get("resend");
+            if (resend != null) {
+                int dash = resend.indexOf('-');
+                int from = Integer.parseInt(resend.substring(0, dash));
+                int to = Integer.parseInt(resend.substring(dash + 1));
+                List<Integer> again = new ArrayList<>();
+                for (int i = from; i <= to; i++) {
+                    again.add(i);
                 }
-                sends[i] = message.sendAsync();
+                sendAll(producer, again, size, keys, "resent");
             }
-            for (int i = 0; i < count; i++) {
-                System.out.println("sent " + i + " " + sends[i].get(60, TimeUnit.SECONDS));
-            }
-            producer.flush();
         }
-        System.out.println("done");
+    }
+
+    private static void sendAll(Producer<byte[]> producer, List<Integer> indexes, int size,
+            int keys, String event) throws Exception {
+        List<CompletableFuture<MessageId>> sends = new ArrayList<>();
+        for (int i : indexes) {
+            TypedMessageBuilder<byte[]> message = producer.newMessage()
+                    .sequenceId(i)
+                    .value(payload(i, size));
+            if (keys > 0) {
+                message.key("k" + (i % keys));
+            }
+            sends.add(message.sendAsync());
+        }
+        producer.flush();
+        for (int n = 0; n < sends.size(); n++) {
+            MessageId id = sends.get(n).get(60, TimeUnit.SECONDS);
+            System.out.println("{\"event\":\"" + event + "\",\"sequenceId\":" + indexes.get(n)
+                    + ",\"messageId\":" + quote(String.valueOf(id)) + "}");
+        }
     }
 
     private static void consume(PulsarClient client, String topic, String subscription,
@@ -116,6 +151,7 @@ public final class PulsarJavaClient {
         int timeoutMs = Integer.parseInt(options.getOrDefault("timeoutMs", "30000"));
         SubscriptionType type =
                 SubscriptionType.valueOf(options.getOrDefault("type", "Exclusive"));
+        MessageDigest sha256 = MessageDigest.getInstance("SHA-256");
         try (Consumer<byte[]> consumer = client.newConsumer()
                 .topic(topic)
                 .subscriptionName(subscription)
@@ -125,19 +161,49 @@ public final class PulsarJavaClient {
             for (int i = 0; i < count; i++) {
                 Message<byte[]> message = consumer.receive(timeoutMs, TimeUnit.MILLISECONDS);
                 if (message == null) {
-                    System.out.println("timeout after " + i);
+                    System.out.println("{\"event\":\"timeout\",\"after\":" + i + "}");
                     break;
                 }
                 byte[] data = message.getValue();
-                String text = new String(data, 0, Math.min(data.length, 16),
-                        StandardCharsets.UTF_8);
-                int space = text.indexOf(' ');
-                System.out.println("received " + (message.hasKey() ? message.getKey() : "-")
-                        + " " + message.getSequenceId() + " " + data.length + " "
-                        + (space > 0 ? text.substring(0, space) : text));
+                StringBuilder line = new StringBuilder("{\"event\":\"received\",\"key\":")
+                        .append(message.hasKey() ? quote(message.getKey()) : "null")
+                        .append(",\"size\":").append(data.length)
+                        .append(",\"sha256\":\"")
+                        .append(HexFormat.of().formatHex(sha256.digest(data))).append('"');
+                if (data.length <= VALUE_LIMIT) {
+                    line.append(",\"value\":")
+                            .append(quote(new String(data, StandardCharsets.UTF_8)));
+                }
+                line.append(",\"sequenceId\":").append(message.getSequenceId())
+                        .append(",\"producerName\":").append(quote(message.getProducerName()))
+                        .append(",\"messageId\":")
+                        .append(quote(String.valueOf(message.getMessageId()))).append('}');
+                System.out.println(line);
                 consumer.acknowledge(message);
             }
         }
-        System.out.println("done");
+    }
+
+    /** A JSON string literal. */
+    static String quote(String text) {
+        StringBuilder out = new StringBuilder("\"");
+        for (int i = 0; i < text.length(); i++) {
+            char c = text.charAt(i);
+            switch (c) {
+                case '"' -> out.append("\\\"");
+                case '\\' -> out.append("\\\\");
+                case '\n' -> out.append("\\n");
+                case '\r' -> out.append("\\r");
+                case '\t' -> out.append("\\t");
+                default -> {
+                    if (c < 0x20) {
+                        out.append(String.format("\\u%04x", (int) c));
+                    } else {
+                        out.append(c);
+                    }
+                }
+            }
+        }
+        return out.append('"').toString();
     }
 }

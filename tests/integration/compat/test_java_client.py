@@ -1,4 +1,6 @@
-"""The official Pulsar Java client (from Maven Central) produces and consumes unmodified."""
+"""The official Pulsar Java client (from Maven Central) produces and consumes unmodified:
+deduplication of resent sequence ids, key-based batching, chunked messages larger than
+the broker's maxMessageSize, and messages of the official Python client."""
 
 from __future__ import annotations
 
@@ -8,11 +10,21 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from dedup_broker.devservers.pulsar_java import ensure_java_client, run_java_client
+from dedup_broker.devservers.pulsar_java import (
+    Batching,
+    ReceivedMessage,
+    ensure_java_client,
+    java_consume,
+    java_payload,
+    java_produce,
+    sha256_hex,
+)
+from dedup_broker.testing.admin_http import http_request
 from dedup_broker.testing.broker_process import BrokerProcess
 from tests.integration.conftest import make_broker
 
 MAX_MESSAGE_SIZE = 100_000
+BIG = 3 * MAX_MESSAGE_SIZE - 1000  # three chunks each (chunk payloads leave room for headers)
 
 
 @pytest.fixture(scope="module")
@@ -35,15 +47,8 @@ def dedup_broker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[BrokerProcess
         process.stop()
 
 
-def _java(*args: str) -> list[str]:
-    result = run_java_client(*args)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    lines = result.stdout.splitlines()
-    assert lines[-1] == "done", result.stdout[-2000:]
-    return lines
-
-
 def _stored(service_url: str, topic: str) -> list[bytes]:
+    """Every message of the topic, in order, as the Python client's reader sees it."""
     client = pulsar.Client(service_url)
     try:
         reader = client.create_reader(topic, pulsar.MessageId.earliest)
@@ -55,54 +60,116 @@ def _stored(service_url: str, topic: str) -> list[bytes]:
         client.close()
 
 
-def _sent_ids(lines: list[str]) -> list[str]:
-    return [line.split()[2] for line in lines if line.startswith("sent ")]
+def _expected(index: int, size: int = 0, key: str | None = None) -> tuple[object, ...]:
+    payload = java_payload(index, size)
+    value = payload.decode() if len(payload) <= 256 else None
+    return (key, len(payload), sha256_hex(payload), value, index)
 
 
-@pytest.mark.parametrize("batching", ["none", "default", "key"])
-def test_java_producer_stores_each_message_once_across_a_rerun(
-    java_client: Path, dedup_broker: BrokerProcess, topic: str, batching: str
+def _seen(messages: list[ReceivedMessage]) -> list[tuple[object, ...]]:
+    return [(m.key, m.size, m.sha256, m.value, m.sequence_id) for m in messages]
+
+
+@pytest.mark.parametrize("batching", ["none", "default"])
+def test_java_producer_resent_range_is_stored_once(
+    java_client: Path, dedup_broker: BrokerProcess, topic: str, batching: Batching
 ) -> None:
-    count = 300
-    args = ("produce", dedup_broker.service_url, topic, str(count), "name=java-app")
-    first = _java(*args, f"batching={batching}", "key=k")
-    assert first[0] == "last-sequence-id -1"
-    assert all(not ident.startswith("-1:-1") for ident in _sent_ids(first))
+    url, count = dedup_broker.service_url, 200
+    first = java_produce(
+        url,
+        topic,
+        count,
+        name="java-app",
+        batching=batching,
+        resend=(50, 149),
+    )
+    assert first.last_sequence_id == -1
+    assert [m.sequence_id for m in first.sent] == list(range(count))
+    assert not any(m.duplicate for m in first.sent)
+    assert [m.sequence_id for m in first.resent] == list(range(50, 150))
+    assert all(m.duplicate for m in first.resent)
 
-    # The same producer name again: the broker remembers sequence id count-1 and the
-    # client sees every resend as a duplicate.
-    again = _java(*args, f"batching={batching}", "key=k")
-    assert again[0] == f"last-sequence-id {count - 1}"
+    # A new producer of the same name: the broker remembers sequence id count-1 and
+    # answers every resend as a duplicate.
+    again = java_produce(url, topic, count, name="java-app", batching=batching)
+    assert again.last_sequence_id == count - 1
+    assert all(m.duplicate for m in again.sent)
 
-    stored = _stored(dedup_broker.service_url, topic)
-    if batching == "key":
-        # Key-based batching groups messages by key: order holds per key, not overall.
-        assert sorted(stored) == sorted(f"m-{i}".encode() for i in range(count))
-        for key in range(4):
-            per_key = [m for m in stored if int(m[2:]) % 4 == key]
-            assert per_key == sorted(per_key, key=lambda m: int(m[2:]))
-    else:
-        assert stored == [f"m-{i}".encode() for i in range(count)]
+    assert _stored(url, topic) == [java_payload(i) for i in range(count)]
+    consumed = java_consume(url, topic, "java-sub", count + 1, timeout_ms=3000)
+    assert _seen(consumed.messages) == [_expected(i) for i in range(count)]
+    assert {m.producer_name for m in consumed.messages} == {"java-app"}
+    assert consumed.timed_out
 
 
-def test_java_chunked_messages_are_reassembled_and_deduplicated(
+def test_java_key_based_batching_stores_every_message_once_in_order_per_key(
     java_client: Path, dedup_broker: BrokerProcess, topic: str
 ) -> None:
-    size = 3 * MAX_MESSAGE_SIZE - 1000  # three chunks each
-    count = 5
-    args = ("produce", dedup_broker.service_url, topic, str(count), "name=java-chunks")
-    _java(*args, "chunking=true", f"size={size}")
-    again = _java(*args, "chunking=true", f"size={size}")
-    assert again[0] == f"last-sequence-id {count - 1}"
+    url, count, keys = dedup_broker.service_url, 300, 4
+    produced = java_produce(url, topic, count, name="java-keys", batching="key", keys=keys)
+    assert [m.sequence_id for m in produced.sent] == list(range(count))
+    assert not any(m.duplicate for m in produced.sent)
 
-    received = _java(
-        "consume", dedup_broker.service_url, topic, "java-sub", str(count + 1), "timeoutMs=5000"
-    )
-    messages = [line.split() for line in received if line.startswith("received ")]
-    assert [(m[2], m[3], m[4]) for m in messages] == [
-        (str(i), str(size), f"m-{i}") for i in range(count)
+    consumed = java_consume(url, topic, "java-sub", count + 1, timeout_ms=3000)
+    assert consumed.timed_out
+    got = _seen(consumed.messages)
+    # Key-based batching groups messages by key: order holds per key, not overall.
+    assert sorted(got, key=lambda m: int(str(m[4]))) == [
+        _expected(i, key=f"k{i % keys}") for i in range(count)
     ]
-    assert "timeout after 5" in received
+    for k in range(keys):
+        per_key = [m[4] for m in got if m[0] == f"k{k}"]
+        assert per_key == list(range(k, count, keys))
+    assert sorted(_stored(url, topic)) == sorted(java_payload(i) for i in range(count))
+
+
+def test_java_chunked_messages_arrive_whole_and_are_deduplicated(
+    java_client: Path, dedup_broker: BrokerProcess, topic: str
+) -> None:
+    url, count = dedup_broker.service_url, 5
+    first = java_produce(
+        url, topic, count, name="java-chunks", chunking=True, size=BIG, resend=(1, 3)
+    )
+    assert first.last_sequence_id == -1
+    assert [m.sequence_id for m in first.sent] == list(range(count))
+    assert [m.sequence_id for m in first.resent] == [1, 2, 3]
+    # A chunked message's id names its first and last chunk: only the last is judged.
+    # A chunked message's id names its first and last chunk (three entries apart).
+    assert [m.chunk_entries for m in first.sent] == [(3 * i, 3 * i + 2) for i in range(count)]
+    # As in Pulsar, the resent chunks before the last are stored again (only the last
+    # chunk is judged), and the last one is answered as a duplicate: consumers drop the
+    # incomplete copy.
+    assert [m.chunk_entries for m in first.resent] == [(15, -1), (17, -1), (19, -1)]
+    assert all(m.duplicate for m in first.resent)
+    assert not any(m.duplicate for m in first.sent)
+    again = java_produce(url, topic, count, name="java-chunks", chunking=True, size=BIG)
+    assert again.last_sequence_id == count - 1
+    assert all(m.duplicate for m in again.sent)
+
+    expected = [_expected(i, BIG) for i in range(count)]
+    consumed = java_consume(url, topic, "java-sub", count + 1, timeout_ms=5000)
+    assert _seen(consumed.messages) == expected
+    assert consumed.timed_out
+
+    # The official Python client (C++ core) reassembles the same chunks.
+    client = pulsar.Client(url)
+    try:
+        consumer = client.subscribe(
+            topic,
+            "python-sub",
+            initial_position=pulsar.InitialPosition.Earliest,
+        )
+        received = []
+        while True:
+            try:
+                message = consumer.receive(timeout_millis=5000)
+            except pulsar.Timeout:
+                break
+            received.append((message.data(), message.producer_name()))
+            consumer.acknowledge(message)
+    finally:
+        client.close()
+    assert received == [(java_payload(i, BIG), "java-chunks") for i in range(count)]
 
 
 def test_java_consumer_reads_what_the_python_producer_sent(
@@ -112,11 +179,41 @@ def test_java_consumer_reads_what_the_python_producer_sent(
     try:
         producer = client.create_producer(topic, producer_name="py-app")
         for i in range(50):
-            producer.send_async(f"m-{i}".encode(), None, partition_key=f"k{i % 3}")
+            producer.send_async(java_payload(i), None, partition_key=f"k{i % 3}")
         producer.flush()
+        producer.close()
+        chunked = client.create_producer(
+            topic, producer_name="py-chunks", chunking_enabled=True, batching_enabled=False
+        )
+        for i in range(50, 52):
+            chunked.send(java_payload(i, BIG), sequence_id=i)
     finally:
         client.close()
-    received = _java("consume", dedup_broker.service_url, topic, "java-sub", "50")
-    assert [line.split()[1:] for line in received if line.startswith("received ")] == [
-        [f"k{i % 3}", str(i), str(len(f"m-{i}")), f"m-{i}"] for i in range(50)
+    consumed = java_consume(dedup_broker.service_url, topic, "java-sub", 53, timeout_ms=3000)
+    assert _seen(consumed.messages) == [
+        *(_expected(i, key=f"k{i % 3}") for i in range(50)),
+        *(_expected(i, BIG) for i in range(50, 52)),
     ]
+    assert [m.producer_name for m in consumed.messages] == ["py-app"] * 50 + ["py-chunks"] * 2
+    assert consumed.timed_out
+
+
+def test_java_chunked_resend_with_deduplication_enabled_on_the_namespace(
+    java_client: Path, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    broker = make_broker(kafka_bootstrap, tmp_path, max_message_size=MAX_MESSAGE_SIZE)
+    broker.start()  # deduplication off by default: the namespace policy turns it on
+    try:
+        url, topic, count = broker.service_url, "persistent://public/default/java-ns", 3
+        ns_url = f"{broker.http_url}/admin/v2/namespaces/public/default/deduplication"
+        assert http_request("POST", ns_url, b"true")[0] == 204
+        first = java_produce(
+            url, topic, count, name="ns-app", chunking=True, size=BIG, resend=(0, 2)
+        )
+        assert not any(m.duplicate for m in first.sent)
+        assert all(m.duplicate for m in first.resent)
+        consumed = java_consume(url, topic, "java-sub", count + 1, timeout_ms=5000)
+        assert _seen(consumed.messages) == [_expected(i, BIG) for i in range(count)]
+        assert consumed.timed_out
+    finally:
+        broker.stop()

@@ -1,0 +1,179 @@
+"""PIP-6 deduplication of chunked messages, as Pulsar's MessageDeduplication does it.
+
+All chunks of one message carry the message's sequence id. Only the last chunk is
+judged and only it moves the producer's high-water mark; the chunks before it are
+stored as they come (a naive "sequence id <= last seen" check would drop chunks 1..n-1,
+or refuse them as in flight). A chunked message resent after its last chunk was stored
+is a duplicate as a whole: its last chunk gets a receipt without a position, and the
+copies of the earlier chunks stored again are an incomplete message consumers drop.
+"""
+
+from __future__ import annotations
+
+from dedup_broker.protocol import commands
+from dedup_broker.protocol import pulsar_api_pb2 as pb
+from dedup_broker.protocol.framing import Frame, parse_metadata_only
+from dedup_broker.testing import client_commands as client
+from dedup_broker.testing.client_commands import message_block
+from dedup_broker.testing.memory_broker import MemoryBroker, WireClient, settle
+
+TOPIC = "persistent://public/default/chunks"
+CHUNKS = 3
+IN_FLIGHT = "an earlier copy of this message is still being written; resend later"
+
+
+def dedup_broker() -> MemoryBroker:
+    return MemoryBroker.configured(broker_deduplication_enabled=True)
+
+
+async def producer_on(broker: MemoryBroker, name: str = "p") -> WireClient:
+    connection = await broker.client()
+    frames = await connection.exchange(client.producer(TOPIC, 1, 10, name))
+    assert frames == [Frame(commands.producer_success(10, name), None)]
+    return connection
+
+
+def send_chunk(connection: WireClient, sequence_id: int, chunk_id: int) -> None:
+    block = message_block(
+        "p",
+        sequence_id,
+        payload=f"part {chunk_id} of {sequence_id}".encode(),
+        uuid=f"p-{sequence_id}",
+        num_chunks_from_msg=CHUNKS,
+        total_chunk_msg_size=CHUNKS * 12,
+        chunk_id=chunk_id,
+    )
+    connection.send(client.send(1, sequence_id), block)
+
+
+def send_message(connection: WireClient, sequence_id: int) -> None:
+    for chunk_id in range(CHUNKS):
+        send_chunk(connection, sequence_id, chunk_id)
+
+
+def receipts(*expected: tuple[int, int, int]) -> list[Frame]:
+    return [
+        Frame(commands.send_receipt(1, seq, ledger, entry), None) for seq, ledger, entry in expected
+    ]
+
+
+async def stored_chunks(broker: MemoryBroker) -> list[tuple[int, int]]:
+    """(sequence id, chunk id) of every stored entry, in order."""
+    ledger = broker.ledger(TOPIC)
+    entries = await ledger.read_entries(ledger.first_position(), 1000)
+    out = []
+    for entry in entries:
+        metadata = parse_metadata_only(entry.data)
+        out.append((metadata.sequence_id, metadata.chunk_id))
+    return out
+
+
+async def last_sequence_id(broker: MemoryBroker) -> int:
+    return (await broker.topic(TOPIC)).last_sequence_id("p")
+
+
+async def test_every_chunk_is_stored_and_only_the_last_moves_the_mark() -> None:
+    broker = dedup_broker()
+    connection = await producer_on(broker)
+    send_chunk(connection, 0, 0)
+    await settle()
+    assert connection.received() == receipts((0, 1, 0))
+    assert await last_sequence_id(broker) == -1
+    send_chunk(connection, 0, 1)
+    await settle()
+    # Same sequence id as the stored chunk 0: not a duplicate.
+    assert connection.received() == receipts((0, 1, 1))
+    assert await last_sequence_id(broker) == -1
+    send_chunk(connection, 0, 2)
+    await settle()
+    assert connection.received() == receipts((0, 1, 2))
+    assert await last_sequence_id(broker) == 0
+    assert await stored_chunks(broker) == [(0, 0), (0, 1), (0, 2)]
+
+
+async def test_chunks_of_one_message_in_flight_together_are_all_stored() -> None:
+    broker = dedup_broker()
+    connection = await producer_on(broker)
+    broker.ledger(TOPIC).hold_appends = True
+    send_message(connection, 0)
+    send_message(connection, 1)
+    await settle()
+    assert connection.received() == []
+    broker.ledger(TOPIC).acknowledge_appends()
+    await settle()
+    assert connection.received() == receipts(
+        *((s, 1, 3 * s + c) for s in (0, 1) for c in (0, 1, 2))
+    )
+    assert await last_sequence_id(broker) == 1
+
+
+async def test_a_chunked_message_resent_after_its_last_chunk_is_a_duplicate() -> None:
+    broker = dedup_broker()
+    connection = await producer_on(broker)
+    send_message(connection, 0)
+    send_message(connection, 1)
+    await settle()
+    connection.received()
+    send_message(connection, 0)
+    await settle()
+    # As in Pulsar: the chunks before the last are stored again, the last one is not.
+    assert connection.received() == receipts((0, 1, 6), (0, 1, 7), (0, -1, -1))
+    assert await stored_chunks(broker) == [
+        (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2), (0, 0), (0, 1)
+    ]  # fmt: skip
+    assert await last_sequence_id(broker) == 1
+
+
+async def test_a_resent_last_chunk_in_flight_is_unknown() -> None:
+    broker = dedup_broker()
+    connection = await producer_on(broker)
+    broker.ledger(TOPIC).hold_appends = True
+    send_message(connection, 0)
+    send_chunk(connection, 0, 2)
+    await settle()
+    broker.ledger(TOPIC).acknowledge_appends()
+    await settle()
+    assert connection.received() == [
+        *receipts((0, 1, 0), (0, 1, 1), (0, 1, 2)),
+        Frame(commands.send_error(1, 0, pb.PersistenceError, IN_FLIGHT), None),
+    ]
+
+
+async def test_a_message_whose_last_chunk_never_came_is_taken_when_resent() -> None:
+    broker = dedup_broker()
+    connection = await producer_on(broker)
+    send_message(connection, 0)
+    send_chunk(connection, 1, 0)  # the producer went away before chunk 1 and 2
+    await settle()
+    connection.disconnect()
+    await settle()
+    again = await broker.client()
+    frames = await again.exchange(client.producer(TOPIC, 1, 11, "p"))
+    assert frames == [Frame(commands.producer_success(11, "p", last_sequence_id=0), None)]
+    send_message(again, 1)
+    await settle()
+    assert again.received() == receipts((1, 1, 4), (1, 1, 5), (1, 1, 6))
+    assert await last_sequence_id(broker) == 1
+
+
+async def test_after_a_restart_a_resent_chunked_message_is_a_duplicate() -> None:
+    broker = dedup_broker()
+    connection = await producer_on(broker)
+    send_message(connection, 0)
+    send_chunk(connection, 1, 0)
+    await settle()
+    restarted = await broker.restarted(graceful=False)
+    again = await restarted.client()
+    frames = await again.exchange(client.producer(TOPIC, 1, 11, "p"))
+    assert frames == [Frame(commands.producer_success(11, "p", last_sequence_id=0), None)]
+    send_message(again, 0)
+    send_message(again, 1)
+    await settle()
+    # The restarted broker writes to a new ledger (2).
+    assert again.received() == receipts(
+        (0, 2, 0), (0, 2, 1), (0, -1, -1), (1, 2, 2), (1, 2, 3), (1, 2, 4)
+    )  # fmt: skip
+    assert await last_sequence_id(restarted) == 1
+    assert await stored_chunks(restarted) == [
+        (0, 0), (0, 1), (0, 2), (1, 0), (0, 0), (0, 1), (1, 0), (1, 1), (1, 2)
+    ]  # fmt: skip
