@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.consumer import Consumer, Delivery
+from dedup_broker.domain.key_hash import key_hash
 from dedup_broker.domain.key_shared import KeySharedDispatcher
 from dedup_broker.errors import BrokerError, PermanentError
 from dedup_broker.protocol.framing import parse_metadata_only
@@ -145,6 +146,10 @@ class Subscription:
                 moved = previous.take_pending()
                 self._count_redeliveries(moved)
                 asyncio.get_running_loop().create_task(self._rewind())
+
+    def consumer_for_key(self, key: bytes) -> Consumer | None:
+        """Key_Shared: the consumer that owns a sticky key's hash slot now."""
+        return self._key_shared.selector.select(key_hash(key))
 
     def should_expire(self) -> bool:
         """A non-durable subscription dies with its last consumer (after a seek grace)."""
