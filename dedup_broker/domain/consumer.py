@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 from dedup_broker.storage.position import Entry, Position
 
 if TYPE_CHECKING:
-    from dedup_broker.domain.key_shared import KeySharedSettings
+    from dedup_broker.domain.key_hash import KeySharedSettings
     from dedup_broker.domain.subscription import Subscription
 
 

@@ -4,13 +4,16 @@ The key is the message's ``ordering_key`` when set, else its ``partition_key`` (
 when ``partition_key_b64_encoded``), else Pulsar's ``NONE_KEY`` (the bytes ``NONE_KEY``):
 every message without a key shares one hash. The hash is MurmurHash3 (x86, 32 bits,
 seed 0) of the key bytes, masked to 31 bits as Pulsar's ``Murmur3_32Hash`` does, modulo
-the 65536 slots of the hash range.
+the 65536 slots of the hash range. A Key_Shared consumer's declaration
+(``KeySharedSettings``) is stated in these slots.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+from dataclasses import dataclass
+from enum import Enum
 
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 
@@ -75,3 +78,18 @@ def sticky_key(metadata: pb.MessageMetadata) -> bytes:
 def key_hash(key: bytes) -> int:
     """The slot of a key in ``0 .. 65535``."""
     return (murmur3_32(key) & 0x7FFFFFFF) % HASH_RANGE_SIZE
+
+
+class KeySharedMode(Enum):
+    AUTO_SPLIT = 0
+    STICKY = 1
+
+
+@dataclass(frozen=True)
+class KeySharedSettings:
+    """A consumer's ``KeySharedMeta``."""
+
+    mode: KeySharedMode = KeySharedMode.AUTO_SPLIT
+    ranges: tuple[tuple[int, int], ...] = ()
+    """STICKY: inclusive ``(start, end)`` slot ranges."""
+    allow_out_of_order: bool = False

@@ -30,11 +30,16 @@ import itertools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Generic, NamedTuple, Protocol, TypeVar
 
-from dedup_broker.domain.consumer import Consumer
-from dedup_broker.domain.key_hash import HASH_RANGE_SIZE, key_hash, murmur3_32, sticky_key
+from dedup_broker.domain.key_hash import (
+    HASH_RANGE_SIZE,
+    KeySharedMode,
+    KeySharedSettings,
+    key_hash,
+    murmur3_32,
+    sticky_key,
+)
 from dedup_broker.errors import BrokerError, PermanentError
 from dedup_broker.protocol.framing import parse_metadata_only
 from dedup_broker.storage.position import Entry, Position
@@ -53,23 +58,8 @@ LOOK_AHEAD_LIMIT = 20000
 ``keySharedLookAheadMsgInReplayThresholdPerSubscription``)."""
 
 
-class KeySharedMode(Enum):
-    AUTO_SPLIT = 0
-    STICKY = 1
-
-
 class ConsumerAssignError(PermanentError):
     """A Key_Shared consumer's hash ranges are invalid or overlap another consumer's."""
-
-
-@dataclass(frozen=True)
-class KeySharedSettings:
-    """A consumer's ``KeySharedMeta``."""
-
-    mode: KeySharedMode = KeySharedMode.AUTO_SPLIT
-    ranges: tuple[tuple[int, int], ...] = ()
-    """STICKY: inclusive ``(start, end)`` slot ranges."""
-    allow_out_of_order: bool = False
 
 
 class EntryKey(NamedTuple):
@@ -90,14 +80,25 @@ def entry_key(entry: Entry) -> EntryKey:
     return EntryKey(key_hash(sticky_key(metadata)), messages)
 
 
-class ConsistentHashSelector:
+class KeyedConsumer(Protocol):
+    """What dispatch reads of a consumer (``consumer.Consumer``)."""
+
+    name: str
+    permits: int
+    key_shared: KeySharedSettings | None
+
+
+C = TypeVar("C", bound=KeyedConsumer)
+
+
+class ConsistentHashSelector(Generic[C]):
     """AUTO_SPLIT: the first ring point at or after a slot owns it (wrapping around)."""
 
     def __init__(self) -> None:
         self._points: list[int] = []
-        self._owners: dict[int, list[Consumer]] = {}
+        self._owners: dict[int, list[C]] = {}
 
-    def add(self, consumer: Consumer, settings: KeySharedSettings) -> None:
+    def add(self, consumer: C, settings: KeySharedSettings) -> None:
         for i in range(REPLICA_POINTS):
             point = (murmur3_32(f"{consumer.name}{i}".encode()) & 0x7FFFFFFF) % HASH_RANGE_SIZE
             owners = self._owners.get(point)
@@ -107,7 +108,7 @@ class ConsistentHashSelector:
             else:
                 owners.append(consumer)
 
-    def remove(self, consumer: Consumer) -> None:
+    def remove(self, consumer: C) -> None:
         for point in [p for p, owners in self._owners.items() if consumer in owners]:
             owners = [c for c in self._owners[point] if c is not consumer]
             if owners:
@@ -116,7 +117,7 @@ class ConsistentHashSelector:
                 del self._owners[point]
                 self._points.remove(point)
 
-    def select(self, slot: int) -> Consumer | None:
+    def select(self, slot: int) -> C | None:
         if not self._points:
             return None
         index = bisect.bisect_left(self._points, slot)
@@ -125,13 +126,13 @@ class ConsistentHashSelector:
         return owners[slot % len(owners)]
 
 
-class StickySelector:
+class StickySelector(Generic[C]):
     """STICKY: consumers own the ranges they declared; the rest of the slots have no owner."""
 
     def __init__(self) -> None:
-        self._ranges: list[tuple[int, int, Consumer]] = []
+        self._ranges: list[tuple[int, int, C]] = []
 
-    def add(self, consumer: Consumer, settings: KeySharedSettings) -> None:
+    def add(self, consumer: C, settings: KeySharedSettings) -> None:
         if not settings.ranges:
             raise ConsumerAssignError("Ranges for KeyShared policy must not be empty.")
         for start, end in settings.ranges:
@@ -153,10 +154,10 @@ class StickySelector:
         for start, end in declared:
             bisect.insort(self._ranges, (start, end, consumer), key=lambda r: r[0])
 
-    def remove(self, consumer: Consumer) -> None:
+    def remove(self, consumer: C) -> None:
         self._ranges = [r for r in self._ranges if r[2] is not consumer]
 
-    def select(self, slot: int) -> Consumer | None:
+    def select(self, slot: int) -> C | None:
         index = bisect.bisect_right(self._ranges, slot, key=lambda r: r[0]) - 1
         if index >= 0:
             start, end, consumer = self._ranges[index]
@@ -165,32 +166,32 @@ class StickySelector:
         return None
 
 
-Selector = ConsistentHashSelector | StickySelector
+Selector = ConsistentHashSelector[C] | StickySelector[C]
 
 
 @dataclass
-class KeySharedRound:
+class KeySharedRound(Generic[C]):
     """What one dispatch round decided: entries per consumer, and whether it moved on."""
 
-    deliveries: list[tuple[Consumer, Entry, int]] = field(default_factory=list)
+    deliveries: list[tuple[C, Entry, int]] = field(default_factory=list)
     progressed: bool = False
 
 
-class KeySharedDispatcher:
+class KeySharedDispatcher(Generic[C]):
     """The Key_Shared state of a subscription: slot owners, recently joined consumers and
     the hash of every entry sent or held back (acks forget it)."""
 
     def __init__(self) -> None:
         self.settings: KeySharedSettings | None = None
-        self.selector: Selector = ConsistentHashSelector()
-        self.joined_at: dict[Consumer, Position] = {}
+        self.selector: Selector[C] = ConsistentHashSelector()
+        self.joined_at: dict[C, Position] = {}
         self.hashes: dict[Position, int] = {}
 
     # --- consumers ------------------------------------------------------------------
     def add_consumer(
         self,
-        consumer: Consumer,
-        existing: Sequence[Consumer],
+        consumer: C,
+        existing: Sequence[C],
         cursor: ManagedCursor,
         ledger: ManagedLedger,
     ) -> None:
@@ -213,7 +214,7 @@ class KeySharedDispatcher:
             if cursor.mark_delete_position < ledger.previous_position(joined):
                 self.joined_at[consumer] = joined
 
-    def remove_consumer(self, consumer: Consumer) -> None:
+    def remove_consumer(self, consumer: C) -> None:
         self.selector.remove(consumer)
         self.joined_at.pop(consumer, None)
 
@@ -241,17 +242,17 @@ class KeySharedDispatcher:
     # --- dispatching ----------------------------------------------------------------
     async def dispatch(
         self,
-        consumers: Sequence[Consumer],
-        eligible: Callable[[Consumer], bool],
+        consumers: Sequence[C],
+        eligible: Callable[[C], bool],
         replay: set[Position],
         cursor: ManagedCursor,
         ledger: ManagedLedger,
         max_entries: int,
-    ) -> KeySharedRound:
+    ) -> KeySharedRound[C]:
         """Choose the entries of one round: waiting ones first, then new ones."""
         self.release_joined(cursor, ledger)
         room = {c: c.permits for c in consumers if eligible(c)}
-        result = KeySharedRound()
+        result: KeySharedRound[C] = KeySharedRound()
         if not room:
             return result
         blocked: set[int] = set()
@@ -305,7 +306,7 @@ class KeySharedDispatcher:
             result.deliveries.append((consumer, entry, key.messages))
         return result
 
-    def _owner(self, slot: int, position: Position, room: dict[Consumer, int]) -> Consumer | None:
+    def _owner(self, slot: int, position: Position, room: dict[C, int]) -> C | None:
         """The consumer that may take this entry now, if any."""
         consumer = self.selector.select(slot)
         if consumer is None or room.get(consumer, 0) <= 0:

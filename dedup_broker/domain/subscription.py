@@ -71,7 +71,7 @@ class Subscription:
         self._replay: set[Position] = set()
         self._active: Consumer | None = None
         self._rr_index = 0
-        self._key_shared = KeySharedDispatcher()
+        self._key_shared: KeySharedDispatcher[Consumer] = KeySharedDispatcher()
         self._task: asyncio.Task[None] | None = None
         self._again = False
         self._lock = asyncio.Lock()

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING
 
 from dedup_broker.domain.consumer import Consumer, Delivery
-from dedup_broker.domain.key_shared import KeySharedMode, KeySharedSettings
+from dedup_broker.domain.key_hash import KeySharedMode, KeySharedSettings
 from dedup_broker.domain.subscription import SubscriptionType
 from dedup_broker.domain.topic import LATEST_LEDGER_ID, Topic
 from dedup_broker.errors import PermanentError, ProtocolError

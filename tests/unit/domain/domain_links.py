@@ -9,7 +9,7 @@ from itertools import count
 from typing import Any
 
 from dedup_broker.domain.consumer import Consumer, Delivery
-from dedup_broker.domain.key_shared import KeySharedSettings
+from dedup_broker.domain.key_hash import KeySharedSettings
 from dedup_broker.domain.outcomes import PublishOutcome
 from dedup_broker.domain.producer import Producer
 from dedup_broker.domain.subscription import SubscriptionType

@@ -9,8 +9,15 @@ import pytest
 from domain_links import ConsumerSide, new_producer, publish, subscribe
 
 from dedup_broker.domain.consumer import Consumer
-from dedup_broker.domain.key_hash import NONE_KEY, key_hash, murmur3_32, sticky_key
-from dedup_broker.domain.key_shared import ConsumerAssignError, KeySharedMode, KeySharedSettings
+from dedup_broker.domain.key_hash import (
+    NONE_KEY,
+    KeySharedMode,
+    KeySharedSettings,
+    key_hash,
+    murmur3_32,
+    sticky_key,
+)
+from dedup_broker.domain.key_shared import ConsumerAssignError
 from dedup_broker.domain.subscription import SubscriptionType
 from dedup_broker.domain.topic import Topic
 from dedup_broker.protocol import pulsar_api_pb2 as pb
