@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 from dedup_broker.storage.position import Entry, Position
 
 if TYPE_CHECKING:
+    from dedup_broker.domain.key_hash import KeySharedSettings
     from dedup_broker.domain.subscription import Subscription
 
 
@@ -60,6 +61,8 @@ class Consumer:
     msgs_out: int = 0
     bytes_out: int = 0
     closed: bool = False
+    key_shared: KeySharedSettings | None = None
+    """Key_Shared subscriptions: the consumer's mode, ranges and ordering choice."""
     subscription: Subscription = field(init=False)
 
     @property

@@ -2,7 +2,9 @@
 
 Exclusive and Failover subscriptions have one active consumer and keep the order of the
 log: a redelivery rewinds the cursor. Shared subscriptions spread entries round-robin
-over consumers with permits and redeliver single positions out of order.
+over consumers with permits and redeliver single positions out of order. Key_Shared
+subscriptions redeliver single positions too, and leave the choice of consumer to
+``key_shared.py`` (one consumer per key, in the order of the log).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import TYPE_CHECKING
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.consumer import Consumer, Delivery
+from dedup_broker.domain.key_hash import key_hash
+from dedup_broker.domain.key_shared import KeySharedDispatcher
 from dedup_broker.errors import BrokerError, PermanentError
 from dedup_broker.protocol.framing import parse_metadata_only
 from dedup_broker.storage.position import Entry, Position
@@ -67,6 +71,7 @@ class Subscription:
         self._replay: set[Position] = set()
         self._active: Consumer | None = None
         self._rr_index = 0
+        self._key_shared: KeySharedDispatcher[Consumer] = KeySharedDispatcher()
         self._task: asyncio.Task[None] | None = None
         self._again = False
         self._lock = asyncio.Lock()
@@ -86,6 +91,8 @@ class Subscription:
             self.type = sub_type
         if self.type == SubscriptionType.EXCLUSIVE and self.consumers:
             raise ConsumerBusyError(f"exclusive subscription {self.name!r} already has a consumer")
+        if self.type == SubscriptionType.KEY_SHARED:
+            self._key_shared.add_consumer(consumer, self.consumers, self.cursor, self.ledger)
         self.consumers.append(consumer)
         if self._unlisten is None:
             self._unlisten = self.ledger.add_entries_listener(self.trigger)
@@ -96,10 +103,12 @@ class Subscription:
             return
         self.consumers.remove(consumer)
         consumer.closed = True
+        if self.type == SubscriptionType.KEY_SHARED:
+            self._key_shared.remove_consumer(consumer)
         returned = consumer.take_pending()
         if returned:
             self._count_redeliveries(returned)
-            if self.type == SubscriptionType.SHARED:
+            if self._redelivers_singly:
                 self._replay.update(returned)
             else:
                 asyncio.get_running_loop().create_task(self._rewind())
@@ -108,6 +117,11 @@ class Subscription:
             self._unlisten = None
         self._elect_active()
         self.trigger()
+
+    @property
+    def _redelivers_singly(self) -> bool:
+        """Shared and Key_Shared redeliver positions; the others rewind the cursor."""
+        return self.type in (SubscriptionType.SHARED, SubscriptionType.KEY_SHARED)
 
     @property
     def active_consumer(self) -> Consumer | None:
@@ -132,6 +146,10 @@ class Subscription:
                 moved = previous.take_pending()
                 self._count_redeliveries(moved)
                 asyncio.get_running_loop().create_task(self._rewind())
+
+    def consumer_for_key(self, key: bytes) -> Consumer | None:
+        """Key_Shared: the consumer that owns a sticky key's hash slot now."""
+        return self._key_shared.selector.select(key_hash(key))
 
     def should_expire(self) -> bool:
         """A non-durable subscription dies with its last consumer (after a seek grace)."""
@@ -170,6 +188,7 @@ class Subscription:
                             break
                 self.redelivery_counts.pop(position, None)
                 self._replay.discard(position)
+                self._key_shared.forget(position)
             self.cursor.delete(acked)
         self.trigger()
 
@@ -180,7 +199,7 @@ class Subscription:
         else:
             returned = [p for p in positions if consumer.forget(p)]
         self._count_redeliveries(returned)
-        if self.type == SubscriptionType.SHARED:
+        if self._redelivers_singly:
             self._replay.update(returned)
             self.trigger()
         else:
@@ -199,6 +218,7 @@ class Subscription:
                 del self.redelivery_counts[p]
         if self._replay:
             self._replay = {p for p in self._replay if p > position}
+        self._key_shared.forget_up_to(position)
 
     async def _rewind(self) -> None:
         async with self._lock:
@@ -219,6 +239,7 @@ class Subscription:
             await self.cursor.reset(position)
             self._replay.clear()
             self.redelivery_counts.clear()
+            self._key_shared.clear()
             self._last_seek = time.monotonic()
 
     # --- dispatching ----------------------------------------------------------------
@@ -248,14 +269,19 @@ class Subscription:
         if self.type in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER):
             active = self._active
             return [active] if active and active.permits > 0 and active.writable else []
+        return [c for c in self.consumers if self._can_take(c)]
+
+    def _can_take(self, consumer: Consumer) -> bool:
         limit = self.config.max_unacked_messages_per_consumer
-        return [
-            c
-            for c in self.consumers
-            if c.permits > 0 and c.writable and (limit <= 0 or c.unacked_messages < limit)
-        ]
+        return (
+            consumer.permits > 0
+            and consumer.writable
+            and (limit <= 0 or consumer.unacked_messages < limit)
+        )
 
     async def _dispatch_once(self) -> bool:
+        if self.type == SubscriptionType.KEY_SHARED:
+            return await self._dispatch_by_key()
         async with self._lock:
             targets = self._targets()
             if not targets:
@@ -292,19 +318,43 @@ class Subscription:
                 log.warning("dropping redelivery of %s on %s: %s", position, self.name, exc)
         return entries
 
+    async def _dispatch_by_key(self) -> bool:
+        async with self._lock:
+            chosen = await self._key_shared.dispatch(
+                self.consumers,
+                self._can_take,
+                self._replay,
+                self.cursor,
+                self.ledger,
+                self.config.dispatcher_max_read_batch_size,
+            )
+            per_consumer: dict[Consumer, list[Delivery]] = {}
+            for consumer, entry, count in chosen.deliveries:
+                self._charge(per_consumer, consumer, entry, count)
+            for consumer, batch in per_consumer.items():
+                consumer.send(batch)
+            return chosen.progressed
+
     def _send(self, entries: list[Entry], targets: list[Consumer]) -> None:
-        per_consumer: dict[int, list[Delivery]] = {}
-        by_id = {id(c): c for c in targets}
+        per_consumer: dict[Consumer, list[Delivery]] = {}
         for entry in entries:
-            count = messages_in_entry(entry)
-            consumer = self._pick(targets)
-            redeliveries = self.redelivery_counts.get(entry.position, 0)
-            per_consumer.setdefault(id(consumer), []).append(Delivery(entry, count, redeliveries))
-            consumer.permits -= count
-            self.msgs_out += count
-            self.bytes_out += len(entry.data)
-        for key, batch in per_consumer.items():
-            by_id[key].send(batch)
+            self._charge(per_consumer, self._pick(targets), entry, messages_in_entry(entry))
+        for consumer, batch in per_consumer.items():
+            consumer.send(batch)
+
+    def _charge(
+        self,
+        per_consumer: dict[Consumer, list[Delivery]],
+        consumer: Consumer,
+        entry: Entry,
+        count: int,
+    ) -> None:
+        """Charge the consumer's permits for an entry and queue it for its one write."""
+        redeliveries = self.redelivery_counts.get(entry.position, 0)
+        per_consumer.setdefault(consumer, []).append(Delivery(entry, count, redeliveries))
+        consumer.permits -= count
+        self.msgs_out += count
+        self.bytes_out += len(entry.data)
 
     def _pick(self, targets: list[Consumer]) -> Consumer:
         if len(targets) == 1:

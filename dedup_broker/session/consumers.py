@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING
 
 from dedup_broker.domain.consumer import Consumer, Delivery
+from dedup_broker.domain.key_hash import KeySharedMode, KeySharedSettings
 from dedup_broker.domain.subscription import SubscriptionType
 from dedup_broker.domain.topic import LATEST_LEDGER_ID, Topic
 from dedup_broker.errors import PermanentError, ProtocolError
@@ -118,8 +119,6 @@ class ConsumerCommands:
         self._creating[request.consumer_id] = asyncio.get_running_loop().create_future()
         try:
             sub_type = SubscriptionType(request.subType)
-            if sub_type == SubscriptionType.KEY_SHARED:
-                raise SubscriptionRefusedError("Key_Shared subscriptions are not supported yet")
             if not request.subscription:
                 raise SubscriptionRefusedError("a subscription name is required")
             topic = await self.broker.get_topic(name)
@@ -135,6 +134,9 @@ class ConsumerCommands:
                 subscription_name=request.subscription,
                 priority_level=request.priority_level,
                 partition_index=name.partition_index,
+                key_shared=_key_shared_settings(request)
+                if sub_type == SubscriptionType.KEY_SHARED
+                else None,
             )
             durable = request.durable if request.HasField("durable") else True
             await topic.subscribe(
@@ -324,4 +326,16 @@ def _start_position(message_id: pb.MessageIdData) -> Position:
     """Ids travel as uint64; ``MessageId.earliest`` is -1:-1 as Pulsar's signed longs."""
     return Position(
         commands.as_signed64(message_id.ledgerId), commands.as_signed64(message_id.entryId)
+    )
+
+
+def _key_shared_settings(request: pb.CommandSubscribe) -> KeySharedSettings:
+    """A Key_Shared consumer's ``keySharedMeta`` (AUTO_SPLIT when the client sent none)."""
+    if not request.HasField("keySharedMeta"):
+        return KeySharedSettings()
+    meta = request.keySharedMeta
+    return KeySharedSettings(
+        mode=KeySharedMode.STICKY if meta.keySharedMode == pb.STICKY else KeySharedMode.AUTO_SPLIT,
+        ranges=tuple((r.start, r.end) for r in meta.hashRanges),
+        allow_out_of_order=meta.allowOutOfOrderDelivery,
     )

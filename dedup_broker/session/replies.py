@@ -9,6 +9,7 @@ any other SEND_ERROR by reconnecting and resending what is unacknowledged.
 from __future__ import annotations
 
 from dedup_broker import errors
+from dedup_broker.domain.key_shared import ConsumerAssignError
 from dedup_broker.domain.outcomes import PublishOutcome, PublishStatus
 from dedup_broker.domain.producer_access import ProducerBusyError, ProducerFencedError
 from dedup_broker.domain.subscription import ConsumerBusyError
@@ -36,6 +37,7 @@ _CODES: tuple[tuple[type[BaseException], pb.ServerError], ...] = (
     (ProducerBusyError, pb.ProducerBusy),
     (ProducerFencedError, pb.ProducerFenced),
     (ConsumerBusyError, pb.ConsumerBusy),
+    (ConsumerAssignError, pb.ConsumerAssignError),
     (ConsumerStillConnectedError, pb.ConsumerBusy),
     (SubscriptionNotFoundError, pb.SubscriptionNotFound),
     (UnknownIdError, pb.NotAllowedError),

@@ -77,6 +77,7 @@ def subscribe(
     priority_level: int | None = None,
     durable: bool | None = None,
     start: Position | None = None,
+    key_shared: pb.KeySharedMeta | None = None,
 ) -> pb.BaseCommand:
     command = _BASE(type=_BASE.SUBSCRIBE)
     out = command.subscribe
@@ -91,6 +92,8 @@ def subscribe(
         out.durable = durable
     if start is not None:
         out.start_message_id.CopyFrom(message_id(start))
+    if key_shared is not None:
+        out.keySharedMeta.CopyFrom(key_shared)
     return command
 
 

@@ -9,6 +9,7 @@ from itertools import count
 from typing import Any
 
 from dedup_broker.domain.consumer import Consumer, Delivery
+from dedup_broker.domain.key_hash import KeySharedSettings
 from dedup_broker.domain.outcomes import PublishOutcome
 from dedup_broker.domain.producer import Producer
 from dedup_broker.domain.subscription import SubscriptionType
@@ -83,9 +84,15 @@ async def subscribe(
     sub_type: SubscriptionType = SubscriptionType.EXCLUSIVE,
     priority_level: int = 0,
     initial_position: str = "earliest",
+    key_shared: KeySharedSettings | None = None,
 ) -> Consumer:
     consumer = Consumer(
-        side, next(_consumer_ids), name, subscription, priority_level=priority_level
+        side,
+        next(_consumer_ids),
+        name,
+        subscription,
+        priority_level=priority_level,
+        key_shared=key_shared,
     )
     await topic.subscribe(
         consumer,

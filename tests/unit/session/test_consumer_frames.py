@@ -80,13 +80,31 @@ async def test_a_second_consumer_of_an_exclusive_subscription_is_refused() -> No
     )
 
 
-async def test_key_shared_is_refused() -> None:
+def sticky(*ranges: tuple[int, int]) -> pb.KeySharedMeta:
+    meta = pb.KeySharedMeta(keySharedMode=pb.STICKY)
+    for start, end in ranges:
+        meta.hashRanges.add(start=start, end=end)
+    return meta
+
+
+async def test_a_sticky_key_shared_consumer_overlapping_another_is_refused() -> None:
     broker = MemoryBroker()
     connection = await broker.client()
-    request = client.subscribe(TOPIC, "sub", 7, 30, pb.CommandSubscribe.Key_Shared)
-    assert await connection.exchange(request) == replies(
-        commands.error(30, pb.NotAllowedError, "Key_Shared subscriptions are not supported yet")
+    key_shared = pb.CommandSubscribe.Key_Shared
+    first = client.subscribe(TOPIC, "sub", 7, 30, key_shared, key_shared=sticky((0, 100)))
+    assert await connection.exchange(first) == replies(commands.success(30))
+    second = client.subscribe(
+        TOPIC, "sub", 8, 31, key_shared, consumer_name="b", key_shared=sticky((101, 200), (50, 60))
     )
+    assert await connection.exchange(second) == replies(
+        commands.error(
+            31,
+            pb.ConsumerAssignError,
+            "Range conflict with consumer consumer-7: [50, 60] overlaps [0, 100]",
+        )
+    )
+    third = client.subscribe(TOPIC, "sub", 9, 32, key_shared, key_shared=sticky((101, 200)))
+    assert await connection.exchange(third) == replies(commands.success(32))
 
 
 async def test_a_nack_redelivers_with_a_growing_redelivery_count() -> None:

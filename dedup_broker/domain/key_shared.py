@@ -1,0 +1,330 @@
+"""Key_Shared dispatch: every key's messages go to one consumer, in the order of the log.
+
+Consumers own slots of the hash range ``0 .. 65535`` (``key_hash.py``):
+
+* ``AUTO_SPLIT``: a consistent-hash ring (Pulsar's default,
+  ``subscriptionKeySharedUseConsistentHashing`` with 100 replica points per consumer). A
+  consumer that joins takes over some slots of the others; one that leaves hands its slots
+  to the next points of the ring. No other key moves.
+* ``STICKY``: each consumer declares its ranges; overlapping another consumer's ranges is
+  refused (``ConsumerAssignError``). Entries of keys no consumer covers wait.
+
+Order per key holds through every change:
+
+* Entries to redeliver (a consumer left, nack, redeliver-unacknowledged) wait in the
+  subscription's replay set and go first; a newer entry of a key that still has one
+  waiting is held back in the replay set too, behind it.
+* A consumer that joins while earlier entries are unacknowledged is *recently joined*
+  (Pulsar's classic rule): it gets entries before the read position at which it joined,
+  but nothing from that position on until everything before it is acknowledged, since
+  the previous owner of its keys may still hold some of them. ``allowOutOfOrderDelivery``
+  (taken from the subscription's first consumer) turns this off.
+* A batch entry is dispatched by its first message's key (Pulsar does the same; with the
+  clients' key-based batching that is the one key of the batch).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Generic, NamedTuple, Protocol, TypeVar
+
+from dedup_broker.domain.key_hash import (
+    HASH_RANGE_SIZE,
+    KeySharedMode,
+    KeySharedSettings,
+    key_hash,
+    murmur3_32,
+    sticky_key,
+)
+from dedup_broker.errors import BrokerError, PermanentError
+from dedup_broker.protocol.framing import parse_metadata_only
+from dedup_broker.storage.position import Entry, Position
+
+if TYPE_CHECKING:
+    from dedup_broker.storage.cursor import ManagedCursor
+    from dedup_broker.storage.managed_ledger import ManagedLedger
+
+log = logging.getLogger(__name__)
+
+REPLICA_POINTS = 100
+"""Points per consumer on the ring (``subscriptionKeySharedConsistentHashingReplicaPoints``)."""
+
+LOOK_AHEAD_LIMIT = 20000
+"""Entries held back in the replay set before reading stops (Pulsar's
+``keySharedLookAheadMsgInReplayThresholdPerSubscription``)."""
+
+
+class ConsumerAssignError(PermanentError):
+    """A Key_Shared consumer's hash ranges are invalid or overlap another consumer's."""
+
+
+class EntryKey(NamedTuple):
+    """What dispatch needs of an entry, from one parse of its metadata."""
+
+    hash: int
+    messages: int
+
+
+def entry_key(entry: Entry) -> EntryKey:
+    try:
+        metadata = parse_metadata_only(entry.data)
+    except BrokerError:
+        return EntryKey(key_hash(b""), 1)
+    messages = 1
+    if metadata.HasField("num_messages_in_batch"):
+        messages = max(1, metadata.num_messages_in_batch)
+    return EntryKey(key_hash(sticky_key(metadata)), messages)
+
+
+class KeyedConsumer(Protocol):
+    """What dispatch reads of a consumer (``consumer.Consumer``)."""
+
+    name: str
+    permits: int
+    key_shared: KeySharedSettings | None
+
+
+C = TypeVar("C", bound=KeyedConsumer)
+
+
+class ConsistentHashSelector(Generic[C]):
+    """AUTO_SPLIT: the first ring point at or after a slot owns it (wrapping around)."""
+
+    def __init__(self) -> None:
+        self._points: list[int] = []
+        self._owners: dict[int, list[C]] = {}
+
+    def add(self, consumer: C, settings: KeySharedSettings) -> None:
+        for i in range(REPLICA_POINTS):
+            point = (murmur3_32(f"{consumer.name}{i}".encode()) & 0x7FFFFFFF) % HASH_RANGE_SIZE
+            owners = self._owners.get(point)
+            if owners is None:
+                self._owners[point] = [consumer]
+                bisect.insort(self._points, point)
+            else:
+                owners.append(consumer)
+
+    def remove(self, consumer: C) -> None:
+        for point in [p for p, owners in self._owners.items() if consumer in owners]:
+            owners = [c for c in self._owners[point] if c is not consumer]
+            if owners:
+                self._owners[point] = owners
+            else:
+                del self._owners[point]
+                self._points.remove(point)
+
+    def select(self, slot: int) -> C | None:
+        if not self._points:
+            return None
+        index = bisect.bisect_left(self._points, slot)
+        point = self._points[index % len(self._points)]
+        owners = self._owners[point]
+        return owners[slot % len(owners)]
+
+
+class StickySelector(Generic[C]):
+    """STICKY: consumers own the ranges they declared; the rest of the slots have no owner."""
+
+    def __init__(self) -> None:
+        self._ranges: list[tuple[int, int, C]] = []
+
+    def add(self, consumer: C, settings: KeySharedSettings) -> None:
+        if not settings.ranges:
+            raise ConsumerAssignError("Ranges for KeyShared policy must not be empty.")
+        for start, end in settings.ranges:
+            if not 0 <= start <= end < HASH_RANGE_SIZE:
+                raise ConsumerAssignError(
+                    f"Invalid range [{start}, {end}]: slots lie in 0..{HASH_RANGE_SIZE - 1}"
+                )
+        declared = sorted(settings.ranges)
+        for (_, end), (start, _) in itertools.pairwise(declared):
+            if start <= end:
+                raise ConsumerAssignError(f"Ranges of consumer {consumer.name} overlap")
+        for start, end in declared:
+            for taken_start, taken_end, owner in self._ranges:
+                if start <= taken_end and taken_start <= end:
+                    raise ConsumerAssignError(
+                        f"Range conflict with consumer {owner.name}: "
+                        f"[{start}, {end}] overlaps [{taken_start}, {taken_end}]"
+                    )
+        for start, end in declared:
+            bisect.insort(self._ranges, (start, end, consumer), key=lambda r: r[0])
+
+    def remove(self, consumer: C) -> None:
+        self._ranges = [r for r in self._ranges if r[2] is not consumer]
+
+    def select(self, slot: int) -> C | None:
+        index = bisect.bisect_right(self._ranges, slot, key=lambda r: r[0]) - 1
+        if index >= 0:
+            start, end, consumer = self._ranges[index]
+            if start <= slot <= end:
+                return consumer
+        return None
+
+
+Selector = ConsistentHashSelector[C] | StickySelector[C]
+
+
+@dataclass
+class KeySharedRound(Generic[C]):
+    """What one dispatch round decided: entries per consumer, and whether it moved on."""
+
+    deliveries: list[tuple[C, Entry, int]] = field(default_factory=list)
+    progressed: bool = False
+
+
+class KeySharedDispatcher(Generic[C]):
+    """The Key_Shared state of a subscription: slot owners, recently joined consumers and
+    the hash of every entry sent or held back (acks forget it)."""
+
+    def __init__(self) -> None:
+        self.settings: KeySharedSettings | None = None
+        self.selector: Selector[C] = ConsistentHashSelector()
+        self.joined_at: dict[C, Position] = {}
+        self.hashes: dict[Position, int] = {}
+
+    # --- consumers ------------------------------------------------------------------
+    def add_consumer(
+        self,
+        consumer: C,
+        existing: Sequence[C],
+        cursor: ManagedCursor,
+        ledger: ManagedLedger,
+    ) -> None:
+        settings = consumer.key_shared or KeySharedSettings()
+        if not existing or self.settings is None:
+            self.settings = settings
+            self.selector = (
+                StickySelector()
+                if settings.mode == KeySharedMode.STICKY
+                else ConsistentHashSelector()
+            )
+        elif settings.mode != self.settings.mode:
+            raise ConsumerAssignError(
+                f"Subscription is in {self.settings.mode.name} mode, "
+                f"the consumer asked for {settings.mode.name}"
+            )
+        self.selector.add(consumer, settings)
+        if existing and not self.settings.allow_out_of_order:
+            joined = cursor.read_position
+            if cursor.mark_delete_position < ledger.previous_position(joined):
+                self.joined_at[consumer] = joined
+
+    def remove_consumer(self, consumer: C) -> None:
+        self.selector.remove(consumer)
+        self.joined_at.pop(consumer, None)
+
+    def release_joined(self, cursor: ManagedCursor, ledger: ManagedLedger) -> None:
+        """Recently joined consumers whose earlier entries are all acknowledged are free."""
+        if not self.joined_at:
+            return
+        mark_delete = cursor.mark_delete_position
+        for consumer, joined in list(self.joined_at.items()):
+            if mark_delete >= ledger.previous_position(joined):
+                del self.joined_at[consumer]
+
+    # --- acks -----------------------------------------------------------------------
+    def forget(self, position: Position) -> None:
+        self.hashes.pop(position, None)
+
+    def forget_up_to(self, position: Position) -> None:
+        for p in [p for p in self.hashes if p <= position]:
+            del self.hashes[p]
+
+    def clear(self) -> None:
+        self.hashes.clear()
+        self.joined_at.clear()
+
+    # --- dispatching ----------------------------------------------------------------
+    async def dispatch(
+        self,
+        consumers: Sequence[C],
+        eligible: Callable[[C], bool],
+        replay: set[Position],
+        cursor: ManagedCursor,
+        ledger: ManagedLedger,
+        max_entries: int,
+    ) -> KeySharedRound[C]:
+        """Choose the entries of one round: waiting ones first, then new ones."""
+        self.release_joined(cursor, ledger)
+        room = {c: c.permits for c in consumers if eligible(c)}
+        result: KeySharedRound[C] = KeySharedRound()
+        if not room:
+            return result
+        blocked: set[int] = set()
+        budget = min(sum(room.values()), max_entries)
+        for position in sorted(replay):
+            if len(result.deliveries) >= budget:
+                break
+            if cursor.is_acknowledged(position):
+                replay.discard(position)
+                self.forget(position)
+                result.progressed = True
+                continue
+            slot = self.hashes.get(position)
+            entry: Entry | None = None
+            if slot is None:
+                entry = await self._read(ledger, position, replay)
+                if entry is None:
+                    result.progressed = True
+                    continue
+                slot = self.hashes[position] = entry_key(entry).hash
+            if slot in blocked:
+                continue
+            consumer = self._owner(slot, position, room)
+            if consumer is None:
+                blocked.add(slot)
+                continue
+            if entry is None:
+                entry = await self._read(ledger, position, replay)
+                if entry is None:
+                    result.progressed = True
+                    continue
+            replay.discard(position)
+            messages = entry_key(entry).messages
+            room[consumer] -= messages
+            result.deliveries.append((consumer, entry, messages))
+        blocked.update(self.hashes.get(p, -1) for p in replay)
+        wanted = budget - len(result.deliveries)
+        if wanted <= 0 or len(replay) >= LOOK_AHEAD_LIMIT or not cursor.has_more_entries():
+            result.progressed = result.progressed or bool(result.deliveries)
+            return result
+        for entry in await cursor.read_entries(wanted):
+            result.progressed = True
+            key = entry_key(entry)
+            self.hashes[entry.position] = key.hash
+            consumer = None if key.hash in blocked else self._owner(key.hash, entry.position, room)
+            if consumer is None:
+                blocked.add(key.hash)
+                replay.add(entry.position)
+                continue
+            room[consumer] -= key.messages
+            result.deliveries.append((consumer, entry, key.messages))
+        return result
+
+    def _owner(self, slot: int, position: Position, room: dict[C, int]) -> C | None:
+        """The consumer that may take this entry now, if any."""
+        consumer = self.selector.select(slot)
+        if consumer is None or room.get(consumer, 0) <= 0:
+            return None
+        joined = self.joined_at.get(consumer)
+        if joined is not None and position >= joined:
+            return None
+        return consumer
+
+    async def _read(
+        self, ledger: ManagedLedger, position: Position, replay: set[Position]
+    ) -> Entry | None:
+        try:
+            return await ledger.read_entry(position)
+        except BrokerError as exc:
+            if exc.retriable:
+                raise
+            log.warning("dropping redelivery of %s: %s", position, exc)
+            replay.discard(position)
+            self.forget(position)
+            return None

@@ -1,0 +1,238 @@
+"""Key_Shared: Pulsar's key hash, one consumer per key, order per key through consumers
+leaving and joining, redelivery, STICKY ranges."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from domain_links import ConsumerSide, new_producer, publish, subscribe
+
+from dedup_broker.domain.consumer import Consumer
+from dedup_broker.domain.key_hash import (
+    NONE_KEY,
+    KeySharedMode,
+    KeySharedSettings,
+    key_hash,
+    murmur3_32,
+    sticky_key,
+)
+from dedup_broker.domain.key_shared import ConsumerAssignError
+from dedup_broker.domain.subscription import SubscriptionType
+from dedup_broker.domain.topic import Topic
+from dedup_broker.protocol import pulsar_api_pb2 as pb
+from dedup_broker.storage.position import Position
+from dedup_broker.testing.memory_broker import MemoryBroker, settle
+
+TOPIC = "persistent://public/default/keyed"
+KEY_SHARED = SubscriptionType.KEY_SHARED
+
+
+def at(entry: int) -> Position:
+    return Position(1, entry)
+
+
+@pytest.mark.parametrize(
+    ("data", "seed", "expected"),
+    [
+        (b"", 0, 0),
+        (b"", 1, 0x514E28B7),
+        (b"", 0xFFFFFFFF, 0x81F16F39),
+        (b"\x00\x00\x00\x00", 0, 0x2362F9DE),
+        (b"\xff\xff\xff\xff", 0, 0x76293B50),
+        (b"a", 0x9747B28C, 0x7FA09EA6),
+        (b"ab", 0x9747B28C, 0x74875592),
+        (b"abc", 0x9747B28C, 0xC84A62DD),
+        (b"aaaa", 0x9747B28C, 0x5A97808A),
+        (b"test", 0, 0xBA6BD213),
+        (b"Hello, world!", 0x9747B28C, 0x24884CBA),
+        (b"Hello, world!", 1234, 0xFAF6CDB3),
+        (b"The quick brown fox jumps over the lazy dog", 0x9747B28C, 0x2FA826CD),
+    ],
+)
+def test_murmur3_32_known_vectors(data: bytes, seed: int, expected: int) -> None:
+    assert murmur3_32(data, seed) == expected
+
+
+def test_the_key_is_the_ordering_key_then_the_partition_key_then_none() -> None:
+    both = pb.MessageMetadata(ordering_key=b"order", partition_key="part")
+    assert sticky_key(both) == b"order"
+    assert sticky_key(pb.MessageMetadata(partition_key="part")) == b"part"
+    encoded = pb.MessageMetadata(
+        partition_key=base64.b64encode(b"\x00\x01").decode(), partition_key_b64_encoded=True
+    )
+    assert sticky_key(encoded) == b"\x00\x01"
+    assert sticky_key(pb.MessageMetadata()) == NONE_KEY
+    assert key_hash(b"test") == (0xBA6BD213 & 0x7FFFFFFF) % 65536 == 0xD213
+
+
+async def keyed_topic(keys: list[str]) -> Topic:
+    """One entry per key, in the order given."""
+    topic = await MemoryBroker.configured().topic(TOPIC)
+    producer = new_producer("p")
+    topic.add_producer(producer)
+    for seq, key in enumerate(keys):
+        await publish(topic, producer, seq, partition_key=key)
+    return topic
+
+
+async def add_keys(topic: Topic, keys: list[str]) -> None:
+    producer = topic.producers["p"]
+    for seq, key in enumerate(keys, start=1000):
+        await publish(topic, producer, seq, partition_key=key)
+
+
+def key_of(keys: list[str], position: Position) -> str:
+    """The key of an entry (``add_keys`` repeats the list the topic began with)."""
+    return keys[position.entry_id % len(keys)]
+
+
+async def test_auto_split_gives_each_key_to_one_consumer_in_order() -> None:
+    keys = [f"key-{i % 12}" for i in range(60)]
+    topic = await keyed_topic(keys)
+    side = ConsumerSide()
+    consumers = [await subscribe(topic, side, n, sub_type=KEY_SHARED) for n in "abc"]
+    for consumer in consumers:
+        consumer.subscription.on_flow(consumer, 100)
+    await settle()
+    owners: dict[str, set[str]] = {}
+    for who, position, _ in side.delivered:
+        owners.setdefault(key_of(keys, position), set()).add(who)
+    assert all(len(names) == 1 for names in owners.values())
+    assert len({name for names in owners.values() for name in names}) > 1
+    assert sorted(p for _, p, _ in side.delivered) == [at(i) for i in range(60)]
+    for name in "abc":
+        assert side.positions_of(name) == sorted(side.positions_of(name))
+    subscription = consumers[0].subscription
+    for key, names in owners.items():
+        owner = subscription.consumer_for_key(key.encode())
+        assert owner is not None and {owner.name} == names
+
+
+async def test_a_consumer_that_leaves_hands_its_keys_over_in_order() -> None:
+    keys = [f"key-{i % 8}" for i in range(24)]
+    topic = await keyed_topic(keys)
+    side = ConsumerSide()
+    a = await subscribe(topic, side, "a", sub_type=KEY_SHARED)
+    b = await subscribe(topic, side, "b", sub_type=KEY_SHARED)
+    subscription = a.subscription
+    subscription.on_flow(a, 5)  # a gets some of its entries, the rest wait for permits
+    subscription.on_flow(b, 100)
+    await settle()
+    sent_to_a = side.positions_of("a")
+    assert len(sent_to_a) == 5
+    subscription.on_ack(a, sent_to_a[:2], cumulative=False)
+    before = side.positions_of("b")
+    side.take()
+    topic.consumer_closed(a)
+    await settle()
+    moved = side.take()
+    assert all(who == "b" for who, _, _ in moved)
+    # What a held unacknowledged comes first, counted as a redelivery, then the rest.
+    assert [(p, count) for _, p, count in moved[:3]] == [(p, 1) for p in sent_to_a[2:]]
+    after = [p for _, p, _ in moved]
+    assert sorted(before + after + sent_to_a[:2]) == [at(i) for i in range(24)]
+    for key in set(keys):
+        order = [p for _, p, _ in moved if key_of(keys, p) == key]
+        assert order == sorted(order)
+
+
+async def test_a_joining_consumer_waits_until_earlier_entries_are_acknowledged() -> None:
+    keys = [f"key-{i % 10}" for i in range(10)]
+    topic = await keyed_topic(keys)
+    side = ConsumerSide()
+    a = await subscribe(topic, side, "a", sub_type=KEY_SHARED)
+    subscription = a.subscription
+    subscription.on_flow(a, 100)
+    await settle()
+    assert len(side.take()) == 10
+    b = await subscribe(topic, side, "b", sub_type=KEY_SHARED)
+    subscription.on_flow(b, 100)
+    await add_keys(topic, keys)
+    await settle()
+    to_b = [k for k in keys if subscription.consumer_for_key(k.encode()) is b]
+    assert to_b
+    delivered = side.take()
+    assert {key_of(keys, p) for _, p, _ in delivered} == set(keys) - set(to_b)
+    assert all(who == "a" for who, _, _ in delivered)
+    subscription.on_ack(a, [at(i) for i in range(10)], cumulative=False)
+    await settle()
+    released = side.take()
+    assert [who for who, _, _ in released] == ["b"] * len(to_b)
+    assert sorted(key_of(keys, p) for _, p, _ in released) == sorted(to_b)
+
+
+async def test_out_of_order_delivery_lets_a_joining_consumer_start_at_once() -> None:
+    keys = [f"key-{i % 10}" for i in range(10)]
+    topic = await keyed_topic(keys)
+    side = ConsumerSide()
+    relaxed = KeySharedSettings(allow_out_of_order=True)
+    a = await subscribe(topic, side, "a", sub_type=KEY_SHARED, key_shared=relaxed)
+    a.subscription.on_flow(a, 100)
+    await settle()
+    side.take()
+    b = await subscribe(topic, side, "b", sub_type=KEY_SHARED, key_shared=relaxed)
+    b.subscription.on_flow(b, 100)
+    await add_keys(topic, keys)
+    await settle()
+    assert len(side.positions_of("b")) > 0
+    assert len(side.take()) == 10
+
+
+async def test_redelivering_everything_keeps_each_keys_order() -> None:
+    keys = ["x", "y", "x", "y", "x"]
+    topic = await keyed_topic(keys)
+    side = ConsumerSide()
+    a = await subscribe(topic, side, "a", sub_type=KEY_SHARED)
+    subscription = a.subscription
+    subscription.on_flow(a, 3)
+    await settle()
+    assert side.positions_of("a") == [at(0), at(1), at(2)]
+    side.take()
+    subscription.on_redeliver(a, None)
+    subscription.on_flow(a, 10)
+    await settle()
+    assert side.take() == [("a", at(i), 1 if i < 3 else 0) for i in range(5)]
+
+
+def sticky(*ranges: tuple[int, int]) -> KeySharedSettings:
+    return KeySharedSettings(mode=KeySharedMode.STICKY, ranges=ranges)
+
+
+async def test_sticky_ranges_own_their_keys_and_uncovered_keys_wait() -> None:
+    keys = [f"key-{i}" for i in range(20)]
+    topic = await keyed_topic(keys)
+    side = ConsumerSide()
+    low = await subscribe(topic, side, "low", sub_type=KEY_SHARED, key_shared=sticky((0, 32767)))
+    low.subscription.on_flow(low, 100)
+    await settle()
+    assert {key_of(keys, p) for p in side.positions_of("low")} == {
+        k for k in keys if key_hash(k.encode()) < 32768
+    }
+    high = await subscribe(
+        topic, side, "high", sub_type=KEY_SHARED, key_shared=sticky((32768, 65535))
+    )
+    high.subscription.on_flow(high, 100)
+    await settle()
+    assert {key_of(keys, p) for p in side.positions_of("high")} == {
+        k for k in keys if key_hash(k.encode()) >= 32768
+    }
+    assert sorted(p for _, p, _ in side.delivered) == [at(i) for i in range(20)]
+
+
+async def test_sticky_ranges_that_overlap_or_another_mode_are_refused() -> None:
+    topic = await keyed_topic([])
+    side = ConsumerSide()
+    await subscribe(topic, side, "a", sub_type=KEY_SHARED, key_shared=sticky((0, 99)))
+    with pytest.raises(ConsumerAssignError, match=r"^Range conflict with consumer a: \[90, 120\]"):
+        await subscribe(topic, side, "b", sub_type=KEY_SHARED, key_shared=sticky((90, 120)))
+    with pytest.raises(ConsumerAssignError, match="must not be empty"):
+        await subscribe(topic, side, "c", sub_type=KEY_SHARED, key_shared=sticky())
+    with pytest.raises(ConsumerAssignError, match="STICKY mode"):
+        await subscribe(topic, side, "d", sub_type=KEY_SHARED)
+    subscription = topic.subscriptions["sub"]
+    assert [c.name for c in subscription.consumers] == ["a"]
+    b: Consumer = await subscribe(
+        topic, side, "b", sub_type=KEY_SHARED, key_shared=sticky((100, 120))
+    )
+    assert subscription.consumers == [subscription.consumers[0], b]
