@@ -11,14 +11,11 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
-from confluent_kafka.admin import AdminClient
-
+from dedup_broker.cluster.group_reader import GroupReader
 from dedup_broker.cluster.membership import BrokerAddress, owners_group, owners_topic
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import ServiceNotReadyError
-from dedup_broker.storage.kafka_logging import kafka_logger
 
 log = logging.getLogger(__name__)
 
@@ -41,13 +38,11 @@ class Directory:
     def __init__(self, config: BrokerConfig) -> None:
         self._group = owners_group(config.cluster_name)
         self._topic = owners_topic(config.cluster_name)
-        self._timeout_s = config.kafka_request_timeout_ms / 1000
-        conf: dict[str, Any] = {
+        connection = {
             **config.kafka_connection(),
             "client.id": f"{config.cluster_name}.cluster-directory",
-            "logger": kafka_logger(),
         }
-        self._admin = AdminClient(conf)
+        self._reader = GroupReader(connection, self._group, config.kafka_request_timeout_ms / 1000)
         self._view = ClusterView()
         self._reading: asyncio.Future[ClusterView] | None = None
 
@@ -68,29 +63,21 @@ class Directory:
         self._view = ClusterView(self._view.brokers, self._view.owners, False, 0.0)
 
     async def _read(self) -> ClusterView:
-        futures = self._admin.describe_consumer_groups(
-            [self._group], request_timeout=self._timeout_s
-        )
-        try:
-            description = await asyncio.wrap_future(futures[self._group])
-        except Exception as exc:
-            raise ServiceNotReadyError(f"cannot read the cluster's membership: {exc}") from exc
+        description = await self._reader.describe()
         brokers: dict[str, BrokerAddress] = {}
         owners: dict[int, BrokerAddress] = {}
         for member in description.members:
-            address = BrokerAddress.from_member_tag(member.client_id or "")
+            address = BrokerAddress.from_member_tag(member.client_id)
             if address is None:
                 continue
             brokers[address.broker_id] = address
-            assignment = member.assignment
-            for partition in assignment.topic_partitions if assignment is not None else []:
-                if partition.topic == self._topic:
-                    owners[partition.partition] = address
-        state = str(getattr(description.state, "name", description.state))
+            for topic, partition in member.partitions:
+                if topic == self._topic:
+                    owners[partition] = address
         view = ClusterView(
             sorted(brokers.values(), key=lambda b: b.broker_id),
             owners,
-            stable=state.upper() == "STABLE",
+            stable=description.state.upper() == "STABLE",
             read_at=time.monotonic(),
         )
         self._view = view
@@ -115,3 +102,4 @@ class Directory:
         reading = self._reading
         if reading is not None and not reading.done():
             reading.cancel()
+        await self._reader.close()

@@ -1,0 +1,68 @@
+"""The owners group is described from a child process: its death (librdkafka aborts the
+process it runs in when a coordinator request's connection drops) costs at most one
+retriable failure, never the broker."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import uuid
+
+import pytest
+from confluent_kafka import Consumer
+
+from dedup_broker.cluster.group_reader import GroupReader
+from dedup_broker.errors import ServiceNotReadyError
+
+
+def test_members_are_described_and_a_dead_reader_is_replaced(kafka_bootstrap: str) -> None:
+    group = f"owners-{uuid.uuid4().hex[:8]}"
+    member = Consumer(
+        {"bootstrap.servers": kafka_bootstrap, "group.id": group, "client.id": "member-a"}
+    )
+    member.subscribe(["__consumer_offsets"])
+    for _ in range(50):  # until the member has joined
+        member.poll(0.2)
+        if member.assignment():
+            break
+
+    async def scenario() -> None:
+        reader = GroupReader({"bootstrap.servers": kafka_bootstrap}, group, 10.0)
+        try:
+            description = await reader.describe()
+            assert [m.client_id for m in description.members] == ["member-a"]
+            assert description.state.upper() == "STABLE"
+            first = reader.pid
+            assert first is not None
+            os.kill(first, signal.SIGKILL)  # as librdkafka's abort would
+            await asyncio.sleep(0.2)
+            again = await reader.describe()  # a new child answers
+            assert [m.client_id for m in again.members] == ["member-a"]
+            assert reader.pid not in (None, first)
+        finally:
+            await reader.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        member.close()
+
+
+def test_a_reader_dying_mid_request_fails_that_request_only() -> None:
+    async def scenario() -> None:
+        # Nothing listens there: the description waits out its timeout, and the child
+        # is killed meanwhile.
+        reader = GroupReader({"bootstrap.servers": "127.0.0.1:9"}, "owners", 20.0)
+        try:
+            pending = asyncio.ensure_future(reader.describe())
+            while reader.pid is None:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)
+            os.kill(reader.pid, signal.SIGKILL)
+            with pytest.raises(ServiceNotReadyError, match="group reader exited"):
+                await pending
+        finally:
+            await reader.close()
+
+    asyncio.run(scenario())
