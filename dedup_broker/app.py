@@ -35,6 +35,8 @@ from dedup_broker.metrics_registry import new_registry
 from dedup_broker.pip6.routes import pip6_routes
 from dedup_broker.retention.policy import RetentionChecker
 from dedup_broker.retention.routes import retention_routes
+from dedup_broker.schema.registry import SchemaRegistry, default_strategy
+from dedup_broker.schema.routes import SCHEMA_ERROR_STATUSES, schema_routes
 from dedup_broker.security.authentication import Authenticator
 from dedup_broker.security.authorization import Authorizer, Tenancy
 from dedup_broker.security.broker_client import broker_client_headers
@@ -63,6 +65,7 @@ def validate_settings(config: BrokerConfig) -> Authenticator:
     Authorizer.check_settings(config)
     broker_client_headers(config)
     server_tls(config)
+    default_strategy(config)
     return Authenticator(config)
 
 
@@ -87,12 +90,14 @@ def http_app(
         *retention_routes(broker),
         *offload_routes(broker),
         *ledger_deletion_routes(broker),
+        *schema_routes(broker.schemas),
     ]
     statuses = {
         **TOPIC_ERROR_STATUSES,
         **KEY_DEDUP_ERROR_STATUSES,
         **OFFLOAD_ERROR_STATUSES,
         **SECURITY_ERROR_STATUSES,
+        **SCHEMA_ERROR_STATUSES,
     }
     middlewares = [authorization_middleware(authorizer), redirect_middleware(broker)]
     if authenticator is not None:
@@ -142,7 +147,13 @@ class BrokerApp:
         )
         self.cluster = cluster = Cluster(config, storage.acquire_fence)
         self.broker = broker = Broker(
-            config, storage, policies, BrokerMetrics(self.registry), key_dedup, cluster
+            config,
+            storage,
+            policies,
+            BrokerMetrics(self.registry),
+            key_dedup,
+            cluster,
+            SchemaRegistry(config, policies),
         )
         broker.start()
         authorizer = Authorizer(config, Tenancy(storage.policies, config))

@@ -157,6 +157,15 @@ class BrokerConfig:
     broker_deduplication_max_number_of_producers: int = 10000
     broker_deduplication_producer_inactivity_timeout_minutes: int = 360
 
+    # --- schemas ----------------------------------------------------------------------
+    schema_compatibility_strategy: str = "FULL"
+    """Namespaces without their own strategy: ``ALWAYS_INCOMPATIBLE``, ``ALWAYS_COMPATIBLE``,
+    ``BACKWARD``, ``FORWARD``, ``FULL`` or their ``*_TRANSITIVE`` forms."""
+    is_allow_auto_update_schema_enabled: bool = True
+    """Producers may register a new schema version on a topic that has a schema."""
+    is_schema_validation_enforced: bool = False
+    """Producers without a schema are refused on a topic that has one."""
+
     # --- key-window deduplication -------------------------------------------------
     redis_url: str = "redis://localhost:6379/0"
     redis_cluster_enabled: bool = False

@@ -30,6 +30,7 @@ from dedup_broker.errors import (
 )
 from dedup_broker.key_dedup.service import KeyDedupService
 from dedup_broker.key_dedup.topic import TopicKeyDedup
+from dedup_broker.schema.registry import SchemaRegistry
 from dedup_broker.storage.managed_ledger import ManagedLedger
 from dedup_broker.storage.service import StorageService
 
@@ -70,8 +71,11 @@ class Broker:
         metrics: BrokerMetrics,
         key_dedup: KeyDedupService,
         cluster: Cluster | None = None,
+        schemas: SchemaRegistry | None = None,
     ) -> None:
         self.config = config
+        self.schemas = schemas if schemas is not None else SchemaRegistry(config, policies)
+        """Topics' schema versions (the app passes the one its routes share)."""
         self.cluster = cluster
         """Bundle ownership; ``None``: this broker serves every topic (unit tests)."""
         self.storage = storage

@@ -16,6 +16,7 @@ from dedup_broker.errors import PermanentError, ProtocolError
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import Frame, encode_payload_command
+from dedup_broker.schema.compatibility import SchemaInfo
 from dedup_broker.security.authorization import AuthAction
 from dedup_broker.session.lookups import topic_name
 from dedup_broker.session.replies import CreationInProgressError, UnknownIdError
@@ -122,6 +123,9 @@ class ConsumerCommands:
             if not request.subscription:
                 raise SubscriptionRefusedError("a subscription name is required")
             topic = await self.broker.get_topic(name)
+            if request.HasField("schema"):
+                schema = SchemaInfo.of_wire(request.schema)
+                await self.broker.schemas.for_consumer(name, schema)
             start = None
             if request.HasField("start_message_id"):
                 # As Pulsar does: the reader's start entry itself is sent, and the client

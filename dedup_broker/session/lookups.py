@@ -17,6 +17,13 @@ from dedup_broker.errors import PermanentError
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import Frame
+from dedup_broker.schema.compatibility import (
+    IncompatibleSchemaError,
+    SchemaInfo,
+    SchemaNotFoundError,
+)
+from dedup_broker.schema.registry import version_bytes, version_of
+from dedup_broker.security.authorization import AuthAction
 
 if TYPE_CHECKING:
     from dedup_broker.session.context import Handler, Session
@@ -166,16 +173,53 @@ class LookupCommands:
             self.broker.topic_watches.unwatch(watch)
         self.watches.clear()
 
-    def _on_get_schema(self, frame: Frame) -> None:
-        request = frame.command.getSchema
+    def _on_get_schema(self, frame: Frame) -> Awaitable[None]:
+        return self._get_schema(frame.command.getSchema)
+
+    async def _get_schema(self, request: pb.CommandGetSchema) -> None:
+        """The version asked for, else the latest; Pulsar's ``TopicNotFound`` without one."""
+        name = topic_name(self.connection, request.topic)
+        self.connection.authorizer.check_lookup(self.connection.role, name)
+        raw = request.schema_version if request.HasField("schema_version") else b""
+        version = version_of(raw) if raw else None
+        try:
+            if raw and version is None:
+                raise SchemaNotFoundError(f"invalid schema version {raw.hex()}")
+            stored = self.broker.schemas.get(name, version)
+        except SchemaNotFoundError:
+            self.connection.send_command(
+                commands.get_schema_response(
+                    request.request_id,
+                    error=pb.TopicNotFound,
+                    message=f"Topic not found or no-schema {name}",
+                )
+            )
+            return
         self.connection.send_command(
             commands.get_schema_response(
                 request.request_id,
-                error=pb.TopicNotFound,
-                message="this broker does not store schemas",
+                schema=stored.info.to_wire(str(name.partitioned_base)),
+                schema_version=version_bytes(stored.version),
             )
         )
 
-    def _on_get_or_create_schema(self, frame: Frame) -> None:
-        request = frame.command.getOrCreateSchema
-        self.connection.send_command(commands.get_or_create_schema_response(request.request_id))
+    def _on_get_or_create_schema(self, frame: Frame) -> Awaitable[None]:
+        return self._get_or_create_schema(frame.command.getOrCreateSchema)
+
+    async def _get_or_create_schema(self, request: pb.CommandGetOrCreateSchema) -> None:
+        name = topic_name(self.connection, request.topic)
+        self.connection.authorizer.check_topic(self.connection.role, name, AuthAction.PRODUCE)
+        try:
+            version = await self.broker.schemas.for_producer(
+                name, SchemaInfo.of_wire(request.schema)
+            )
+        except IncompatibleSchemaError as exc:
+            self.connection.send_command(
+                commands.get_or_create_schema_response(
+                    request.request_id, error=pb.IncompatibleSchema, message=str(exc)
+                )
+            )
+            return
+        self.connection.send_command(
+            commands.get_or_create_schema_response(request.request_id, schema_version=version)
+        )

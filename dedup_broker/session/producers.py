@@ -19,6 +19,7 @@ from dedup_broker.errors import ChecksumError, ProtocolError
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import Frame, parse_metadata_only, verify_checksum
+from dedup_broker.schema.compatibility import SchemaInfo
 from dedup_broker.security.authorization import AuthAction
 from dedup_broker.session.lookups import topic_name
 from dedup_broker.session.replies import CreationInProgressError, UnknownIdError, publish_reply
@@ -34,11 +35,12 @@ class _Attached:
     """A producer of this connection: its topic and its SENDs awaiting an outcome, in
     arrival order."""
 
-    __slots__ = ("pending", "producer", "topic")
+    __slots__ = ("pending", "producer", "schema_version", "topic")
 
-    def __init__(self, producer: Producer, topic: Topic) -> None:
+    def __init__(self, producer: Producer, topic: Topic, schema_version: bytes) -> None:
         self.producer = producer
         self.topic = topic
+        self.schema_version = schema_version
         self.pending: deque[tuple[pb.CommandSend, PublishResult]] = deque()
 
 
@@ -98,6 +100,8 @@ class ProducerCommands:
                     f"unknown producer access mode {request.producer_access_mode}"
                 ) from None
             topic = await self.broker.get_topic(name)
+            schema = SchemaInfo.of_wire(request.schema) if request.HasField("schema") else None
+            schema_version = await self.broker.schemas.for_producer(name, schema)
             await topic.managed_ledger.wait_writable()
             user_named = request.HasField("producer_name") and bool(request.producer_name)
             producer = Producer(
@@ -118,7 +122,7 @@ class ProducerCommands:
             if self.connection.closed:
                 topic.remove_producer(producer)
                 return
-            attached = _Attached(producer, topic)
+            attached = _Attached(producer, topic, schema_version)
             self.producers[request.producer_id] = attached
             self.connection.metrics.producers.inc()
             self._success(request.request_id, attached, epoch)
@@ -139,6 +143,7 @@ class ProducerCommands:
                 request_id,
                 name,
                 last_sequence_id=attached.topic.last_sequence_id(name),
+                schema_version=attached.schema_version,
                 topic_epoch=epoch,
             )
         )

@@ -16,6 +16,7 @@ from dedup_broker.domain.subscription import ConsumerBusyError
 from dedup_broker.domain.topic import ConsumerStillConnectedError, SubscriptionNotFoundError
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
+from dedup_broker.schema.compatibility import IncompatibleSchemaError
 from dedup_broker.security.authentication import AuthenticationError
 from dedup_broker.security.authorization import AuthorizationError
 
@@ -34,6 +35,7 @@ _CODES: tuple[tuple[type[BaseException], pb.ServerError], ...] = (
     (AuthorizationError, pb.AuthorizationError),
     (errors.InvalidTopicNameError, pb.InvalidTopicName),
     (errors.TopicNotFoundError, pb.TopicNotFound),
+    (IncompatibleSchemaError, pb.IncompatibleSchema),
     (ProducerBusyError, pb.ProducerBusy),
     (ProducerFencedError, pb.ProducerFenced),
     (ConsumerBusyError, pb.ConsumerBusy),

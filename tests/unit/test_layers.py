@@ -36,6 +36,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "dedup_broker.pip6",
         "dedup_broker.key_dedup",
         "dedup_broker.retention",
+        "dedup_broker.schema",
         "dedup_broker.tiered",
         "dedup_broker.cluster",
         "dedup_broker.security",

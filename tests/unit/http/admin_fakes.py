@@ -17,6 +17,7 @@ from dedup_broker.key_dedup.metrics import KeyDedupMetrics
 from dedup_broker.key_dedup.service import KeyDedupService, TopicDirectory
 from dedup_broker.key_dedup.store import KeyStore
 from dedup_broker.metrics_registry import new_registry
+from dedup_broker.schema.registry import SchemaRegistry
 from dedup_broker.session.metrics import SessionMetrics
 from dedup_broker.storage.position import Position
 from dedup_broker.testing.memory_table import MemoryTable
@@ -76,6 +77,7 @@ class FakeBroker:
         self.metrics = BrokerMetrics(self.registry)
         self.session_metrics = SessionMetrics(self.registry)
         self.policies = Policies(MemoryTable().as_metadata_table())
+        self.schemas = SchemaRegistry(self.config, self.policies)
         store = KeyStore(self.config.redis_url)
         self.key_dedup = KeyDedupService(
             self.config, store, self.policies, KeyDedupMetrics(self.registry)

@@ -1,0 +1,1 @@
+"""The schema registry: Pulsar's schemas per topic, versions and compatibility checks."""
