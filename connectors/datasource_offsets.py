@@ -86,7 +86,9 @@ def reaches(position: Position, end: Position) -> bool:
     """Whether ``position`` is the last message up to ``end`` (nothing more to read)."""
     if _entry(position) != _entry(end):
         return _entry(position) > _entry(end)
-    return end.batch_index >= 0 and position.batch_index >= end.batch_index
+    if end.batch_index < 0:
+        return position.batch_index < 0  # a message that was not batched is its whole entry
+    return position.batch_index >= end.batch_index
 
 
 def has_messages(start: Position, end: Position) -> bool:

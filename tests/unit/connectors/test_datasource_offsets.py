@@ -37,6 +37,7 @@ def test_after_and_through_inside_a_batch_and_for_whole_entries() -> None:
     assert not is_through(Position(0, 0, -1), NOTHING)
     assert reaches(Position(1, 5, 2), Position(1, 5, 2))
     assert not reaches(Position(1, 5, 2), Position(1, 5, -1))
+    assert reaches(Position(1, 5, -1), Position(1, 5, -1))
     assert has_messages(NOTHING, Position(1, 0, -1))
     assert not has_messages(Position(1, 0, -1), Position(1, 0, -1))
     assert not has_messages(NOTHING, NOTHING)
