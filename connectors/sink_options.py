@@ -76,5 +76,7 @@ class WriterSpec:
     partition_index: int | None = None
     event_time_index: int | None = None
     property_indexes: tuple[tuple[str, int], ...] = ()
+    properties_map_index: int | None = None
+    """A map column whose entries all go out as properties (before ``property_indexes``)."""
     producer: ProducerSettings = field(default_factory=ProducerSettings)
     client_options: tuple[tuple[str, Any], ...] = ()

@@ -141,10 +141,19 @@ class PartitionWriter:
             kwargs["partition_key"] = key
         if sequence_id is not None:
             kwargs["sequence_id"] = sequence_id
+        props: dict[str, str] = {}
+        if spec.properties_map_index is not None and row[spec.properties_map_index]:
+            props.update(
+                (_text(k), _text(v))
+                for k, v in dict(row[spec.properties_map_index]).items()
+                if v is not None
+            )
         if spec.property_indexes:
-            props = {prop: _text(row[i]) for prop, i in spec.property_indexes if row[i] is not None}
-            if props:
-                kwargs["properties"] = props
+            props.update(
+                (prop, _text(row[i])) for prop, i in spec.property_indexes if row[i] is not None
+            )
+        if props:
+            kwargs["properties"] = props
         if spec.event_time_index is not None and row[spec.event_time_index] is not None:
             kwargs["event_timestamp"] = _millis(row[spec.event_time_index])
         self._acks.sent += 1

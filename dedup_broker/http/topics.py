@@ -72,6 +72,7 @@ def topic_routes(broker: Broker) -> list[web.RouteDef]:
         web.delete(TOPIC + "/partitions", api.delete_partitioned_topic),
         web.get(TOPIC + "/stats", api.stats),
         web.get(TOPIC + "/internalStats", api.internal_stats),
+        web.get(TOPIC + "/lastMessageId", api.last_message_id),
         web.get(TOPIC + "/partitioned-stats", api.partitioned_stats),
         web.get(TOPIC + "/subscriptions", api.list_subscriptions),
         web.delete(TOPIC + "/subscription/{subscription}", api.delete_subscription),
@@ -145,6 +146,20 @@ class _TopicsApi:
     async def internal_stats(self, request: web.Request) -> web.Response:
         topic = await self._loaded(topic_of(request))
         return json_response(topic.internal_stats())
+
+    async def last_message_id(self, request: web.Request) -> web.Response:
+        """As Pulsar's: the last stored message (entry id -1 when the topic is empty)."""
+        name = topic_of(request)
+        topic = await self._loaded(name)
+        position, batch_index = await topic.last_message_id()
+        return json_response(
+            {
+                "ledgerId": position.ledger_id,
+                "entryId": position.entry_id,
+                "partitionIndex": name.partition_index,
+                "batchIndex": batch_index,
+            }
+        )
 
     async def partitioned_stats(self, request: web.Request) -> web.Response:
         name = topic_of(request)
