@@ -137,17 +137,51 @@ def test_pulsar_admin_tenants_namespaces_and_permissions(
     assert "acme" not in out[12].output.split()
 
 
+def test_pulsar_admin_schemas(tools: Path, broker: BrokerProcess, tmp_path: Path) -> None:
+    conf = write_client_conf(tmp_path / "client.conf", broker.service_url, broker.http_url)
+    topic = "persistent://public/default/admin-schemas"
+    record = {
+        "type": "record",
+        "name": "Order",
+        "fields": [{"name": "id", "type": "long"}, {"name": "item", "type": "string"}],
+    }
+    definition = tmp_path / "order.json"
+    definition.write_text(
+        json.dumps({"type": "JSON", "schema": json.dumps(record), "properties": {}})
+    )
+    commands = [
+        ["schemas", "upload", topic, "-f", str(definition)],  # 0
+        ["schemas", "get", topic],  # 1
+        ["schemas", "upload", topic, "-f", str(definition)],  # 2: the same schema again
+        ["schemas", "get", topic, "--version", "0"],  # 3
+        ["schemas", "delete", topic],  # 4
+        ["schemas", "get", topic],  # 5: gone
+    ]
+    out = run_pulsar_admin_batch(conf, commands)
+    codes = [o.exit_code for o in out]
+    assert [i for i, code in enumerate(codes) if code != 0] == [5], "\n".join(
+        f"{o.args}: {o.exit_code}\n{o.output[-600:]}" for o in out
+    )
+
+    def shown(index: int) -> dict[str, object]:
+        text = out[index].output
+        parsed: dict[str, object] = json.loads(text[text.index("{") :])
+        return parsed
+
+    latest = shown(1)  # the latest: its version and the schema (parsed for JSON schemas)
+    assert latest["version"] == 0
+    assert latest["schemaInfo"] == {**shown(3), "timestamp": shown(3)["timestamp"]}
+    assert shown(3)["type"] == "JSON"
+    assert shown(3)["schema"] == record
+
+
 def test_pulsar_admin_commands_not_served(
     tools: Path, broker: BrokerProcess, tmp_path: Path
 ) -> None:
-    """Schemas and compaction are not served yet: each fails with pulsar-admin's usual
-    error for a missing resource (exit 1)."""
+    """Compaction is not served yet: it fails with pulsar-admin's usual error for a
+    missing resource (exit 1)."""
     conf = write_client_conf(tmp_path / "client.conf", broker.service_url, broker.http_url)
-    commands = [
-        ["schemas", "get", TOPIC],
-        ["topics", "compact", TOPIC],
-    ]
-    for outcome in run_pulsar_admin_batch(conf, commands):
+    for outcome in run_pulsar_admin_batch(conf, [["topics", "compact", TOPIC]]):
         assert outcome.exit_code == 1, outcome
         assert "no resource at /admin/v2/" in outcome.output, outcome
 

@@ -1,13 +1,8 @@
 """Schemas with the official Python client: versions in PRODUCER_SUCCESS and in messages,
-evolution under Pulsar's compatibility rules, refusals, the admin routes, and a restart.
-
-The client's AVRO schemas need ``fastavro``; where it is missing they are skipped and the
-JSON schemas (Avro definitions too, checked by the same rules) carry the Avro cases.
-"""
+evolution under Pulsar's compatibility rules, refusals, the admin routes, and a restart."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import uuid
 from pathlib import Path
@@ -22,7 +17,6 @@ from dedup_broker.testing.broker_process import BrokerProcess
 from tests.integration.conftest import make_broker
 
 RECEIVE_MS = 10_000
-HAS_FASTAVRO = importlib.util.find_spec("fastavro") is not None
 
 
 def user_v1() -> type[Record]:
@@ -149,7 +143,6 @@ def test_namespace_strategy_lets_a_field_go(client: pulsar.Client, broker: Broke
     assert len(admin(broker, "GET", schema_path(topic) + "/schemas")[1]["getSchemaResponses"]) == 2
 
 
-@pytest.mark.skipif(not HAS_FASTAVRO, reason="the client's AvroSchema needs fastavro")
 def test_avro_records_round_trip(client: pulsar.Client, topic: str) -> None:
     from pulsar.schema import AvroSchema
 
