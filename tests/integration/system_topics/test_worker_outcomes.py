@@ -164,10 +164,15 @@ def test_two_workers_share_the_load(cluster: Cluster) -> None:
     def total() -> float:
         return sum(metric(w.http_url, deleted, 'type="ledger"') for w in (first, second))
 
-    wait_until(lambda: total() == len(ledgers), 90, "all ledgers deleted")
+    # An intent redelivered after a rebalance (processed, not yet committed) is deleted
+    # again, idempotently, and counted again: the count may exceed the ledgers.
+    wait_until(
+        lambda: not (set(ledgers) & cluster.ledger_topics()) and total() >= len(ledgers),
+        90,
+        "all ledgers deleted",
+    )
     assert metric(first.http_url, deleted, 'type="ledger"') > 0
     assert metric(second.http_url, deleted, 'type="ledger"') > 0
-    assert not (set(ledgers) & cluster.ledger_topics())
     assert metric(
         cluster.broker.http_url, "dedup_broker_ledger_deletion_intents_sent_total", 'type="ledger"'
     ) == len(ledgers)
