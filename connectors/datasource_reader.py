@@ -18,7 +18,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulsar
@@ -29,6 +29,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+from connectors.client_security import ClientSecurity
 from connectors.datasource_offsets import (
     Offset,
     decode,
@@ -69,6 +70,7 @@ class SourceOptions:
     starting_offsets: str | None
     max_offsets_per_trigger: int | None
     read_timeout_ms: int
+    security: ClientSecurity = field(default_factory=ClientSecurity)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -91,6 +93,7 @@ class SourceOptions:
             starting_offsets=get("startingOffsets"),
             max_offsets_per_trigger=int(limit) if limit is not None else None,
             read_timeout_ms=int(get("readTimeoutMs") or DEFAULT_READ_TIMEOUT_MS),
+            security=ClientSecurity.from_options(get),
         )
 
 
@@ -103,6 +106,7 @@ class TopicRange(InputPartition):
     start: tuple[int, int, int]
     end: tuple[int, int, int]
     read_timeout_ms: int
+    security: ClientSecurity = field(default_factory=ClientSecurity)
 
 
 # --- driver side -------------------------------------------------------------------------
@@ -117,7 +121,9 @@ class _Planner:
     def client(self) -> pulsar.Client:
         if self._client is None:
             self._client = pulsar.Client(
-                self.options.service_url, logger=logging.getLogger("pulsar")
+                self.options.service_url,
+                logger=logging.getLogger("pulsar"),
+                **self.options.security.client_kwargs(),
             )
         return self._client
 
@@ -142,7 +148,8 @@ class _Planner:
         path = "/".join(urllib.parse.quote(part, safe="") for part in rest.split("/"))
         url = f"{self.options.admin_url}/admin/v2/{scheme}/{path}/lastMessageId"
         try:
-            with urllib.request.urlopen(url, timeout=30) as response:
+            request = urllib.request.Request(url, headers=self.options.security.http_headers())
+            with urllib.request.urlopen(request, timeout=30) as response:
                 body = json.loads(response.read())
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
@@ -195,6 +202,7 @@ def _ranges(
                     _tuple(first),
                     _tuple(last),
                     options.read_timeout_ms,
+                    options.security,
                 )
             )
     return ranges
@@ -307,7 +315,9 @@ def read_range(spec: TopicRange) -> Iterator[tuple[Any, ...]]:
     if not spec.topic:
         return
     start, end = Position(*spec.start), Position(*spec.end)
-    client = pulsar.Client(spec.service_url, logger=logging.getLogger("pulsar"))
+    client = pulsar.Client(
+        spec.service_url, logger=logging.getLogger("pulsar"), **spec.security.client_kwargs()
+    )
     try:
         reader = client.create_reader(
             spec.topic, _reader_start(spec.topic, start), start_message_id_inclusive=True

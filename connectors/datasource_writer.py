@@ -25,6 +25,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import MapType, StructType
 
+from connectors.client_security import ClientSecurity
 from connectors.sink_ids import check_name
 from connectors.sink_options import ProducerSettings, Routing, SinkDataError, SinkMode, WriterSpec
 from connectors.sink_writer import write_partition
@@ -128,6 +129,11 @@ def writer_spec(options: Mapping[str, str], schema: StructType) -> WriterSpec:
         event_time_index=index("eventTimeColumn", "event_time"),
         properties_map_index=properties_index,
         producer=producer,
+        client_options=tuple(
+            (name, value)
+            for name, value in dataclasses.asdict(ClientSecurity.from_options(get)).items()
+            if value
+        ),
     )
 
 

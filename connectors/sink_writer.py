@@ -23,6 +23,7 @@ from typing import Any
 
 import pulsar
 
+from connectors.client_security import new_client
 from connectors.sink_ids import (
     batch_sequence_id,
     column_producer_name,
@@ -252,9 +253,7 @@ def write_partition(
     spec: WriterSpec, spark_partition: int, rows: Iterable[Sequence[Any]]
 ) -> PartitionResult:
     """Publish every row of one partition, or raise (the task fails and Spark retries)."""
-    options = dict(spec.client_options)
-    options.setdefault("logger", logging.getLogger("pulsar"))
-    client = pulsar.Client(spec.service_url, **options)
+    client = new_client(spec.service_url, dict(spec.client_options))
     try:
         writer = PartitionWriter(spec, spark_partition, client)
         try:

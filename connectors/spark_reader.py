@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 import pulsar
 
+from connectors.client_security import new_client
 from connectors.positions import Position, partition_index
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ def read_topic(
     bounding that partition; partitions missing from a mapping are not bounded. No start:
     from the earliest message; no end: up to what is available when the task runs.
     """
-    client = pulsar.Client(service_url, **dict(client_options or {}))
+    client = new_client(service_url, dict(client_options or {}))
     try:
         partitions = list(client.get_topic_partitions(topic))
     finally:
@@ -139,7 +140,7 @@ def _position(value: IdLike) -> Position:
 
 def read_partition(spec: PartitionRange) -> Iterator[tuple[Any, ...]]:
     """Rows of one partition's range (runs on an executor)."""
-    client = pulsar.Client(spec.service_url, **dict(spec.client_options))
+    client = new_client(spec.service_url, dict(spec.client_options))
     try:
         if spec.start is None:
             start, inclusive = pulsar.MessageId.earliest, False
