@@ -233,6 +233,7 @@ class Subscription:
         Consumers go first so that acks the client flushes after the seek (for messages
         before it) find no consumer and cannot move the reset cursor.
         """
+        self._last_seek = time.monotonic()  # a reader's subscription waits for it to return
         for consumer in list(self.consumers):
             self.disconnect(consumer)
         async with self._lock:

@@ -93,3 +93,31 @@ def test_reader_in_batched_topic(client: pulsar.Client, topic: str, inclusive: b
     producer.flush()
     reader = client.create_reader(topic, pulsar.MessageId.earliest)
     assert _read_all(reader) == [f"x-{i}".encode() for i in range(30)]
+
+
+def test_a_reader_at_latest_seeks_back(client: pulsar.Client, topic: str) -> None:
+    """To the earliest message, to a message id (exclusive, the client's default) and to a
+    publish time: each reads from there on."""
+    producer = client.create_producer(topic, batching_enabled=False)
+    ids = []
+    for i in range(8):
+        ids.append(producer.send(f"t-{i}".encode()))
+        if i == 4:
+            time.sleep(0.05)
+            middle = int(time.time() * 1000)
+            time.sleep(0.05)
+    expected = [f"t-{i}".encode() for i in range(8)]
+
+    reader = client.create_reader(topic, pulsar.MessageId.latest)
+    reader.seek(pulsar.MessageId.earliest)
+    assert [reader.read_next(RECEIVE_MS).data() for _ in range(8)] == expected
+
+    reader = client.create_reader(topic, pulsar.MessageId.latest)
+    reader.seek(ids[2])
+    assert [reader.read_next(RECEIVE_MS).data() for _ in range(5)] == expected[3:]
+
+    reader = client.create_reader(topic, pulsar.MessageId.latest)
+    reader.seek(middle)
+    assert [reader.read_next(RECEIVE_MS).data() for _ in range(3)] == expected[5:]
+    with pytest.raises(pulsar.Timeout):
+        reader.read_next(500)
