@@ -148,6 +148,8 @@ class BrokerConfig:
 
     # --- consumers ------------------------------------------------------------------
     max_unacked_messages_per_consumer: int = 50000
+    delayed_delivery_enabled: bool = True
+    """Shared and Key_Shared subscriptions hold messages until their ``deliver_at_time``."""
     dispatcher_max_read_batch_size: int = 100
 
     # --- deduplication (PIP-6) ------------------------------------------------------

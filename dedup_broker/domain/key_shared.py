@@ -248,6 +248,7 @@ class KeySharedDispatcher(Generic[C]):
         cursor: ManagedCursor,
         ledger: ManagedLedger,
         max_entries: int,
+        hold: Callable[[Entry], bool] = lambda entry: False,
     ) -> KeySharedRound[C]:
         """Choose the entries of one round: waiting ones first, then new ones."""
         self.release_joined(cursor, ledger)
@@ -295,6 +296,8 @@ class KeySharedDispatcher(Generic[C]):
             return result
         for entry in await cursor.read_entries(wanted):
             result.progressed = True
+            if hold(entry):  # delayed delivery: back when due, through ``replay``
+                continue
             key = entry_key(entry)
             self.hashes[entry.position] = key.hash
             consumer = None if key.hash in blocked else self._owner(key.hash, entry.position, room)

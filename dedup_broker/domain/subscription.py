@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.consumer import Consumer, Delivery
+from dedup_broker.domain.delayed_delivery import DelayedDelivery
 from dedup_broker.domain.key_hash import key_hash
 from dedup_broker.domain.key_shared import KeySharedDispatcher
 from dedup_broker.errors import BrokerError, PermanentError
@@ -77,6 +78,7 @@ class Subscription:
         self._lock = asyncio.Lock()
         self._unlisten: Callable[[], None] | None = None
         self._last_seek = 0.0
+        self._delayed = DelayedDelivery(self._delayed_due)
         self.msgs_out = 0
         self.bytes_out = 0
         self.closed = False
@@ -241,6 +243,7 @@ class Subscription:
             self._replay.clear()
             self.redelivery_counts.clear()
             self._key_shared.clear()
+            self._delayed.clear()
             self._last_seek = time.monotonic()
 
     # --- dispatching ----------------------------------------------------------------
@@ -299,9 +302,22 @@ class Subscription:
                 return False
             if not entries:
                 return bool(self._replay)
-            targets = self._targets() or targets
-            self._send(entries, targets)
+            ready = [e for e in entries if not self._hold(e)]
+            if ready:
+                self._send(ready, self._targets() or targets)
             return True
+
+    def _hold(self, entry: Entry) -> bool:
+        """Shared and Key_Shared subscriptions keep a message until its delivery time."""
+        return (
+            self.config.delayed_delivery_enabled
+            and self.type in (SubscriptionType.SHARED, SubscriptionType.KEY_SHARED)
+            and self._delayed.hold(entry)
+        )
+
+    def _delayed_due(self, positions: list[Position]) -> None:
+        self._replay.update(positions)
+        self.trigger()
 
     async def _read_replay(self, budget: int) -> list[Entry]:
         positions = sorted(self._replay)[:budget]
@@ -328,6 +344,7 @@ class Subscription:
                 self.cursor,
                 self.ledger,
                 self.config.dispatcher_max_read_batch_size,
+                self._hold,
             )
             per_consumer: dict[Consumer, list[Delivery]] = {}
             for consumer, entry, count in chosen.deliveries:
@@ -370,6 +387,7 @@ class Subscription:
     # --- lifecycle and stats --------------------------------------------------------
     async def close(self) -> None:
         self.closed = True
+        self._delayed.clear()
         if self._unlisten is not None:
             self._unlisten()
             self._unlisten = None
@@ -387,6 +405,7 @@ class Subscription:
             "bytesOutCounter": self.bytes_out,
             "isDurable": self.durable,
             "unackedMessages": sum(c.unacked_messages for c in self.consumers),
+            "msgDelayed": len(self._delayed),
             "activeConsumerName": self._active.name if self._active else None,
             "consumers": [c.stats() for c in self.consumers],
         }
