@@ -149,6 +149,9 @@ class BrokerConfig:
     # --- consumers ------------------------------------------------------------------
     max_unacked_messages_per_consumer: int = 50000
     delayed_delivery_enabled: bool = True
+    acknowledgment_at_batch_index_level_enabled: bool = True
+    """Acks of part of a batch are kept: a redelivered batch carries the ack set, so that
+    clients skip the messages already acknowledged."""
     """Shared and Key_Shared subscriptions hold messages until their ``deliver_at_time``."""
     dispatcher_max_read_batch_size: int = 100
 

@@ -20,6 +20,9 @@ class Delivery(NamedTuple):
     entry: Entry
     messages: int
     redelivery_count: int
+    ack_set: tuple[int, ...] = ()
+    """Batch-index acknowledgement: the batch's messages still unacknowledged (a bit set
+    in 64-bit words, as the client sent it); empty when none was acknowledged."""
 
 
 class ConsumerLink(Protocol):

@@ -80,6 +80,7 @@ class ConsumerCommands:
                 position.ledger_id,
                 position.entry_id,
                 redelivery_count=delivery.redelivery_count,
+                ack_set=delivery.ack_set or None,
                 # As Pulsar does: ids then match GET_LAST_MESSAGE_ID's, which the client
                 # compares them with (hasMessageAvailable on a partition's reader).
                 partition=consumer.partition_index,
@@ -200,9 +201,11 @@ class ConsumerCommands:
             position = Position(message_id.ledgerId, message_id.entryId)
             if len(message_id.ack_set) and any(message_id.ack_set):
                 # Part of a batch is still unacknowledged: only a cumulative ack may move
-                # up to the entry before it.
+                # up to the entry before it; an individual one is kept by batch index.
                 if cumulative:
                     positions.append(ledger.previous_position(position))
+                elif self.connection.config.acknowledgment_at_batch_index_level_enabled:
+                    consumer.subscription.on_batch_ack(consumer, position, list(message_id.ack_set))
                 continue
             positions.append(position)
         if positions:
