@@ -16,6 +16,7 @@ from collections.abc import Callable
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from dedup_broker.cluster.listeners import AdvertisedListeners, parse_advertised_listeners
 from dedup_broker.cluster.membership import BrokerAddress, owners_topic
 from dedup_broker.cluster.routes import cluster_routes, redirect_middleware
 from dedup_broker.cluster.service import Cluster
@@ -63,6 +64,7 @@ def validate_settings(config: BrokerConfig) -> Authenticator:
     key_dedup_defaults(config)
     offload_directory(config)
     Authorizer.check_settings(config)
+    parse_advertised_listeners(config.advertised_listeners)
     broker_client_headers(config)
     server_tls(config)
     default_strategy(config)
@@ -115,6 +117,7 @@ class BrokerApp:
         self.http: HttpEndpoint | None = None
         self.retention: RetentionChecker | None = None
         self.cluster: Cluster | None = None
+        self.listeners: AdvertisedListeners | None = None
         self.ready = False
         """Serving: started and not shutting down (the health check says so)."""
         self.tls: ServerTls | None = None
@@ -157,8 +160,15 @@ class BrokerApp:
         )
         broker.start()
         authorizer = Authorizer(config, Tenancy(storage.policies, config))
+        self.listeners = listeners = AdvertisedListeners(config, storage.policies)
         self.listener = listener = Listener(
-            config, broker, SessionMetrics(self.registry), authenticator, authorizer, context
+            config,
+            broker,
+            SessionMetrics(self.registry),
+            authenticator,
+            authorizer,
+            context,
+            listeners,
         )
         await listener.start()
         self.retention = RetentionChecker(config, broker.loaded_ledgers)
@@ -205,8 +215,10 @@ class BrokerApp:
         """Announce this broker's admin URL (deletion workers ask it about ledgers)."""
         assert self.storage is not None and self.address is not None
         url = self.address.web_url
+        assert self.listeners is not None
+        listeners = {name: urls.to_json() for name, urls in self.listeners.own.items()}
         await self.storage.policies.put(
-            self._registry_key(), broker_record(url, self.storage.broker_id)
+            self._registry_key(), broker_record(url, self.storage.broker_id, listeners)
         )
 
     async def stop(self) -> None:

@@ -31,6 +31,9 @@ class BrokerConfig:
     """Prefix of every Kafka topic the broker owns; brokers of one cluster share it."""
     bind_address: str = "0.0.0.0"
     advertised_address: str = "localhost"
+    advertised_listeners: str = ""
+    """Named addresses for clients on other networks: ``internal:pulsar://10.0.0.5:6650,
+    external:pulsar+ssl://broker-1.example.com:6651``; a client's ``listenerName`` picks one."""
     broker_service_port: int | None = 6650
     """Plain Pulsar protocol port; ``none`` (or an empty ``--set`` value): no plain listener."""
     web_service_port: int | None = 8080

@@ -43,6 +43,7 @@ class ClientConnection(asyncio.Protocol):
         self.metrics: SessionMetrics = listener.metrics
         self.authenticator: Authenticator = listener.authenticator
         self.authorizer: Authorizer = listener.authorizer
+        self.advertised_listeners = listener.advertised_listeners
         self.role: str | None = None
         self.tls = False
         self.peer_certificate: PeerCertificate | None = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from dedup_broker.cluster.listeners import AdvertisedListeners
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.broker import Broker
 from dedup_broker.protocol import pulsar_api_pb2 as pb
@@ -31,6 +32,7 @@ class Session(Protocol):
     closed: bool
     authenticator: Authenticator
     authorizer: Authorizer
+    advertised_listeners: AdvertisedListeners | None
     role: str | None
     """Who the client proved to be at CONNECT (None: authentication is off)."""
     tls: bool
@@ -65,6 +67,7 @@ class ConnectionHost(Protocol):
     metrics: SessionMetrics
     authenticator: Authenticator
     authorizer: Authorizer
+    advertised_listeners: AdvertisedListeners | None
 
     @property
     def service_url(self) -> str: ...

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import ssl
 
+from dedup_broker.cluster.listeners import AdvertisedListeners
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.broker import Broker
 from dedup_broker.security.authentication import Authenticator
@@ -26,10 +27,13 @@ class Listener:
         authenticator: Authenticator,
         authorizer: Authorizer,
         ssl_context: ssl.SSLContext | None = None,
+        listeners: AdvertisedListeners | None = None,
     ) -> None:
         self.config = config
         self.authenticator = authenticator
         self.authorizer = authorizer
+        self.advertised_listeners = listeners
+        """Named listeners (``advertisedListeners``); None: clients' listener names unused."""
         self.broker = broker
         self.metrics = metrics
         self.connections: set[ClientConnection] = set()

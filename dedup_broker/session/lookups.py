@@ -76,7 +76,18 @@ class LookupCommands:
         name = topic_name(self.connection, request.topic)
         self.connection.authorizer.check_lookup(self.connection.role, name)
         owner = await self.broker.owner_of(name)
-        if owner is not None:
+        listener = request.advertised_listener_name
+        listeners = self.connection.advertised_listeners
+        if listener and listeners is not None and listeners.own:
+            urls = await listeners.urls(owner, listener)
+            reply = commands.lookup_response(
+                request.request_id,
+                urls.service_url,
+                response="Redirect" if owner is not None else "Connect",
+                proxy_through_service_url=False,
+                broker_service_url_tls=urls.service_url_tls,
+            )
+        elif owner is not None:
             reply = commands.lookup_response(
                 request.request_id,
                 owner.service_url,

@@ -14,8 +14,12 @@ def broker_key(advertised_address: str, broker_service_port: int) -> str:
     return f"{BROKERS_KEY}{advertised_address}:{broker_service_port}"
 
 
-def broker_record(web_service_url: str, broker_id: str) -> bytes:
-    return json.dumps({"webServiceUrl": web_service_url, "brokerId": broker_id}).encode()
+def broker_record(
+    web_service_url: str, broker_id: str, listeners: dict[str, dict[str, str]] | None = None
+) -> bytes:
+    """The announcement: admin URL, storage broker id and the advertised listeners."""
+    record = {"webServiceUrl": web_service_url, "brokerId": broker_id}
+    return json.dumps({**record, "listeners": listeners or {}}).encode()
 
 
 def broker_urls(entries: Iterable[tuple[str, bytes]]) -> list[str]:
