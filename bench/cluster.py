@@ -86,12 +86,23 @@ def _broker_worker(service_url: str, topics: list[str], count: int, out: Any) ->
 def _paced_worker(service_url: str, topic: str, rate: float, seconds: float, out: Any) -> None:
     client = pulsar.Client(service_url, operation_timeout_seconds=60)
     producer = client.create_producer(
-        topic, batching_enabled=True, batching_max_publish_delay_ms=5, batching_max_messages=1000
+        topic,
+        batching_enabled=True,
+        batching_max_publish_delay_ms=5,
+        batching_max_messages=1000,
+        block_if_queue_full=True,
     )
     latencies: list[float] = []
+    failures: list[object] = []
 
     def timed(sent: float) -> object:
-        return lambda _r, _m: latencies.append(time.perf_counter() - sent)
+        def done(result: object, _message: object) -> None:
+            if result == pulsar.Result.Ok:
+                latencies.append(time.perf_counter() - sent)
+            else:  # a failed send has no latency; the run reports it
+                failures.append(result)
+
+        return done
 
     payload = b"x" * SIZE
     total = int(rate * seconds)
@@ -103,6 +114,8 @@ def _paced_worker(service_url: str, topic: str, rate: float, seconds: float, out
             time.sleep(delay)
         producer.send_async(payload, timed(time.perf_counter()))
     producer.flush()
+    if failures:
+        raise RuntimeError(f"{len(failures)} paced sends failed, e.g. {failures[0]}")
     out.put(latencies)
     client.close()
 
