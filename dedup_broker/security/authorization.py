@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 TENANT_KEY = "tenants/"
 NAMESPACE_KEY = "namespaces/"
+TOPIC_PERMISSIONS_KEY = "topic-permissions/"
 SYSTEM_NAMESPACE = "pulsar/system"
 """Reserved for the broker's own use: superusers only."""
 
@@ -213,6 +214,33 @@ class Tenancy:
     async def _put_namespace(self, namespace: str, info: NamespaceInfo) -> None:
         await self.table.put(NAMESPACE_KEY + namespace, json.dumps(info.to_json()).encode())
 
+    # --- topic permissions (a partition has its partitioned topic's) ---------------------
+    def topic_permissions(self, topic: TopicName) -> dict[str, tuple[AuthAction, ...]]:
+        raw = self.table.get(TOPIC_PERMISSIONS_KEY + str(topic.partitioned_base))
+        if raw is None:
+            return {}
+        return NamespaceInfo.from_json({"permissions": json.loads(raw)}).permissions
+
+    async def grant_topic(self, topic: TopicName, role: str, actions: Iterable[AuthAction]) -> None:
+        granted = {**self.topic_permissions(topic), role: actions_of([a.value for a in actions])}
+        await self._put_topic_permissions(topic, granted)
+
+    async def revoke_topic(self, topic: TopicName, role: str) -> None:
+        granted = self.topic_permissions(topic)
+        if role not in granted:
+            raise TenancyNotFoundError(f"role {role} has no permission on topic {topic}")
+        await self._put_topic_permissions(topic, {r: a for r, a in granted.items() if r != role})
+
+    async def _put_topic_permissions(
+        self, topic: TopicName, granted: dict[str, tuple[AuthAction, ...]]
+    ) -> None:
+        key = TOPIC_PERMISSIONS_KEY + str(topic.partitioned_base)
+        if not granted:
+            await self.table.delete(key)
+            return
+        body = NamespaceInfo(granted).to_json()["permissions"]
+        await self.table.put(key, json.dumps(body).encode())
+
 
 class Authorizer:
     """Decides what a role may do; every refusal is an AuthorizationError with a reason."""
@@ -251,9 +279,16 @@ class Authorizer:
                 f"{_who(role)} is not authorized to {what}: not an admin of tenant {tenant}"
             )
 
-    def allowed(self, role: str | None, namespace: str, actions: Iterable[AuthAction]) -> bool:
-        """Whether the role holds one of ``actions`` on the namespace (tenant admins and
-        superusers hold all of them; the system namespace is the superusers' alone)."""
+    def allowed(
+        self,
+        role: str | None,
+        namespace: str,
+        actions: Iterable[AuthAction],
+        topic: TopicName | None = None,
+    ) -> bool:
+        """Whether the role holds one of ``actions`` on the namespace, or on ``topic``
+        (tenant admins and superusers hold all of them; the system namespace is the
+        superusers' alone)."""
         if self.is_superuser(role):
             return True
         if namespace == SYSTEM_NAMESPACE or role is None:
@@ -262,15 +297,20 @@ class Authorizer:
             return True
         info = self.tenancy.namespace(namespace)
         granted = set(info.permissions.get(role, ())) if info is not None else set()
+        if topic is not None:
+            granted |= set(self.tenancy.topic_permissions(topic).get(role, ()))
         return any(action in granted for action in actions)
 
     def check_topic(self, role: str | None, topic: TopicName, action: AuthAction) -> None:
-        if not self.allowed(role, topic.namespace_name, (action,)):
+        if not self.allowed(role, topic.namespace_name, (action,), topic):
             raise AuthorizationError(f"{_who(role)} is not authorized to {action.value} on {topic}")
 
     def check_lookup(self, role: str | None, topic: TopicName) -> None:
-        """Lookups (and partitioned metadata) need produce or consume."""
-        self.check_namespace_read(role, topic.namespace_name, f"look up {topic}")
+        """Lookups (and partitioned metadata) need produce or consume, on the namespace or
+        the topic."""
+        either = (AuthAction.PRODUCE, AuthAction.CONSUME)
+        if not self.allowed(role, topic.namespace_name, either, topic):
+            raise AuthorizationError(f"{_who(role)} is not authorized to look up {topic}")
 
     def check_namespace_read(self, role: str | None, namespace: str, what: str) -> None:
         if not self.allowed(role, namespace, (AuthAction.PRODUCE, AuthAction.CONSUME)):

@@ -19,7 +19,7 @@ from dedup_broker.domain.broker import Broker
 from dedup_broker.domain.names import TopicName
 from dedup_broker.http.bodies import json_response, no_content, read_json
 from dedup_broker.http.errors import ErrorStatuses
-from dedup_broker.http.paths import NAMESPACES, namespace_of
+from dedup_broker.http.paths import NAMESPACES, TOPIC, namespace_of, topic_of
 from dedup_broker.security.authentication import AuthenticationError, Authenticator
 from dedup_broker.security.authorization import (
     AuthorizationError,
@@ -39,6 +39,7 @@ UNAUTHENTICATED_PATHS = frozenset({"/metrics", "/admin/v2/brokers/health"})
 TENANTS = "/admin/v2/tenants"
 TENANT = TENANTS + "/{tenant}"
 PERMISSIONS = NAMESPACES + "/permissions"
+TOPIC_PERMISSIONS = TOPIC + "/permissions"
 
 SECURITY_ERROR_STATUSES: ErrorStatuses = {
     AuthenticationError: HTTPStatus.UNAUTHORIZED,
@@ -127,6 +128,9 @@ def tenancy_routes(authorizer: Authorizer, broker: Broker) -> list[web.RouteDef]
         web.get(PERMISSIONS, api.get_permissions),
         web.post(PERMISSIONS + "/{role}", api.grant),
         web.delete(PERMISSIONS + "/{role}", api.revoke),
+        web.get(TOPIC_PERMISSIONS, api.get_topic_permissions),
+        web.post(TOPIC_PERMISSIONS + "/{role}", api.grant_topic),
+        web.delete(TOPIC_PERMISSIONS + "/{role}", api.revoke_topic),
     ]
 
 
@@ -200,6 +204,34 @@ class _TenancyApi:
     async def revoke(self, request: web.Request) -> web.Response:
         await self.tenancy.table.refresh()
         await self.tenancy.revoke(namespace_of(request), request.match_info["role"])
+        return no_content()
+
+    async def get_topic_permissions(self, request: web.Request) -> web.Response:
+        """The namespace's grants and the topic's own, merged (as Pulsar answers)."""
+        await self.tenancy.table.refresh()
+        topic = topic_of(request)
+        info = self.tenancy.namespace(topic.namespace_name)
+        if info is None:
+            raise TenancyNotFoundError(f"Namespace does not exist: {topic.namespace_name}")
+        merged = {role: set(actions) for role, actions in info.permissions.items()}
+        for role, actions in self.tenancy.topic_permissions(topic).items():
+            merged.setdefault(role, set()).update(actions)
+        return json_response(
+            {
+                role: [a.value for a in actions_of([x.value for x in granted])]
+                for role, granted in sorted(merged.items())
+            }
+        )
+
+    async def grant_topic(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        actions = actions_of(await read_json(request))
+        await self.tenancy.grant_topic(topic_of(request), request.match_info["role"], actions)
+        return no_content()
+
+    async def revoke_topic(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        await self.tenancy.revoke_topic(topic_of(request), request.match_info["role"])
         return no_content()
 
 

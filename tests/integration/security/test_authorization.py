@@ -229,3 +229,23 @@ def test_bad_bodies_are_refused(broker: BrokerProcess, tenant: str) -> None:
     assert status == 400
     assert admin_call(broker, "alice", "PUT", f"/admin/v2/namespaces/{tenant}/app")[0] == 409
     assert admin_call(broker, "admin", "PUT", "/admin/v2/namespaces/nobody/ns")[0] == 404
+
+
+def test_topic_permissions(broker: BrokerProcess, tenant: str) -> None:
+    shared = f"persistent://{tenant}/app/shared-{uuid.uuid4().hex[:6]}"
+    private = f"persistent://{tenant}/app/private-{uuid.uuid4().hex[:6]}"
+    path = "/admin/v2/persistent/" + shared.removeprefix("persistent://") + "/permissions"
+    assert admin_call(broker, "alice", "POST", f"{path}/frank", ["consume"])[0] == 204
+    status, merged = admin_call(broker, "alice", "GET", path)
+    assert status == 200
+    assert merged["frank"] == ["consume"] and merged["bob"] == ["produce"]
+    assert admin_call(broker, "bob", "POST", f"{path}/frank", ["produce"])[0] == 403
+    frank = client_of(broker, "frank")
+    try:
+        frank.subscribe(shared, "mine")
+        with pytest.raises(pulsar.AuthorizationError):
+            frank.subscribe(private, "mine")
+        with pytest.raises(pulsar.AuthorizationError):
+            frank.create_producer(shared)
+    finally:
+        frank.close()

@@ -114,3 +114,22 @@ def test_actions_are_pulsars() -> None:
 def test_authorization_needs_authentication() -> None:
     with pytest.raises(ConfigError, match="authorizationEnabled needs authenticationEnabled"):
         Authorizer.check_settings(BrokerConfig().with_overrides(authorization_enabled=True))
+
+
+async def test_topic_permissions_add_to_the_namespace_ones() -> None:
+    authorizer = await acme()
+    other = TopicName.parse("persistent://acme/app/other")
+    await authorizer.tenancy.grant_topic(TOPIC, "dave", [AuthAction.CONSUME])
+    authorizer.check_topic("dave", TOPIC, AuthAction.CONSUME)
+    authorizer.check_lookup("dave", TOPIC)
+    partition = TopicName.parse("persistent://acme/app/orders-partition-2")
+    authorizer.check_topic("dave", partition, AuthAction.CONSUME)  # the partitioned topic's
+    with pytest.raises(AuthorizationError):
+        authorizer.check_topic("dave", TOPIC, AuthAction.PRODUCE)
+    with pytest.raises(AuthorizationError):
+        authorizer.check_lookup("dave", other)
+    await authorizer.tenancy.revoke_topic(TOPIC, "dave")
+    with pytest.raises(AuthorizationError):
+        authorizer.check_topic("dave", TOPIC, AuthAction.CONSUME)
+    with pytest.raises(TenancyNotFoundError):
+        await authorizer.tenancy.revoke_topic(TOPIC, "dave")
