@@ -70,6 +70,10 @@ class ReservedSubscriptionError(PermanentError):
     """The subscription name is reserved for the broker, or clashes with an existing one."""
 
 
+class SubscriptionExistsError(PermanentError):
+    """A subscription of that name exists already (creating it again is refused)."""
+
+
 @dataclass(frozen=True, slots=True)
 class TopicServices:
     """What every topic of one broker shares."""
@@ -355,6 +359,24 @@ class Topic:
         if self.subscriptions.get(subscription.name) is subscription:
             del self.subscriptions[subscription.name]
             asyncio.get_running_loop().create_task(subscription.close())
+
+    async def create_subscription(self, name: str, start: Position | None) -> None:
+        """A durable subscription with no consumer yet (``pulsar-admin topics
+        create-subscription``): from ``start`` (None: the end of the topic)."""
+        self._check_open()
+        if name.startswith(SYSTEM_CURSOR_PREFIX):
+            raise ReservedSubscriptionError(
+                f"subscription names starting with {SYSTEM_CURSOR_PREFIX!r} are reserved"
+            )
+        if name in self.subscriptions or self.managed_ledger.cursor_exists(name):
+            raise SubscriptionExistsError(f"Subscription {name} already exists for {self.name}")
+        earliest = start is not None and start.ledger_id < 0
+        cursor = await self.managed_ledger.open_cursor(name, "earliest" if earliest else "latest")
+        if start is not None and not earliest and start.ledger_id != LATEST_LEDGER_ID:
+            await cursor.reset(start)
+        self.subscriptions[name] = self._new_subscription(
+            name, cursor, SubscriptionType.EXCLUSIVE, True
+        )
 
     async def unsubscribe(self, name: str) -> None:
         subscription = self.subscriptions.get(name)

@@ -16,13 +16,14 @@ from prometheus_client import CollectorRegistry
 from dedup_broker.cluster.service import NotOwnerError
 from dedup_broker.domain.broker import Broker, TopicBusyError, TopicExistsError
 from dedup_broker.domain.names import TopicName
-from dedup_broker.domain.topic import ConsumerStillConnectedError, Topic
+from dedup_broker.domain.topic import ConsumerStillConnectedError, SubscriptionExistsError, Topic
 from dedup_broker.errors import TopicNotFoundError
-from dedup_broker.http.bodies import json_response, no_content, read_int
+from dedup_broker.http.bodies import json_response, no_content, read_int, read_json
 from dedup_broker.http.errors import BROKER_ERROR_STATUSES, ErrorStatuses, HttpError
 from dedup_broker.http.owners import owner_call
 from dedup_broker.http.paths import TOPIC, query_flag, topic_of
 from dedup_broker.metrics_registry import CONTENT_TYPE, exposition
+from dedup_broker.storage.position import Position
 
 NAMESPACE = "/admin/v2/persistent/{tenant}/{namespace}"
 NON_PERSISTENT_NAMESPACE = "/admin/v2/non-persistent/{tenant}/{namespace}"
@@ -32,6 +33,7 @@ TOPIC_ERROR_STATUSES: ErrorStatuses = {
     TopicExistsError: HTTPStatus.CONFLICT,
     TopicBusyError: HTTPStatus.CONFLICT,
     ConsumerStillConnectedError: HTTPStatus.CONFLICT,
+    SubscriptionExistsError: HTTPStatus.CONFLICT,
 }
 
 
@@ -76,6 +78,7 @@ def topic_routes(broker: Broker) -> list[web.RouteDef]:
         web.get(TOPIC + "/partitioned-stats", api.partitioned_stats),
         web.get(TOPIC + "/subscriptions", api.list_subscriptions),
         web.delete(TOPIC + "/subscription/{subscription}", api.delete_subscription),
+        web.put(TOPIC + "/subscription/{subscription}", api.create_subscription),
     ]
 
 
@@ -197,6 +200,19 @@ class _TopicsApi:
         topic = await self._loaded(topic_of(request))
         return json_response(sorted(topic.subscriptions))
 
+    async def create_subscription(self, request: web.Request) -> web.Response:
+        """Body: a message id (``{"ledgerId": L, "entryId": E}``; Pulsar's earliest and
+        latest ids too), or none for the end of the topic."""
+        name = topic_of(request)
+        self.broker.check_served(name)
+        body = await request.read()
+        start: Position | None = None
+        if body.strip():
+            start = _message_id(await read_json(request))
+        topic = await self.broker.get_topic(name)
+        await topic.create_subscription(request.match_info["subscription"], start)
+        return no_content()
+
     async def delete_subscription(self, request: web.Request) -> web.Response:
         topic = await self._loaded(topic_of(request))
         name = request.match_info["subscription"]
@@ -206,3 +222,14 @@ class _TopicsApi:
                 subscription.disconnect(consumer)
         await topic.unsubscribe(name)
         return no_content()
+
+
+def _message_id(body: object) -> Position:
+    if not isinstance(body, dict):
+        raise HttpError(HTTPStatus.BAD_REQUEST, 'expected a message id: {"ledgerId", "entryId"}')
+    try:
+        return Position(int(body["ledgerId"]), int(body["entryId"]))
+    except (KeyError, TypeError, ValueError):
+        raise HttpError(
+            HTTPStatus.BAD_REQUEST, f"expected a message id with ledgerId and entryId, got {body}"
+        ) from None

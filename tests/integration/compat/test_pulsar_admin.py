@@ -175,6 +175,42 @@ def test_pulsar_admin_schemas(tools: Path, broker: BrokerProcess, tmp_path: Path
     assert shown(3)["schema"] == record
 
 
+def test_pulsar_admin_create_subscription(
+    tools: Path, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    topic = "persistent://public/default/admin-subscriptions"
+    client = pulsar.Client(broker.service_url)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(3):
+            producer.send(f"before-{i}".encode())
+        conf = write_client_conf(tmp_path / "client.conf", broker.service_url, broker.http_url)
+        commands = [
+            ["topics", "create-subscription", "-s", "from-start", "-m", "earliest", topic],
+            ["topics", "create-subscription", "-s", "at-end", topic],  # 1: latest
+            ["topics", "create-subscription", "-s", "at-end", topic],  # 2: exists already
+            ["topics", "subscriptions", topic],  # 3
+        ]
+        out = run_pulsar_admin_batch(conf, commands)
+        assert [o.exit_code for o in out] == [0, 0, 1, 0], "\n".join(
+            f"{o.args}: {o.exit_code}\n{o.output[-600:]}" for o in out
+        )
+        assert "already exists" in out[2].output
+        assert set(out[3].output.split()) >= {"from-start", "at-end"}
+        producer.send(b"after")
+        from_start = client.subscribe(topic, "from-start")
+        assert [from_start.receive(10_000).data() for _ in range(4)] == [
+            b"before-0",
+            b"before-1",
+            b"before-2",
+            b"after",
+        ]
+        at_end = client.subscribe(topic, "at-end")
+        assert at_end.receive(10_000).data() == b"after"
+    finally:
+        client.close()
+
+
 def test_pulsar_admin_commands_not_served(
     tools: Path, broker: BrokerProcess, tmp_path: Path
 ) -> None:
