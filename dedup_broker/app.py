@@ -27,7 +27,12 @@ from dedup_broker.domain.policies import Policies
 from dedup_broker.errors import BrokerError
 from dedup_broker.http.ledger_deletion import ledger_deletion_routes
 from dedup_broker.http.serving import HttpEndpoint, new_app, start_http
-from dedup_broker.http.topics import TOPIC_ERROR_STATUSES, broker_routes, topic_routes
+from dedup_broker.http.topics import (
+    TOPIC_ERROR_STATUSES,
+    broker_routes,
+    configuration_routes,
+    topic_routes,
+)
 from dedup_broker.key_dedup.metrics import KeyDedupMetrics
 from dedup_broker.key_dedup.routes import KEY_DEDUP_ERROR_STATUSES, key_dedup_routes
 from dedup_broker.key_dedup.service import KeyDedupService, key_dedup_defaults
@@ -85,6 +90,7 @@ def http_app(
     routes = [
         *tenancy_routes(authorizer, broker),
         *broker_routes(registry, ready),
+        *configuration_routes(broker.config),
         *(cluster_routes(broker, broker.cluster) if broker.cluster is not None else []),
         *topic_routes(broker),
         *pip6_routes(broker),

@@ -14,6 +14,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from dedup_broker.cluster.service import NotOwnerError
+from dedup_broker.config import BrokerConfig, snake_case
 from dedup_broker.domain.broker import Broker, TopicBusyError, TopicExistsError
 from dedup_broker.domain.names import TopicName
 from dedup_broker.domain.topic import ConsumerStillConnectedError, SubscriptionExistsError, Topic
@@ -56,6 +57,37 @@ def broker_routes(
         return web.Response(text="ok", content_type="text/plain")
 
     return [web.get("/metrics", metrics), web.get("/admin/v2/brokers/health", health)]
+
+
+SECRET_SETTINGS = frozenset(
+    {
+        "token_secret_key",
+        "basic_auth_conf",
+        "tls_key_file_path",
+        "kafka_sasl_password",
+        "kafka_ssl_key_password",
+        "broker_client_authentication_parameters",
+        "redis_url",
+    }
+)
+"""Settings whose values are not shown: credentials, keys, URLs that may carry a password."""
+
+
+def configuration_routes(config: BrokerConfig) -> list[web.RouteDef]:
+    """``GET /admin/v2/brokers/configuration/runtime``: the settings in effect, under
+    Pulsar's names, as strings (secrets shown as ``******``)."""
+
+    async def runtime(request: web.Request) -> web.Response:
+        shown: dict[str, str] = {}
+        for name, value in config.as_pulsar_names().items():
+            text = str(value).lower() if isinstance(value, bool) else str(value)
+            if value is None:
+                text = ""
+            secret = snake_case(name) in SECRET_SETTINGS
+            shown[name] = "******" if secret and text else text
+        return json_response(shown)
+
+    return [web.get("/admin/v2/brokers/configuration/runtime", runtime)]
 
 
 def topic_routes(broker: Broker) -> list[web.RouteDef]:

@@ -211,6 +211,26 @@ def test_pulsar_admin_create_subscription(
         client.close()
 
 
+def test_pulsar_admin_clusters_and_runtime_configuration(
+    tools: Path, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    conf = write_client_conf(tmp_path / "client.conf", broker.service_url, broker.http_url)
+    commands = [["clusters", "list"], ["brokers", "get-runtime-config"]]
+    out = run_pulsar_admin_batch(conf, commands)
+    assert [o.exit_code for o in out] == [0, 0], "\n".join(
+        f"{o.args}: {o.exit_code}\n{o.output[-600:]}" for o in out
+    )
+    assert broker.cluster_name in out[0].output.split()
+    # The tool prints one "name    value" line per setting.
+    runtime = {}
+    for line in out[1].output.splitlines():
+        name, _, value = line.strip().partition("    ")
+        runtime[name] = value.strip()
+    assert runtime["clusterName"] == broker.cluster_name
+    assert runtime["brokerServicePort"] == str(broker.port)
+    assert runtime["redisUrl"] == "******"  # a URL may carry a password
+
+
 def test_pulsar_admin_commands_not_served(
     tools: Path, broker: BrokerProcess, tmp_path: Path
 ) -> None:
