@@ -93,6 +93,21 @@ def sasl_listener(
     }
 
 
+def ssl_listener(props: dict[str, str], ssl_port: int, keystore: Path) -> dict[str, str]:
+    """``props`` with a client listener on ``ssl_port`` over TLS; ``keystore`` is one PEM
+    file holding the server's private key (unencrypted PKCS#8) and its certificate chain."""
+    listener = f"SSL://127.0.0.1:{ssl_port}"
+    return {
+        **props,
+        "listeners": f"{props['listeners']},{listener}",
+        "advertised.listeners": f"{props['advertised.listeners']},{listener}",
+        "listener.security.protocol.map": f"{props['listener.security.protocol.map']},SSL:SSL",
+        "listener.name.ssl.ssl.keystore.type": "PEM",
+        "listener.name.ssl.ssl.keystore.location": str(keystore),
+        "listener.name.ssl.ssl.client.auth": "none",
+    }
+
+
 class NativeKafka(NativeServer):
     """One Kafka JVM on 127.0.0.1 with fixed ports and a data directory it keeps.
 
@@ -113,6 +128,7 @@ class NativeKafka(NativeServer):
         detached: bool = False,
         extra_properties: Mapping[str, str] | None = None,
         sasl_users: Mapping[str, str] | None = None,
+        ssl_keystore: Path | None = None,
     ) -> None:
         self._init_native("kafka", data_dir, startup_timeout, stop_timeout, detached)
         if port is None or controller_port is None:
@@ -129,6 +145,9 @@ class NativeKafka(NativeServer):
         self.sasl_users = dict(sasl_users or {})
         """Users of a SASL_PLAINTEXT/PLAIN listener on ``sasl_port`` (none: no listener)."""
         self.sasl_port = process.free_ports(1)[0] if self.sasl_users else None
+        self.ssl_keystore = ssl_keystore
+        """Key and certificate (PEM) of an SSL listener on ``ssl_port`` (none: no listener)."""
+        self.ssl_port = process.free_ports(1)[0] if ssl_keystore is not None else None
 
     # --- addresses and files --------------------------------------------------------
     @property
@@ -141,6 +160,13 @@ class NativeKafka(NativeServer):
         if self.sasl_port is None:
             raise DevServerError("this Kafka has no SASL listener (no sasl_users)")
         return f"127.0.0.1:{self.sasl_port}"
+
+    @property
+    def ssl_bootstrap_servers(self) -> str:
+        """The SSL listener (when ``ssl_keystore`` was given)."""
+        if self.ssl_port is None:
+            raise DevServerError("this Kafka has no SSL listener (no ssl_keystore)")
+        return f"127.0.0.1:{self.ssl_port}"
 
     @property
     def log_dir(self) -> Path:
@@ -157,7 +183,8 @@ class NativeKafka(NativeServer):
         """Start the JVM (formatting storage on first use) and wait until it serves."""
         if self.running:
             return
-        ports = [self.port, self.controller_port, *([self.sasl_port] if self.sasl_port else [])]
+        extra = [p for p in (self.sasl_port, self.ssl_port) if p is not None]
+        ports = [self.port, self.controller_port, *extra]
         process.ensure_ports_free(ports, "Kafka")
         home = distribution.ensure_kafka(self.version)
         java = distribution.find_java()
@@ -205,6 +232,8 @@ class NativeKafka(NativeServer):
         )
         if self.sasl_port is not None:
             props = sasl_listener(props, self.sasl_port, self.sasl_users)
+        if self.ssl_port is not None and self.ssl_keystore is not None:
+            props = ssl_listener(props, self.ssl_port, self.ssl_keystore)
         text = "".join(f"{key}={value}\n" for key, value in props.items())
         (self.data_dir / "server.properties").write_text(text)
         (self.data_dir / "log4j2.properties").write_text(LOG4J2_PROPERTIES)

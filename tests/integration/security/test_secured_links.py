@@ -1,5 +1,6 @@
 """The broker, the deletion worker and the doctor on a Kafka listener that requires SASL
-(PLAIN), and key-window deduplication on a Redis that requires a password."""
+(PLAIN); the broker on a Kafka SSL listener; key-window deduplication on a Redis that
+requires a password."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from dedup_broker.testing.worker_process import WorkerProcess
 from system_topics.doctor import check
 from tests.integration.conftest import make_broker
 from tests.integration.system_topics.deletion_helpers import SMALL_LEDGERS, wait_until
+from tests.tls_certificates import make_certificates
 
 SASL = {
     "kafka_security_protocol": "SASL_PLAINTEXT",
@@ -140,3 +142,43 @@ def _internal(broker: BrokerProcess, path: str) -> dict[str, list[dict[str, int]
     assert status == 200, body
     data: dict[str, list[dict[str, int]]] = json.loads(body)
     return data
+
+
+def test_the_broker_on_a_kafka_ssl_listener(tmp_path: Path) -> None:
+    certificates = make_certificates(tmp_path)
+    keystore = tmp_path / "kafka-keystore.pem"
+    keystore.write_bytes(
+        certificates.server_key.read_bytes() + certificates.server_cert.read_bytes()
+    )
+    kafka = NativeKafka(tmp_path / "ssl-kafka", ssl_keystore=keystore)
+    kafka.start()
+    ssl = {"kafka_security_protocol": "SSL", "kafka_ssl_ca_location": str(certificates.ca)}
+    broker = make_broker(kafka.ssl_bootstrap_servers, tmp_path, **ssl)
+    try:
+        broker.start()
+        topic = f"persistent://public/default/ssl-{uuid.uuid4().hex[:8]}"
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=30)
+        try:
+            consumer = client.subscribe(topic, "s")
+            producer = client.create_producer(topic)
+            sent = [f"over-tls-{i}".encode() for i in range(10)]
+            for payload in sent:
+                producer.send(payload)
+            assert [consumer.receive(10_000).data() for _ in sent] == sent
+        finally:
+            client.close()
+        # A CA that did not sign Kafka's certificate is refused at start.
+        (tmp_path / "other").mkdir()
+        other = make_broker(
+            kafka.ssl_bootstrap_servers,
+            tmp_path / "other",
+            **{**ssl, "kafka_ssl_ca_location": str(certificates.other_ca)},
+            kafka_request_timeout_ms=5000,
+        )
+        with pytest.raises((RuntimeError, TimeoutError)):
+            other.start(timeout=40)
+        other.stop()
+        assert "certificate verify failed" in other.log_text()
+    finally:
+        broker.stop()
+        kafka.close()
