@@ -82,6 +82,7 @@ def http_app(
     authenticator: Authenticator | None = None,
     authorizer: Authorizer | None = None,
     ready: Callable[[], bool] = lambda: True,
+    listeners: AdvertisedListeners | None = None,
 ) -> web.Application:
     """The admin, lookup and metrics surface: each room's routes, one error table."""
     authorizer = authorizer or Authorizer(
@@ -91,7 +92,7 @@ def http_app(
         *tenancy_routes(authorizer, broker),
         *broker_routes(registry, ready),
         *configuration_routes(broker.config),
-        *(cluster_routes(broker, broker.cluster) if broker.cluster is not None else []),
+        *(cluster_routes(broker, broker.cluster, listeners) if broker.cluster else []),
         *topic_routes(broker),
         *pip6_routes(broker),
         *key_dedup_routes(broker),
@@ -180,7 +181,9 @@ class BrokerApp:
         self.retention = RetentionChecker(config, broker.loaded_ledgers)
         self.retention.start()
         self.http = http = await start_http(
-            http_app(broker, self.registry, authenticator, authorizer, lambda: self.ready),
+            http_app(
+                broker, self.registry, authenticator, authorizer, lambda: self.ready, listeners
+            ),
             config.bind_address,
             config.web_service_port,
             config.web_service_port_tls,

@@ -8,6 +8,7 @@ from http import HTTPStatus
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
+from dedup_broker.cluster.listeners import AdvertisedListeners
 from dedup_broker.cluster.membership import BrokerAddress
 from dedup_broker.cluster.service import Cluster, NotOwnerError
 from dedup_broker.domain.broker import Broker
@@ -49,9 +50,12 @@ def redirect_middleware(broker: Broker) -> Middleware:
 
 
 class ClusterApi:
-    def __init__(self, broker: Broker, cluster: Cluster) -> None:
+    def __init__(
+        self, broker: Broker, cluster: Cluster, listeners: AdvertisedListeners | None = None
+    ) -> None:
         self.broker = broker
         self.cluster = cluster
+        self.listeners = listeners
 
     def _check_cluster(self, request: web.Request) -> None:
         name = request.match_info["cluster"]
@@ -103,7 +107,15 @@ class ClusterApi:
             raise HttpError(HTTPStatus.BAD_REQUEST, f"unsupported topic domain {p['domain']!r}")
         name = TopicName.parse(f"persistent://{p['tenant']}/{p['namespace']}/{p['topic']}")
         owner = await self.broker.owner_of(name)
-        return json_response(lookup_data(owner or self.cluster.address))
+        data = lookup_data(owner or self.cluster.address)
+        listener = request.query.get("listenerName") or request.headers.get(
+            "X-Pulsar-ListenerName", ""
+        )
+        if listener and self.listeners is not None and self.listeners.own:
+            urls = await self.listeners.urls(owner, listener)
+            data["brokerUrl"] = data["nativeUrl"] = urls.service_url or ""
+            data["brokerUrlTls"] = urls.service_url_tls or ""
+        return json_response(data)
 
     async def unload_topic(self, request: web.Request) -> web.Response:
         """Close the topic (its clients reconnect); calls for another owner's topic go
@@ -128,8 +140,11 @@ class ClusterApi:
         return web.Response(status=HTTPStatus.NO_CONTENT)
 
 
-def cluster_routes(broker: Broker, cluster: Cluster) -> list[web.RouteDef]:
-    api = ClusterApi(broker, cluster)
+def cluster_routes(
+    broker: Broker, cluster: Cluster, listeners: AdvertisedListeners | None = None
+) -> list[web.RouteDef]:
+    """``listeners``: lookups naming a listener (``?listenerName=``) get its URLs."""
+    api = ClusterApi(broker, cluster, listeners)
     return [
         web.get("/admin/v2/clusters", api.clusters),
         web.get("/admin/v2/clusters/{cluster}", api.cluster_data),

@@ -13,7 +13,7 @@ from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.testing.broker_process import BrokerProcess
 from dedup_broker.testing.cluster_processes import ClusterProcesses
 from dedup_broker.testing.raw_client import RawConnection
-from tests.integration.cluster.conftest import owner_of
+from tests.integration.cluster.conftest import get_json, owner_of
 
 
 def lookup(broker: BrokerProcess, topic: str, listener: str) -> pb.CommandLookupTopicResponse:
@@ -44,13 +44,17 @@ def test_lookups_answer_the_named_listener(kafka_bootstrap: str, tmp_path: Path)
         owners = {t: owner_of(cluster, t) for t in topics}
         for topic in topics:
             owner = brokers.index(owners[topic])
+            external = f"pulsar://broker-{owner}.example.com:{6650 + owner}"
             for asked in brokers:
-                answer = lookup(asked, topic, "external")
-                assert (
-                    answer.brokerServiceUrl == f"pulsar://broker-{owner}.example.com:{6650 + owner}"
-                )
+                assert lookup(asked, topic, "external").brokerServiceUrl == external
                 internal = lookup(asked, topic, "internal")
                 assert internal.brokerServiceUrl == f"pulsar://127.0.0.1:{owners[topic].port}"
+            local = topic.removeprefix("persistent://")
+            for asked in brokers:
+                data = get_json(
+                    f"{asked.http_url}/lookup/v2/topic/persistent/{local}?listenerName=external"
+                )
+                assert isinstance(data, dict) and data["brokerUrl"] == external
             missing = lookup(brokers[0], topic, "nowhere")
             assert missing.response == pb.CommandLookupTopicResponse.Failed
             assert "no listener 'nowhere'" in missing.message
