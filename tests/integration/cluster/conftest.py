@@ -20,14 +20,27 @@ def get_json(url: str) -> object:
         return json.loads(response.read())
 
 
-def owner_of(cluster: ClusterProcesses, topic: str) -> BrokerProcess:
-    """The running broker that serves ``topic`` now, as any broker's HTTP lookup says."""
+def owner_of(cluster: ClusterProcesses, topic: str, timeout: float = 30.0) -> BrokerProcess:
+    """The running broker that serves ``topic`` now, as any broker's HTTP lookup says.
+
+    While the cluster rebalances (a broker was just killed) a lookup may answer 503, or
+    the broker asked may be going away: asked again, of a running broker, until
+    ``timeout``."""
     tenant, namespace, local = topic.removeprefix("persistent://").split("/", 2)
-    asked = cluster.running()[0]
-    data = get_json(f"{asked.http_url}/lookup/v2/topic/persistent/{tenant}/{namespace}/{local}")
-    assert isinstance(data, dict)
-    port = int(str(data["brokerUrl"]).rsplit(":", 1)[-1])
-    return next(b for b in cluster if b.port == port)
+    deadline = time.monotonic() + timeout
+    while True:
+        asked = cluster.running()[0]
+        path = f"/lookup/v2/topic/persistent/{tenant}/{namespace}/{local}"
+        try:
+            data = get_json(asked.http_url + path)
+        except OSError:  # urllib's HTTPError (503) and URLError are OSErrors
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+            continue
+        assert isinstance(data, dict)
+        port = int(str(data["brokerUrl"]).rsplit(":", 1)[-1])
+        return next(b for b in cluster if b.port == port)
 
 
 @dataclass
