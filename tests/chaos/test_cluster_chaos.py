@@ -28,6 +28,8 @@ pytestmark = pytest.mark.chaos
 CYCLES = int(os.environ.get("CLUSTER_CHAOS_CYCLES", "30"))
 TOPICS = 6
 PER_SECOND = 25.0
+DRAIN_MS = 15_000
+"""Quiet time after which a consumer has had every redelivery (failovers take < 10 s)."""
 
 
 class AckingConsumer:
@@ -53,10 +55,11 @@ class AckingConsumer:
                 seen.add(value)
                 self.consumer.acknowledge(msg)
             # Acks in flight when a broker was killed are lost: those messages come again
-            # (at least once) and are acknowledged again, until nothing more comes.
+            # (at least once) and are acknowledged again, until nothing more comes for
+            # longer than a failover takes (the last kill's may still be under way).
             while True:
                 try:
-                    msg = self.consumer.receive(timeout_millis=3_000)
+                    msg = self.consumer.receive(timeout_millis=DRAIN_MS)
                 except pulsar.Timeout:
                     return
                 self.received.append(int(msg.data()))
