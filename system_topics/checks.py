@@ -143,9 +143,23 @@ class IntentChecker:
             if answer is not LedgerStatus.DELETABLE:
                 said = answer.value if answer else "no answer"
                 return Outcome(Verdict.FAILED, f"the owning broker answered {said}")
-        # What the brokers stored before answering is visible now.
         stored = await self._catalog.stored_ledgers(name)
-        info = next((i for i in stored or [] if i.ledger_id == intent.ledger_id), None)
+        verdict = self._stored_verdict(name, intent, stored or [])
+        if verdict is not None and verdict.verdict is Verdict.IN_USE and owner.broker is not None:
+            # The owner stored its change before answering, but Kafka makes a committed
+            # transaction visible to readers only once its markers are written: the list
+            # read here may not show it yet. Ask again rather than drop the intent.
+            return Outcome(
+                Verdict.FAILED,
+                f"the owning broker let it go; the stored list lags ({verdict.detail})",
+            )
+        return verdict
+
+    def _stored_verdict(
+        self, name: str, intent: DeletionIntent, stored: list[LedgerInfo]
+    ) -> Outcome | None:
+        """IN_USE if the stored list still needs this copy, else None."""
+        info = next((i for i in stored if i.ledger_id == intent.ledger_id), None)
         if info is None:
             return None
         if intent.ledger_type is LedgerType.OFFLOAD_LEDGER:

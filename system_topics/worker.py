@@ -156,10 +156,11 @@ class DeletionWorker:
         outcome = await self._checker.evaluate(msg.value())
         action = decide(outcome.verdict, times, self._max_retries)
         log.info(
-            "intent %s:%d:%d -> %s (%s) -> %s",
+            "intent %s:%d:%d (%s) -> %s (%s) -> %s",
             topic,
             partition,
             offset,
+            _subject(msg.value()),
             outcome.verdict.value,
             outcome.detail,
             action.value,
@@ -197,6 +198,15 @@ class DeletionWorker:
             log.warning("copy to %s failed: %s", target, str(exc) or "timeout")
             return False
         return True
+
+
+def _subject(value: bytes | None) -> str:
+    """What an intent would delete, for the log line of its outcome."""
+    try:
+        intent = decode_intent(value or b"")
+    except MalformedIntentError:
+        return "malformed"
+    return f"{intent.ledger_type.value} {intent.ledger_id} of {intent.topic_name}"
 
 
 def _copy_kind(value: bytes | None) -> CopyKind:

@@ -55,7 +55,7 @@ from dedup_broker.storage.metadata_table import Table, WritesThrough
 from dedup_broker.storage.offload_manager import LedgerOffloads
 from dedup_broker.storage.position import Entry, LedgerInfo, OffloadInfo, Position
 from dedup_broker.storage.status import LedgerStatus, LedgerType
-from dedup_broker.storage.trimmer import LedgerTrimmer
+from dedup_broker.storage.trimmer import LedgerTrimmer, pending_deletion
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +166,9 @@ class ManagedLedger(ManagedLedgerView):
         return ledger
 
     async def _initialize(self) -> None:
+        # Read to the end first: the fence (if any) is held, so every earlier holder's
+        # committed writes are readable now, and what is decided below rests on them.
+        await self._ctx.managed_ledger_infos.refresh()
         stored = self._ctx.managed_ledger_infos.get(self.name)
         self._info.last = stored
         record = (
@@ -181,19 +184,27 @@ class ManagedLedger(ManagedLedgerView):
             listed = {info.ledger_id for info in ledgers}
             allocated = await self._ctx.ledgers.allocated_to(self.name, ledgers[-1].ledger_id)
             orphans = [ledger_id for ledger_id in allocated if ledger_id not in listed]
+        if orphans:
+            # Before a new ledger is listed: until their deletion is recorded they still
+            # follow the last listed ledger, so a crash here finds them again next time.
+            log.warning("%s: ledgers %s were never listed; deleting them", self.name, orphans)
+            if set(await self.trimmer.delete_orphans(orphans)) != set(orphans):
+                raise StorageError(f"{self.name}: the deletion of unlisted ledgers not recorded")
         if ledgers and ledgers[-1].is_open:
             ledgers[-1] = await self._ctx.ledgers.close_at_true_end(ledgers[-1].ledger_id)
         # Empty ledgers at the end hold nothing; drop them rather than pile them up.
         empty = []
         while ledgers and ledgers[-1].entries == 0:
             empty.append(ledgers.pop())
-        dropped = await self._ctx.deleter.mark(
-            [LedgerToDelete(self.name, info.ledger_id) for info in empty]
-        )
-        ledgers.extend(info for info in reversed(empty) if info.ledger_id not in dropped)
-        new_id = await self._ctx.ledgers.create(self.name)
-        ledgers.append(LedgerInfo(new_id, -1, 0, 0))
-        await self._write_info(ledgers, record.properties)
+        # Until the list without them is stored, a worker asking is told to come back.
+        with pending_deletion(self._ctx, self.name, [info.ledger_id for info in empty]):
+            dropped = await self._ctx.deleter.mark(
+                [LedgerToDelete(self.name, info.ledger_id) for info in empty]
+            )
+            ledgers.extend(info for info in reversed(empty) if info.ledger_id not in dropped)
+            new_id = await self._ctx.ledgers.create(self.name)
+            ledgers.append(LedgerInfo(new_id, -1, 0, 0))
+            await self._write_info(ledgers, record.properties)
         self._properties = dict(record.properties)
         self._ledgers = LedgerList(ledgers)
         self._last_confirmed = self._ledgers.last_confirmed()
@@ -202,12 +213,6 @@ class ManagedLedger(ManagedLedgerView):
             await self._ctx.deleter.after_metadata(
                 [LedgerToDelete(self.name, ledger_id) for ledger_id in sorted(dropped)]
             )
-        if orphans:
-            log.warning("%s: ledgers %s were never listed; deleting them", self.name, orphans)
-            try:
-                await self.trimmer.delete_orphans(orphans)
-            except StorageError as exc:
-                log.warning("%s: deleting unlisted ledgers failed: %s", self.name, exc)
         self.offloads.on_open()
 
     def _start_ledger(self, ledger_id: int) -> None:

@@ -92,12 +92,13 @@ class LedgerTrimmer:
                 return []
             return await self._delete(ids)
 
-    async def delete_orphans(self, ids: list[int]) -> None:
-        """Ledgers allocated to this managed ledger but never listed (a crash mid-create)."""
+    async def delete_orphans(self, ids: list[int]) -> list[int]:
+        """Ledgers allocated to this managed ledger but never listed (a crash mid-create);
+        the ids whose deletion is secured."""
         if not ids:
-            return
+            return []
         async with self.lock:
-            await self._delete(ids, listed=False)
+            return await self._delete(ids, listed=False)
 
     async def _delete(self, ids: list[int], listed: bool = True) -> list[int]:
         ml = self._ledger

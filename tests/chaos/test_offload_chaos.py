@@ -64,14 +64,20 @@ def test_kills_during_offloads_leave_no_orphans_and_lose_nothing(
 
         wait_until(settled, 120, "every closed ledger offloaded, deletions drained")
         report = cluster.doctor()
-        assert report["ok"], report
+        problems = {
+            k: report[k] for k in ("orphans", "missing", "offloadOrphans", "offloadMissing")
+        }
+        assert report["ok"], problems
         client = pulsar.Client(cluster.broker.service_url, operation_timeout_seconds=30)
         try:
             reader = client.create_reader(topic, pulsar.MessageId.earliest)
             seen = []
             while reader.has_message_available():
                 seen.append(reader.read_next(10_000).data())
-            assert seen == [b"m-%d" % i for i in range(published)]
+            expected = [b"m-%d" % i for i in range(published)]
+            missing = sorted(set(expected) - set(seen))
+            repeated = sorted({m for m in seen if seen.count(m) > 1})
+            assert seen == expected, f"missing {missing[:20]}, repeated {repeated[:20]}"
         finally:
             client.close()
     finally:
