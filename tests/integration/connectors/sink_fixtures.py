@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,3 +76,15 @@ def received_messages(service_url: str, topic: str, expected: int) -> list[pulsa
                 return messages
     finally:
         client.close()
+
+
+def stable_count(broker: BrokerProcess, topic: str) -> int:
+    """The number of stored messages once it stopped changing (in-flight sends landed)."""
+    previous = -1
+    for _ in range(30):
+        count = len(stored_values(broker.service_url, topic))
+        if count == previous:
+            return count
+        previous = count
+        time.sleep(1.0)
+    return previous

@@ -18,7 +18,7 @@ import pytest
 
 from dedup_broker.testing.admin_http import http_request
 from dedup_broker.testing.broker_process import BrokerProcess
-from tests.integration.connectors.sink_fixtures import stored_values
+from tests.integration.connectors.sink_fixtures import stable_count, stored_values
 
 pytest.importorskip("pyarrow")
 pytestmark = pytest.mark.timeout(600)
@@ -29,17 +29,6 @@ ROWS = PARTITIONS * PER_PARTITION
 FIRST_BATCH = 600
 """``maxOffsetsPerTrigger``: 200 rows of each partition, then the 300 left."""
 START_TIMEOUT = 240.0
-
-
-def _stable_count(broker: BrokerProcess, topic: str) -> int:
-    previous = -1
-    for _ in range(30):
-        count = len(stored_values(broker.service_url, topic))
-        if count == previous:
-            return count
-        previous = count
-        time.sleep(1.0)
-    return previous
 
 
 def test_pipeline_killed_mid_batch_and_restarted_derives_each_row_once(
@@ -97,7 +86,7 @@ def test_pipeline_killed_mid_batch_and_restarted_derives_each_row_once(
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(timeout=30)
-    at_kill = _stable_count(dedup_broker, target)
+    at_kill = stable_count(dedup_broker, target)
     assert FIRST_BATCH < at_kill < ROWS
 
     second = subprocess.run(

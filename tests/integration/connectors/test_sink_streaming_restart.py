@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 from dedup_broker.testing.broker_process import BrokerProcess
-from tests.integration.connectors.sink_fixtures import stored_values
+from tests.integration.connectors.sink_fixtures import stable_count, stored_values
 
 FILES = 4
 ROWS_PER_FILE = 600
@@ -39,18 +39,6 @@ def _write_input(directory: Path) -> list[str]:
         (directory / f"part-{file_index:03d}.json").write_text("\n".join(chunk) + "\n")
         lines.extend(chunk)
     return lines
-
-
-def _stable_count(broker: BrokerProcess, topic: str) -> int:
-    """The number of stored messages once it stopped changing (in-flight sends landed)."""
-    previous = -1
-    for _ in range(30):
-        count = len(stored_values(broker.service_url, topic))
-        if count == previous:
-            return count
-        previous = count
-        time.sleep(1.0)
-    return previous
 
 
 def test_streaming_query_killed_mid_batch_and_restarted_stores_each_row_once(
@@ -88,7 +76,7 @@ def test_streaming_query_killed_mid_batch_and_restarted_stores_each_row_once(
             assert first.poll() is None, (tmp_path / "first-run.log").read_text()[-3000:]
             assert time.monotonic() < deadline, "the query never reached the pause row"
             time.sleep(0.2)
-        at_kill = _stable_count(dedup_broker, topic)
+        at_kill = stable_count(dedup_broker, topic)
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(timeout=30)
