@@ -55,6 +55,13 @@ class Measurement:
     server_cpu: dict[str, float] = field(default_factory=dict)
     generator_cpu: float = 0.0
     wall_s: float = 0.0
+    others_cpu: float = 0.0
+    """CPU seconds the rest of the machine spent meanwhile (other users of the cores)."""
+
+    @property
+    def others_cores(self) -> float:
+        """Cores' worth of CPU taken by processes outside this benchmark during the run."""
+        return self.others_cpu / self.wall_s if self.wall_s > 0 else 0.0
 
     def cpu_us_per_msg(self, name: str | None = None) -> float:
         """Server CPU microseconds per message: one process's, or all of them together."""
@@ -69,23 +76,46 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds all cores spent busy since boot (/proc/stat, idle and iowait excluded)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = values[:8]
+    return (user + nice + system + irq + softirq + steal) / _TICKS
+
+
 def _children_cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
 
+@dataclass(frozen=True)
+class Usage:
+    """CPU seconds during one generator run: per server, the generator, everything else."""
+
+    server: dict[str, float]
+    generator: float
+    others: float
+    wall: float
+
+
 def run_measured(
     run: Callable[[], subprocess.CompletedProcess[str]], server_pids: Mapping[str, int]
-) -> tuple[subprocess.CompletedProcess[str], dict[str, float], float, float]:
-    """Runs the generator and returns its result with each server's CPU seconds, the
-    generator's own CPU seconds (a child process, counted once reaped) and the wall time."""
+) -> tuple[subprocess.CompletedProcess[str], Usage]:
+    """Runs the generator and returns its result with the CPU spent meanwhile: each
+    server's, the generator's own (a child process, counted once reaped), and the rest of
+    the machine's, which shows when other work shared the cores."""
     before = {name: process_cpu_seconds(pid) for name, pid in server_pids.items()}
     children_before = _children_cpu_seconds()
+    own_before = time.process_time()
+    busy_before = machine_busy_seconds()
     started = time.monotonic()
     result = run()
     wall = time.monotonic() - started
+    busy = machine_busy_seconds() - busy_before
     spent = {name: process_cpu_seconds(pid) - before[name] for name, pid in server_pids.items()}
-    return result, spent, _children_cpu_seconds() - children_before, wall
+    generator = _children_cpu_seconds() - children_before
+    ours = sum(spent.values()) + generator + time.process_time() - own_before
+    return result, Usage(spent, generator, max(busy - ours, 0.0), wall)
 
 
 def _run_java(argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str]:
@@ -119,6 +149,15 @@ class KafkaPerf:
     def _topic(self, partitions: int) -> str:
         name = f"bench-publish-{uuid.uuid4().hex[:8]}"
         self._admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+        # A new topic's leaders are elected asynchronously: wait, or the first sends of a
+        # paced run queue behind the producer's metadata wait and inflate its latency.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            found = self._admin.list_topics(name, timeout=5).topics.get(name)
+            leaders = [] if found is None else [p.leader for p in found.partitions.values()]
+            if len(leaders) == partitions and min(leaders) >= 0:
+                break
+            time.sleep(0.1)
         return name
 
     def run(self, size: int, topics: int, messages: int, rate: float | None) -> Measurement:
@@ -141,9 +180,7 @@ class KafkaPerf:
             *(f"{key}={value}" for key, value in props.items()),
         ]
         timeout = _timeout(messages, rate)
-        result, spent, generator, wall = run_measured(
-            lambda: _run_java(argv, timeout), self.server_pids
-        )
+        result, usage = run_measured(lambda: _run_java(argv, timeout), self.server_pids)
         found = _KAFKA_FINAL.findall(result.stdout)
         if result.returncode != 0 or not found:
             raise ToolError(
@@ -151,7 +188,7 @@ class KafkaPerf:
                 f"{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
             )
         sent, per_s, p50, p99 = found[-1]
-        return Measurement(int(sent), float(per_s), float(p50), float(p99), spent, generator, wall)
+        return _measurement(sent, per_s, p50, p99, usage)
 
 
 _PERF_THROUGHPUT = re.compile(
@@ -205,7 +242,7 @@ class PulsarPerf:
         def perf() -> subprocess.CompletedProcess[str]:
             return run_pulsar_perf(self.conf, *args, timeout=timeout, full_jit=True)
 
-        result, spent, generator, wall = run_measured(perf, self.server_pids)
+        result, usage = run_measured(perf, self.server_pids)
         output = result.stdout + result.stderr
         throughput = _PERF_THROUGHPUT.findall(output)
         latency = _PERF_LATENCY.findall(output)
@@ -215,7 +252,20 @@ class PulsarPerf:
         p50, p99 = latency[-1]
         if int(sent) < messages * 0.99:
             raise ToolError(f"pulsar-perf sent {sent} of {messages}:\n{output[-4000:]}")
-        return Measurement(int(sent), float(per_s), float(p50), float(p99), spent, generator, wall)
+        return _measurement(sent, per_s, p50, p99, usage)
+
+
+def _measurement(sent: str, per_s: str, p50: str, p99: str, usage: Usage) -> Measurement:
+    return Measurement(
+        int(sent),
+        float(per_s),
+        float(p50),
+        float(p99),
+        usage.server,
+        usage.generator,
+        usage.wall,
+        usage.others,
+    )
 
 
 def _timeout(messages: int, rate: float | None) -> float:

@@ -96,7 +96,8 @@ def _progress(row: Row) -> str:
     text = (
         f"  {row.system}: {row.size} B x {row.topics} topic(s): {m.msgs_per_s:,.0f} msgs/s, "
         f"server {m.cpu_us_per_msg():.2f} us/msg, generator "
-        f"{1e6 * m.generator_cpu / max(m.messages, 1):.2f} us/msg ({m.wall_s:.0f} s)"
+        f"{1e6 * m.generator_cpu / max(m.messages, 1):.2f} us/msg ({m.wall_s:.0f} s, "
+        f"other processes {m.others_cores:.2f} cores)"
     )
     if row.paced is not None:
         text += f"; at {row.paced_rate:,.0f}/s p50 {row.paced.p50_ms} p99 {row.paced.p99_ms} ms"
@@ -189,10 +190,12 @@ def table(rows: Sequence[Row], plan: Plan) -> str:
         + " ".join(PULSAR_PERF_BATCHING)
         + ", 1 producer per topic, full JIT",
         "CPU: server-side microseconds per message (utime+stime during the saturation run); "
-        "gen = the load generator's",
+        "gen = the load generator's; others = cores used meanwhile by processes outside "
+        "this benchmark",
         "",
         f"{'size':>5} {'topics':>6}  {'system':<18} {'msgs/s':>10} {'MB/s':>7} {'x Kafka':>7}"
-        f" {'CPU us/msg':>10}  {'(split)':<22} {'gen':>5}  {'rate':>8} {'p50 ms':>7} {'p99 ms':>7}",
+        f" {'CPU us/msg':>10}  {'(split)':<26} {'gen':>5} {'others':>6}"
+        f"  {'rate':>8} {'p50 ms':>7} {'p99 ms':>7}",
     ]
     base = {(r.size, r.topics): r.saturated.msgs_per_s for r in rows if r.system == DIRECT}
     previous: tuple[int, int] | None = None
@@ -218,9 +221,13 @@ def table(rows: Sequence[Row], plan: Plan) -> str:
         lines.append(
             f"{_size(r.size):>5} {r.topics:>6}  {r.system:<18} {m.msgs_per_s:10.0f} "
             f"{m.msgs_per_s * r.size / 1e6:7.2f} {ratio:>7} {m.cpu_us_per_msg():10.2f}  "
-            f"{split:<22} {gen:5.1f}  {paced}"
+            f"{split:<26} {gen:5.1f} {m.others_cores:6.2f}  {paced}"
         )
     return "\n".join(lines)
+
+
+def _loads(loads: tuple[float, float, float]) -> str:
+    return " ".join(f"{load:.1f}" for load in loads)
 
 
 def _size(size: int) -> str:
@@ -246,8 +253,13 @@ def main() -> None:
     else:
         cases = tuple((size, topics) for size in SIZES for topics in TOPIC_COUNTS)
         plan = Plan(cases, args.messages, args.paced_seconds, max(args.messages // 4, 50_000))
+    load_before = os.getloadavg()
     rows, failures = run_all(args, plan)
     print("\n" + table(rows, plan))
+    print(
+        f"\nload average (1, 5, 15 min) before: {_loads(load_before)}, "
+        f"after: {_loads(os.getloadavg())}"
+    )
     for failure in failures:
         print(f"\nFAILED {failure}")
     if failures:
