@@ -128,7 +128,10 @@ def _run(
     with_classes: bool = False,
     heap: str = "256m",
     log_level: str = "warn",
+    full_jit: bool = False,
 ) -> subprocess.CompletedProcess[str]:
+    """Runs ``main_class``; short-lived tools start faster with the C1 compiler only, a
+    throughput run needs ``full_jit`` (C2) or the tool limits what it measures."""
     home = ensure_pulsar_tools(version)
     classpath = f"{home / 'libs'}/*"
     if with_classes:
@@ -137,7 +140,7 @@ def _run(
         [
             find_java(),
             f"-Xmx{heap}",
-            "-XX:TieredStopAtLevel=1",
+            *(() if full_jit else ("-XX:TieredStopAtLevel=1",)),
             f"-Dorg.slf4j.simpleLogger.defaultLogLevel={log_level}",
             "-cp",
             classpath,
@@ -173,12 +176,20 @@ def run_pulsar_perf(
     *args: str,
     timeout: float = 180.0,
     version: str = PULSAR_TOOLS_VERSION,
+    full_jit: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """``pulsar-perf produce|consume ARGS`` with ``client_conf``; output is returned.
 
-    Its latency histograms take several hundred MB of heap at start-up."""
+    Its latency histograms take several hundred MB of heap at start-up. Benchmarks pass
+    ``full_jit``: the C1-only default (quick to start) caps the tool's own throughput."""
     return _run(
-        PERF_MAIN_CLASS, [str(client_conf), *args], timeout, version, heap="1g", log_level="info"
+        PERF_MAIN_CLASS,
+        [str(client_conf), *args],
+        timeout,
+        version,
+        heap="1g",
+        log_level="info",
+        full_jit=full_jit,
     )
 
 

@@ -1,0 +1,270 @@
+"""``python -m bench.publish``: publish throughput, latency and server CPU of the broker
+next to direct Kafka and a real Apache Pulsar standalone, all measured in one run on this
+machine and printed as one table.
+
+Every system is driven by its own official Java load generator, so no Python client
+limits what is measured:
+
+* direct Kafka: Kafka's ``ProducerPerformance`` (kafka-tools 4.1.1) with ``acks=all``,
+  ``enable.idempotence=true``, ``linger.ms=5``, ``batch.size=1048576``, no compression.
+  "4 topics" is one topic with 4 partitions (one generator JVM, 4 logs on the broker).
+* the broker (dedup off, dedup on: ``broker_deduplication_enabled``) on that same Kafka,
+  and a Pulsar 4.0.7 standalone (``brokerDeduplicationEnabled`` off, on; its bookie keeps
+  BookKeeper's defaults, journal fsync included): ``pulsar-perf produce`` 4.0.6 with
+  full JIT, batching on (``-bm 1000 -b 5``), one producer per topic, 4 topics as 4 topics.
+
+Per row: the saturation rate (the tool's own msgs/s with no rate limit, ``--messages``
+messages) and its ratio to direct Kafka at the same size and topic count; the server's
+CPU microseconds per message during that run (/proc utime+stime: the Kafka JVM, the
+broker process plus the Kafka under it, the Pulsar JVM) and the generator's; then p50/p99
+latency as the tool reports it, at a fixed rate of half that row's own maximum.
+Generator and servers share the machine's cores, as a single host benchmark must: the
+CPU columns show where the cycles go. Each server gets one discarded warm-up run first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from bench.load_tools import (
+    KAFKA_PRODUCER_PROPS,
+    PULSAR_PERF_BATCHING,
+    KafkaPerf,
+    Measurement,
+    PulsarPerf,
+)
+from dedup_broker.devservers import provide_kafka
+from dedup_broker.devservers.pulsar_standalone import PULSAR_VERSION, PulsarStandalone
+from dedup_broker.testing.broker_process import BrokerProcess
+
+SIZES = (100, 1024)
+TOPIC_COUNTS = (1, 4)
+DIRECT = "direct Kafka"
+
+
+class Generator(Protocol):
+    def run(self, size: int, topics: int, messages: int, rate: float | None) -> Measurement: ...
+
+
+@dataclass(frozen=True)
+class Row:
+    system: str
+    size: int
+    topics: int
+    saturated: Measurement
+    paced: Measurement | None
+    paced_rate: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What each system is asked: the (size, topics) cases, and how long to pace."""
+
+    cases: tuple[tuple[int, int], ...]
+    messages: int
+    paced_seconds: float
+    warmup_messages: int
+
+
+def measure(system: str, generator: Generator, plan: Plan, rows: list[Row]) -> None:
+    """One warm-up run (discarded), then each case at saturation and at half of it."""
+    generator.run(SIZES[0], 1, plan.warmup_messages, None)
+    for size, topics in plan.cases:
+        saturated = generator.run(size, topics, plan.messages, None)
+        rate = saturated.msgs_per_s / 2
+        paced = None
+        if plan.paced_seconds > 0:
+            paced = generator.run(size, topics, max(int(rate * plan.paced_seconds), 1000), rate)
+        row = Row(system, size, topics, saturated, paced, rate)
+        rows.append(row)
+        print(_progress(row), flush=True)
+
+
+def _progress(row: Row) -> str:
+    m = row.saturated
+    text = (
+        f"  {row.system}: {row.size} B x {row.topics} topic(s): {m.msgs_per_s:,.0f} msgs/s, "
+        f"server {m.cpu_us_per_msg():.2f} us/msg, generator "
+        f"{1e6 * m.generator_cpu / max(m.messages, 1):.2f} us/msg ({m.wall_s:.0f} s, "
+        f"other processes {m.others_cores:.2f} cores)"
+    )
+    if row.paced is not None:
+        text += f"; at {row.paced_rate:,.0f}/s p50 {row.paced.p50_ms} p99 {row.paced.p99_ms} ms"
+    return text
+
+
+@contextmanager
+def broker_generator(
+    bootstrap: str, kafka_pid: int | None, dedup: bool, work: Path
+) -> Iterator[Generator]:
+    log_dir = work / f"broker-dedup-{'on' if dedup else 'off'}"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    broker = BrokerProcess(
+        bootstrap,
+        cluster_name=f"bench-publish-{uuid.uuid4().hex[:6]}",
+        settings={"broker_deduplication_enabled": dedup},
+        log_dir=log_dir,
+    )
+    with broker:
+        assert broker.process is not None
+        pids = {"broker": broker.process.pid}
+        if kafka_pid is not None:
+            pids["kafka"] = kafka_pid
+        yield PulsarPerf(broker.service_url, broker.http_url, pids, log_dir)
+
+
+@contextmanager
+def pulsar_generator(dedup: bool, work: Path, extra: dict[str, str]) -> Iterator[Generator]:
+    settings = {"brokerDeduplicationEnabled": str(dedup).lower(), **extra}
+    with PulsarStandalone(settings=settings) as pulsar:
+        pid = pulsar.pid
+        assert pid is not None
+        client_dir = work / f"pulsar-dedup-{'on' if dedup else 'off'}"
+        yield PulsarPerf(pulsar.service_url, pulsar.http_url, {"pulsar": pid}, client_dir)
+
+
+def run_all(args: argparse.Namespace, plan: Plan) -> tuple[list[Row], list[str]]:
+    """Every system in turn on one Kafka; a system that fails is reported, not fatal."""
+    rows: list[Row] = []
+    failures: list[str] = []
+    work = Path(tempfile.mkdtemp(prefix="bench-publish-"))
+    kafka = provide_kafka()
+    kafka_pid = kafka.pid
+    try:
+        bootstrap = kafka.bootstrap_servers
+        systems: list[tuple[str, Callable[[], AbstractContextManager[Generator]]]] = [
+            (DIRECT, lambda: _direct(bootstrap, kafka_pid)),
+            ("broker, dedup off", lambda: broker_generator(bootstrap, kafka_pid, False, work)),
+            ("broker, dedup on", lambda: broker_generator(bootstrap, kafka_pid, True, work)),
+        ]
+        if not args.no_pulsar:
+            extra = dict(item.split("=", 1) for item in args.pulsar_setting)
+            systems += [
+                ("Pulsar, dedup off", lambda: pulsar_generator(False, work, extra)),
+                ("Pulsar, dedup on", lambda: pulsar_generator(True, work, extra)),
+            ]
+        for system, open_generator in systems:
+            print(f"{system} ...", flush=True)
+            started = time.monotonic()
+            try:
+                with open_generator() as generator:
+                    measure(system, generator, plan, rows)
+            except Exception as exc:  # keep the other systems' figures
+                failures.append(f"{system}: {type(exc).__name__}: {str(exc)[-1500:]}")
+                print(f"  FAILED: {failures[-1]}", file=sys.stderr, flush=True)
+            print(f"  ({time.monotonic() - started:.0f} s)", flush=True)
+    finally:
+        kafka.close()
+        shutil.rmtree(work, ignore_errors=True)
+    return rows, failures
+
+
+@contextmanager
+def _direct(bootstrap: str, kafka_pid: int | None) -> Iterator[Generator]:
+    if kafka_pid is None:
+        raise RuntimeError("the server CPU columns need a native Kafka (no pid)")
+    yield KafkaPerf(bootstrap, kafka_pid)
+
+
+def table(rows: Sequence[Row], plan: Plan) -> str:
+    """One table: saturation figures, CPU per message, latency at half the maximum."""
+    lines = [
+        f"publish, {plan.messages:,} messages per saturation run, "
+        f"fixed-rate runs of {plan.paced_seconds:.0f} s at 50% of the row's own maximum; "
+        f"{os.cpu_count()} cores shared by generator and server",
+        "direct Kafka: ProducerPerformance "
+        + " ".join(f"{k}={v}" for k, v in KAFKA_PRODUCER_PROPS.items())
+        + " (4 topics = 1 topic x 4 partitions)",
+        f"broker / Pulsar {PULSAR_VERSION} standalone: pulsar-perf produce "
+        + " ".join(PULSAR_PERF_BATCHING)
+        + ", 1 producer per topic, full JIT",
+        "CPU: server-side microseconds per message (utime+stime during the saturation run); "
+        "gen = the load generator's; others = cores used meanwhile by processes outside "
+        "this benchmark",
+        "",
+        f"{'size':>5} {'topics':>6}  {'system':<18} {'msgs/s':>10} {'MB/s':>7} {'x Kafka':>7}"
+        f" {'CPU us/msg':>10}  {'(split)':<26} {'gen':>5} {'others':>6}"
+        f"  {'rate':>8} {'p50 ms':>7} {'p99 ms':>7}",
+    ]
+    base = {(r.size, r.topics): r.saturated.msgs_per_s for r in rows if r.system == DIRECT}
+    previous: tuple[int, int] | None = None
+    for r in sorted(rows, key=lambda r: (r.size, r.topics)):
+        if previous is not None and previous != (r.size, r.topics):
+            lines.append("")
+        previous = (r.size, r.topics)
+        m = r.saturated
+        ratio = (
+            f"{m.msgs_per_s / base[(r.size, r.topics)]:.2f}" if (r.size, r.topics) in base else "-"
+        )
+        split = (
+            " + ".join(f"{name} {m.cpu_us_per_msg(name):.2f}" for name in m.server_cpu)
+            if len(m.server_cpu) > 1
+            else ""
+        )
+        gen = 1e6 * m.generator_cpu / max(m.messages, 1)
+        paced = (
+            f"{r.paced_rate:8.0f} {r.paced.p50_ms:7.2f} {r.paced.p99_ms:7.2f}"
+            if r.paced is not None
+            else f"{'-':>8} {'-':>7} {'-':>7}"
+        )
+        lines.append(
+            f"{_size(r.size):>5} {r.topics:>6}  {r.system:<18} {m.msgs_per_s:10.0f} "
+            f"{m.msgs_per_s * r.size / 1e6:7.2f} {ratio:>7} {m.cpu_us_per_msg():10.2f}  "
+            f"{split:<26} {gen:5.1f} {m.others_cores:6.2f}  {paced}"
+        )
+    return "\n".join(lines)
+
+
+def _loads(loads: tuple[float, float, float]) -> str:
+    return " ".join(f"{load:.1f}" for load in loads)
+
+
+def _size(size: int) -> str:
+    return f"{size // 1024}KB" if size % 1024 == 0 else f"{size}B"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.publish", description=__doc__)
+    parser.add_argument("--messages", type=int, default=1_000_000, help="per saturation run")
+    parser.add_argument("--paced-seconds", type=float, default=10.0, help="per fixed-rate run")
+    parser.add_argument("--quick", action="store_true", help="100 B, 1 topic, no fixed rate")
+    parser.add_argument("--no-pulsar", action="store_true", help="skip the Pulsar standalone")
+    parser.add_argument(
+        "--pulsar-setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra standalone.conf setting, e.g. journalSyncData=false",
+    )
+    args = parser.parse_args()
+    if args.quick:
+        plan = Plan(((SIZES[0], 1),), min(args.messages, 200_000), 0.0, 50_000)
+    else:
+        cases = tuple((size, topics) for size in SIZES for topics in TOPIC_COUNTS)
+        plan = Plan(cases, args.messages, args.paced_seconds, max(args.messages // 4, 50_000))
+    load_before = os.getloadavg()
+    rows, failures = run_all(args, plan)
+    print("\n" + table(rows, plan))
+    print(
+        f"\nload average (1, 5, 15 min) before: {_loads(load_before)}, "
+        f"after: {_loads(os.getloadavg())}"
+    )
+    for failure in failures:
+        print(f"\nFAILED {failure}")
+    if failures:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
