@@ -59,7 +59,10 @@ proto: $(STAMP)
 demo run: $(STAMP)
 	$(PY) -m examples.demo
 
+## Publish throughput, latency and server CPU: direct Kafka, the broker, Pulsar standalone
+## (Java load generators), then the Python-client, recovery, cluster and Spark figures.
 bench: $(STAMP)
+	$(PY) -m bench.publish
 	$(PY) -m bench
 	$(PY) -m bench.dedup_state
 	$(PY) -m bench.cluster
