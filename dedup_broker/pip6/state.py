@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 DEDUP_CURSOR = "pulsar.dedup"
 """The durable cursor whose mark-delete properties hold the snapshot (Pulsar's name)."""
 
-REPLAY_BATCH_ENTRIES = 200_000
+REPLAY_BATCH_ENTRIES = 1_000_000
 """Entries per scan while replaying: the state is merged (and the loop free of the
 replay's thread) between scans. Entries are folded as they arrive, so memory does not
 grow with it."""
