@@ -17,29 +17,38 @@ import heapq
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
 from dedup_broker.errors import CursorNotFoundError, ProtocolError
-from dedup_broker.protocol.batch import batch_sequence_range, is_batch
+from dedup_broker.pip6.stored import ReplayFold, StoredSequence, stored_sequence
 from dedup_broker.protocol.commands import as_signed64
-from dedup_broker.protocol.framing import parse_message, parse_metadata_only
+from dedup_broker.storage.position import Position
 
 if TYPE_CHECKING:
     from dedup_broker.config import BrokerConfig
     from dedup_broker.storage.cursor import ManagedCursor
     from dedup_broker.storage.managed_ledger import ManagedLedger
-    from dedup_broker.storage.position import Entry, Position
+    from dedup_broker.storage.position import Entry
+
+__all__ = [
+    "DEDUP_CURSOR",
+    "DedupStatus",
+    "MessageDeduplication",
+    "StoredSequence",
+    "Verdict",
+    "stored_sequence",
+]
 
 log = logging.getLogger(__name__)
 
 DEDUP_CURSOR = "pulsar.dedup"
 """The durable cursor whose mark-delete properties hold the snapshot (Pulsar's name)."""
 
-REPLAY_BATCH_ENTRIES = 500
-"""Entries fetched per read while replaying; bounds memory, not correctness."""
-REPLAY_BATCH_BYTES = 8 * 1024 * 1024
+REPLAY_BATCH_ENTRIES = 1_000_000
+"""Entries per scan while replaying: the state is merged (and the loop free of the
+replay's thread) between scans. Entries are folded as they arrive, so memory does not
+grow with it."""
 
 
 class Verdict(Enum):
@@ -63,40 +72,6 @@ class DedupStatus(Enum):
     ENABLED = "Enabled"
     REMOVING = "Removing"
     FAILED = "Failed"
-
-
-@dataclass(frozen=True, slots=True)
-class StoredSequence:
-    """The deduplication facts of one stored entry."""
-
-    producer_name: str
-    lowest: int
-    highest: int
-
-
-def stored_sequence(block: bytes) -> StoredSequence | None:
-    """Producer and sequence range of a stored message block; None if it does not count.
-
-    Broker markers carry no producer sequence. The chunks of a chunked message share
-    one sequence id and the message exists only once its last chunk is stored, so
-    only that chunk counts. Batch payloads are looked at only when the metadata lacks a
-    usable ``highest_sequence_id``; ids are read as Pulsar's signed 64-bit longs.
-    Raises ProtocolError when the block does not parse.
-    """
-    metadata = parse_metadata_only(block)
-    if metadata.HasField("marker_type"):
-        return None
-    chunks = metadata.num_chunks_from_msg if metadata.HasField("num_chunks_from_msg") else 0
-    if chunks > 1 and metadata.chunk_id != chunks - 1:
-        return None
-    has_highest = (
-        metadata.HasField("highest_sequence_id")
-        and metadata.highest_sequence_id >= metadata.sequence_id
-    )
-    payload = parse_message(block).payload if is_batch(metadata) and not has_highest else b""
-    lowest, highest = batch_sequence_range(metadata, payload)
-    low = as_signed64(lowest)
-    return StoredSequence(metadata.producer_name, low, max(as_signed64(highest), low))
 
 
 class MessageDeduplication:
@@ -179,17 +154,14 @@ class MessageDeduplication:
         self._snapshot_clock = now
         self._snapshot_wall_ms = cursor.last_persisted_ms
         self._acked_while_recovering = []
+        fold = ReplayFold()
         start = self._ledger.next_position(snapshot)
         while True:
-            entries = await self._ledger.read_entries(
-                start, REPLAY_BATCH_ENTRIES, REPLAY_BATCH_BYTES
-            )
-            if not entries:
+            last = await self._ledger.scan_entries(start, REPLAY_BATCH_ENTRIES, fold)
+            if last is None:
                 break
-            for entry in entries:
-                self._record_entry(entry)
-            start = self._ledger.next_position(entries[-1].position)
-            await asyncio.sleep(0)  # reads served from the cache need not yield at all
+            self._merge_replayed(fold, last)
+            start = self._ledger.next_position(last)
         # Acknowledged during the replay: normally replayed too, but the last read may
         # have been answered just before one of them landed.
         for name, highest, position in self._acked_while_recovering:
@@ -343,6 +315,19 @@ class MessageDeduplication:
         if self._last_persisted is None or position > self._last_persisted:
             self._last_persisted = position
 
+    def _merge_replayed(self, fold: ReplayFold, last: Position) -> None:
+        """Counts what one replay scan folded, up to and including ``last``."""
+        highest, entries, unreadable = fold.take()
+        for ledger_id, entry_id, exc in unreadable:
+            self._warn_unreadable(Position(ledger_id, entry_id), exc)
+        now = self._clock()
+        for name, sequence in highest.items():
+            self._raise_marks(name, sequence, last)
+            self._last_active[name] = now
+        if self._last_persisted is None or last > self._last_persisted:
+            self._last_persisted = last
+        self._entries_since_snapshot += entries
+
     def _record_entry(self, entry: Entry) -> None:
         """Counts one stored entry (replay, failure resolution)."""
         stored = self._parse_entry(entry)
@@ -359,13 +344,16 @@ class MessageDeduplication:
         try:
             return stored_sequence(entry.data)
         except ProtocolError as exc:
-            log.warning(
-                "entry %s of %s has no readable metadata, ignored for deduplication: %s",
-                entry.position,
-                self._ledger.name,
-                exc,
-            )
+            self._warn_unreadable(entry.position, exc)
             return None
+
+    def _warn_unreadable(self, position: Position, exc: ProtocolError) -> None:
+        log.warning(
+            "entry %s of %s has no readable metadata, ignored for deduplication: %s",
+            position,
+            self._ledger.name,
+            exc,
+        )
 
     # --- producers ------------------------------------------------------------------
     def producer_connected(self, name: str) -> None:

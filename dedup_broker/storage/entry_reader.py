@@ -10,7 +10,9 @@ from dedup_broker.storage.entry_cache import EntryCache
 from dedup_broker.storage.ledger_list import LedgerList
 from dedup_broker.storage.ledger_store import LedgerStore
 from dedup_broker.storage.offload_fs import FilesystemOffloader
-from dedup_broker.storage.position import Entry, OffloadInfo, Position
+from dedup_broker.storage.position import Entry, EntryVisitor, OffloadInfo, Position
+
+_OFFLOADED_SCAN_BYTES = 8 * 1024 * 1024
 
 
 class EntryReader:
@@ -95,6 +97,47 @@ class EntryReader:
             self._cache.put(entry)
         return entries
 
+    async def scan(
+        self,
+        ledgers: LedgerList,
+        last: Position,
+        start: Position,
+        max_entries: int,
+        visit: EntryVisitor,
+    ) -> Position | None:
+        """Hands entries from ``start`` on (up to ``last``, at most ``max_entries``) to
+        ``visit``; returns the position of the last one, None if there was none.
+
+        The cache is neither consulted nor filled: every entry up to ``last`` is in Kafka
+        (or tiered storage), and a replay's entries would only evict what readers need.
+        """
+        scanned = 0
+        last_seen: Position | None = None
+        position = ledgers.normalize(start)
+        while scanned < max_entries and position <= last:
+            count = ledgers.count(position.ledger_id) or 0
+            wanted = min(count - position.entry_id, max_entries - scanned)
+            if position.ledger_id == last.ledger_id:
+                wanted = min(wanted, last.entry_id - position.entry_id + 1)
+            offload = ledgers.offload_of(position.ledger_id)
+            tiered = self._tiered(offload)
+            if wanted <= 0:
+                last_id = position.entry_id - 1
+            elif tiered is not None and offload is not None:
+                last_id = await asyncio.to_thread(
+                    _scan_offloaded, tiered, offload.uid, position, wanted, visit
+                )
+            else:
+                last_id = await self._store.scan(
+                    position.ledger_id, position.entry_id, wanted, visit
+                )
+            if last_id < position.entry_id:
+                raise StorageError(f"{self._name}: entry {position} could not be read")
+            scanned += last_id - position.entry_id + 1
+            last_seen = Position(position.ledger_id, last_id)
+            position = ledgers.next_position(last_seen)
+        return last_seen
+
     async def find_by_time(
         self, ledgers: LedgerList, last: Position, timestamp_ms: int
     ) -> Position:
@@ -124,3 +167,23 @@ class EntryReader:
             if 0 <= entry_id < (ledgers.count(ledger_id) or 0) and position <= last:
                 return position
         return ledgers.next_position(last)
+
+
+def _scan_offloaded(
+    offloader: FilesystemOffloader,
+    uid: str,
+    start: Position,
+    count: int,
+    visit: EntryVisitor,
+) -> int:
+    """The tiered-storage side of :meth:`EntryReader.scan`, in a worker thread."""
+    entry_id, end = start.entry_id, start.entry_id + count
+    while entry_id < end:
+        entries = offloader.read(
+            start.ledger_id, uid, entry_id, end - entry_id, _OFFLOADED_SCAN_BYTES
+        )
+        if not entries or entries[0].position.entry_id != entry_id:
+            break
+        visit(start.ledger_id, entry_id, [entry.data for entry in entries])
+        entry_id += len(entries)
+    return entry_id - 1

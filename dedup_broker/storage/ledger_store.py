@@ -27,7 +27,7 @@ from dedup_broker.storage import formats
 from dedup_broker.storage.kafka_admin import KafkaAdmin
 from dedup_broker.storage.kafka_producer import SharedProducer, max_record_bytes
 from dedup_broker.storage.kafka_reader import KafkaReader
-from dedup_broker.storage.position import Entry, LedgerInfo, Position
+from dedup_broker.storage.position import Entry, EntryVisitor, LedgerInfo, Position
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +190,17 @@ class LedgerStore(LedgerLookup):
             position = Position(ledger_id, record.offset - FIRST_ENTRY_OFFSET)
             entries.append(Entry(position, record.value or b"", record.timestamp_ms))
         return entries
+
+    async def scan(self, ledger_id: int, first_entry: int, count: int, visit: EntryVisitor) -> int:
+        """Hands entries ``first_entry..`` (at most ``count``) to ``visit`` in a worker
+        thread; returns the id of the last one handed (``first_entry - 1`` if none)."""
+        start = first_entry + FIRST_ENTRY_OFFSET
+
+        def values(first_offset: int, data: list[bytes]) -> None:
+            visit(ledger_id, first_offset - FIRST_ENTRY_OFFSET, data)
+
+        end = await self._reader.scan(self.topic(ledger_id), start, start + count, values)
+        return end - 1 - FIRST_ENTRY_OFFSET
 
     async def first_offsets_at_or_after(
         self, ledger_ids: list[int], timestamp_ms: int

@@ -17,7 +17,7 @@ from dedup_broker.storage.cursor import DEFAULT_MAX_BYTES, ManagedCursor
 from dedup_broker.storage.cursor_registry import CursorRegistry
 from dedup_broker.storage.entry_reader import EntryReader
 from dedup_broker.storage.ledger_list import LedgerList
-from dedup_broker.storage.position import Entry, LedgerInfo, Position
+from dedup_broker.storage.position import Entry, EntryVisitor, LedgerInfo, Position
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,18 @@ class ManagedLedgerView:
         self._check_readable()
         return await self._reader.read(
             self._ledgers, self._last_confirmed, start, max_entries, max_bytes
+        )
+
+    async def scan_entries(
+        self, start: Position, max_entries: int, visit: EntryVisitor
+    ) -> Position | None:
+        """Hands the data of entries from ``start`` on (never beyond ``last_confirmed``,
+        at most ``max_entries``) to ``visit`` in a worker thread, bypassing the cache;
+        returns the last position handed, None if there was none. For replays that fold
+        many entries into a little state."""
+        self._check_readable()
+        return await self._reader.scan(
+            self._ledgers, self._last_confirmed, start, max_entries, visit
         )
 
     async def read_entry(self, position: Position) -> Entry:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -27,6 +28,11 @@ class Entry:
     position: Position
     data: bytes
     timestamp_ms: int
+
+
+EntryVisitor = Callable[[int, int, list[bytes]], None]
+"""``(ledger_id, first entry id, data of consecutive entries)``, called by a scan in a
+worker thread: a replay folds entries without an ``Entry`` object per entry."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,7 +44,7 @@ from dedup_broker.storage.deletion import Retention
 from dedup_broker.storage.ledger_list import LedgerList
 from dedup_broker.storage.ledger_store import now_ms
 from dedup_broker.storage.managed_ledger import CLOSED, FENCED, OPEN
-from dedup_broker.storage.position import Entry, LedgerInfo, Position
+from dedup_broker.storage.position import Entry, EntryVisitor, LedgerInfo, Position
 from dedup_broker.storage.rollover import RolloverPolicy
 from dedup_broker.testing.memory_table import MemoryTable
 
@@ -363,6 +363,15 @@ class MemoryLedger:
             size += len(entry.data)
             position = self._ledgers.next_position(position)
         return result
+
+    async def scan_entries(
+        self, start: Position, max_entries: int, visit: EntryVisitor
+    ) -> Position | None:
+        """Like the real scan (no size bound), recorded in ``reads`` like a read."""
+        entries = await self.read_entries(start, max_entries, max_bytes=1 << 62)
+        for entry in entries:
+            visit(entry.position.ledger_id, entry.position.entry_id, [entry.data])
+        return entries[-1].position if entries else None
 
     async def read_entry(self, position: Position) -> Entry:
         if not self._ledgers.exists(position) or position > self._last_confirmed:
