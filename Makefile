@@ -63,6 +63,7 @@ demo run: $(STAMP)
 ## (Java load generators), then the Python-client, recovery, cluster and Spark figures.
 bench: $(STAMP)
 	$(PY) -m bench.publish
+	$(PY) -m bench.dispatch
 	$(PY) -m bench
 	$(PY) -m bench.dedup_state
 	$(PY) -m bench.cluster
