@@ -20,6 +20,7 @@ from dedup_broker.cluster.listeners import AdvertisedListeners, parse_advertised
 from dedup_broker.cluster.membership import BrokerAddress, owners_topic
 from dedup_broker.cluster.routes import cluster_routes, redirect_middleware
 from dedup_broker.cluster.service import Cluster
+from dedup_broker.compaction.routes import COMPACTION_ERROR_STATUSES, compaction_routes
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.broker import Broker
 from dedup_broker.domain.metrics import BrokerMetrics
@@ -98,6 +99,7 @@ def http_app(
         *key_dedup_routes(broker),
         *retention_routes(broker),
         *offload_routes(broker),
+        *compaction_routes(broker),
         *ledger_deletion_routes(broker),
         *schema_routes(broker.schemas),
     ]
@@ -105,6 +107,7 @@ def http_app(
         **TOPIC_ERROR_STATUSES,
         **KEY_DEDUP_ERROR_STATUSES,
         **OFFLOAD_ERROR_STATUSES,
+        **COMPACTION_ERROR_STATUSES,
         **SECURITY_ERROR_STATUSES,
         **SCHEMA_ERROR_STATUSES,
     }

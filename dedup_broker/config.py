@@ -216,6 +216,13 @@ class BrokerConfig:
     managed_ledger_offload_auto_trigger_size_threshold_bytes: int = -1
     """Namespace default of ``offloadThreshold``: Kafka bytes kept before offloading."""
 
+    # --- topic compaction -------------------------------------------------------------
+    broker_service_compaction_threshold_in_bytes: int = 0
+    """Namespace default of ``compactionThreshold``: uncompacted bytes that start a
+    compaction (checked with the broker's housekeeping); 0: only when asked."""
+    topic_compaction_retain_null_key: bool = False
+    """Keep messages without a key in the compacted view (Pulsar's PIP-318 setting)."""
+
     # --- retention (trimming) -------------------------------------------------------
     default_retention_time_in_minutes: int = 0
     default_retention_size_in_mb: int = 0

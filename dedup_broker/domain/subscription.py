@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -26,6 +26,7 @@ from dedup_broker.protocol.framing import parse_metadata_only
 from dedup_broker.storage.position import Entry, Position
 
 if TYPE_CHECKING:
+    from dedup_broker.compaction.view import CompactedView
     from dedup_broker.storage.cursor import ManagedCursor
     from dedup_broker.storage.managed_ledger import ManagedLedger
 
@@ -33,6 +34,10 @@ log = logging.getLogger(__name__)
 
 SEEK_GRACE_SECONDS = 30.0
 """How long a reader's subscription outlives its consumers after a seek (they reconnect)."""
+
+
+CompactedViewSource = Callable[[], Awaitable["CompactedView | None"]]
+"""The topic's compacted view (None before its first compaction)."""
 
 
 class SubscriptionType(Enum):
@@ -81,6 +86,9 @@ class Subscription:
         self._unlisten: Callable[[], None] | None = None
         self._last_seek = 0.0
         self._delayed = DelayedDelivery(self._delayed_due)
+        self._compacted: CompactedViewSource | None = None
+        self._view_next: Position | None = None
+        """Reading ``read_compacted``: the next position to serve from the compacted view."""
         self.msgs_out = 0
         self.bytes_out = 0
         self.closed = False
@@ -243,6 +251,8 @@ class Subscription:
             for consumer in self.consumers:
                 consumer.take_pending()
             self.cursor.rewind()
+            if self._compacted is not None:
+                self._view_next = self._first_unacknowledged()
         self.trigger()
 
     async def reset_cursor(self, position: Position) -> None:
@@ -261,6 +271,8 @@ class Subscription:
             self._batch_acks.clear()
             self._key_shared.clear()
             self._delayed.clear()
+            if self._compacted is not None:
+                self._view_next = position
             self._last_seek = time.monotonic()
 
     # --- dispatching ----------------------------------------------------------------
@@ -313,6 +325,8 @@ class Subscription:
             )
             if self._replay:
                 entries = await self._read_replay(budget)
+            elif (compacted := await self._read_compacted(budget)) is not None:
+                entries = compacted
             elif self.cursor.has_more_entries():
                 entries = await self.cursor.read_entries(budget)
             else:
@@ -323,6 +337,42 @@ class Subscription:
             if ready:
                 self._send(ready, self._targets() or targets)
             return True
+
+    # --- compacted reads ----------------------------------------------------------------
+    def read_compacted(self, view: CompactedViewSource, start: Position | None) -> None:
+        """Serve the compacted view up to its horizon from ``start`` (None: from the first
+        unacknowledged position), then the topic after the horizon (``read_compacted``)."""
+        self._compacted = view
+        self._view_next = start if start is not None else self._first_unacknowledged()
+
+    def _first_unacknowledged(self) -> Position:
+        """Compacted data may lie in trimmed ledgers: nothing acknowledged means all of it."""
+        mark_delete = self.cursor.mark_delete_position
+        if mark_delete < self.ledger.first_position() and mark_delete.entry_id < 0:
+            return Position(-1, -1)
+        return Position(mark_delete.ledger_id, mark_delete.entry_id + 1)
+
+    async def _read_compacted(self, budget: int) -> list[Entry] | None:
+        """Entries of the compacted view, or None once the view is behind the reader."""
+        if self._compacted is None or self._view_next is None:
+            return None
+        view = await self._compacted()
+        if view is None:
+            self._view_next = None
+            return None
+        while True:
+            chunk = view.read(self._view_next, budget)
+            if not chunk:  # the topic goes on after the horizon
+                self._view_next = None
+                after = Position(view.horizon.ledger_id, view.horizon.entry_id + 1)
+                if self.cursor.read_position < after:
+                    self.cursor.seek(after)
+                return None
+            last = chunk[-1].position
+            self._view_next = Position(last.ledger_id, last.entry_id + 1)
+            ready = [e for e in chunk if not self.cursor.is_acknowledged(e.position)]
+            if ready:
+                return ready
 
     def _hold(self, entry: Entry) -> bool:
         """Shared and Key_Shared subscriptions keep a message until its delivery time."""

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dedup_broker.compaction.policy import compaction_threshold
+from dedup_broker.compaction.topic import CompanionTopics, TopicCompaction
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.names import TopicName
@@ -40,6 +42,11 @@ from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import parse_metadata_only
 from dedup_broker.retention.policy import topic_retention
 from dedup_broker.storage.position import Position
+from dedup_broker.storage.system_cursors import (
+    COMPACTION_CURSOR,
+    SYSTEM_CURSOR_PREFIX,
+    is_system_cursor,
+)
 from dedup_broker.tiered.policy import offload_threshold
 
 if TYPE_CHECKING:
@@ -54,9 +61,6 @@ log = logging.getLogger(__name__)
 LATEST_LEDGER_ID = (1 << 63) - 1
 """Ledger id of ``MessageId.latest`` as the clients send it."""
 
-SYSTEM_CURSOR_PREFIX = "pulsar."
-"""Cursors the broker keeps for itself (``pulsar.dedup``); never shown as subscriptions."""
-
 
 class ConsumerStillConnectedError(PermanentError):
     """Unsubscribe refused: other consumers are still attached."""
@@ -68,6 +72,10 @@ class SubscriptionNotFoundError(PermanentError):
 
 class ReservedSubscriptionError(PermanentError):
     """The subscription name is reserved for the broker, or clashes with an existing one."""
+
+
+class ReadCompactedNotAllowedError(PermanentError):
+    """``read_compacted`` asked for on a Shared or Key_Shared subscription."""
 
 
 class SubscriptionExistsError(PermanentError):
@@ -85,7 +93,13 @@ class TopicServices:
 
 
 class Topic:
-    def __init__(self, services: TopicServices, name: TopicName, ledger: ManagedLedger) -> None:
+    def __init__(
+        self,
+        services: TopicServices,
+        name: TopicName,
+        ledger: ManagedLedger,
+        companions: CompanionTopics,
+    ) -> None:
         self.services = services
         self.config = services.config
         self.name = name
@@ -99,6 +113,9 @@ class Topic:
         self.key_dedup = TopicKeyDedup(name, ledger, services.key_dedup, self.append_checked)
         stored_epoch = ledger.properties.get(TOPIC_EPOCH_PROPERTY)
         self.access = ProducerAccess(str(name), int(stored_epoch) if stored_epoch else None)
+        self.compaction = TopicCompaction(
+            ledger, companions, services.config.topic_compaction_retain_null_key
+        )
         self.closed = False
         self._appends_in_flight = 0
         self._appends_settled = asyncio.Event()
@@ -116,12 +133,12 @@ class Topic:
         ledger = await storage.open_managed_ledger(
             name.managed_ledger_name, create=create, fence=fence
         )
-        topic = cls(services, name, ledger)
+        topic = cls(services, name, ledger, storage.compacted_topics)
         config, policies = services.config, services.policies
         ledger.retention = lambda: topic_retention(policies, config, name, ledger)
         ledger.offloads.threshold = lambda: offload_threshold(policies, config, name)
         for cursor_name in ledger.stored_cursor_names():
-            if cursor_name.startswith(SYSTEM_CURSOR_PREFIX):
+            if is_system_cursor(cursor_name):
                 continue
             cursor = await ledger.open_cursor(cursor_name)
             topic.subscriptions[cursor_name] = topic._new_subscription(
@@ -306,14 +323,20 @@ class Topic:
         initial_position: str,
         start: Position | None,
         start_inclusive: bool,
+        read_compacted: bool = False,
     ) -> Subscription:
         self._check_open()
         name = consumer.subscription_name
-        self._check_consumer_limits(name)
-        if name.startswith(SYSTEM_CURSOR_PREFIX):
-            raise ReservedSubscriptionError(
-                f"subscription names starting with {SYSTEM_CURSOR_PREFIX!r} are reserved"
+        if read_compacted and sub_type not in (
+            SubscriptionType.EXCLUSIVE,
+            SubscriptionType.FAILOVER,
+        ):
+            raise ReadCompactedNotAllowedError(
+                "read_compacted is only allowed on Exclusive and Failover subscriptions "
+                f"(and readers), not {sub_type.name}"
             )
+        self._check_consumer_limits(name)
+        _check_not_reserved(name)
         subscription = self.subscriptions.get(name)
         if subscription is not None and subscription.durable != durable:
             raise ReservedSubscriptionError(f"subscription {name!r} exists with another durability")
@@ -335,6 +358,8 @@ class Topic:
             self.subscriptions[name] = subscription
         consumer.subscription = subscription
         subscription.add_consumer(consumer, sub_type)
+        if read_compacted:
+            subscription.read_compacted(self.compaction.view, None if durable else start)
         return subscription
 
     def _check_consumer_limits(self, subscription_name: str) -> None:
@@ -364,10 +389,7 @@ class Topic:
         """A durable subscription with no consumer yet (``pulsar-admin topics
         create-subscription``): from ``start`` (None: the end of the topic)."""
         self._check_open()
-        if name.startswith(SYSTEM_CURSOR_PREFIX):
-            raise ReservedSubscriptionError(
-                f"subscription names starting with {SYSTEM_CURSOR_PREFIX!r} are reserved"
-            )
+        _check_not_reserved(name)
         if name in self.subscriptions or self.managed_ledger.cursor_exists(name):
             raise SubscriptionExistsError(f"Subscription {name} already exists for {self.name}")
         earliest = start is not None and start.ledger_id < 0
@@ -409,8 +431,12 @@ class Topic:
 
     # --- lifecycle and stats --------------------------------------------------------
     async def housekeeping(self) -> None:
-        """Periodic: quiet-topic snapshots, idle producers, failed recoveries."""
+        """Periodic: quiet-topic snapshots, idle producers, failed recoveries, compaction
+        past its threshold."""
         await self.dedup.housekeeping()
+        await self.compaction.check_threshold(
+            compaction_threshold(self.services.policies, self.config, self.name)
+        )
 
     async def close(self) -> None:
         """Unload: producers are told to go first (their clients reconnect and resend), the
@@ -422,6 +448,7 @@ class Topic:
             self.remove_producer(producer)
             producer.link.close_producer(producer)
         await self.key_dedup.close()
+        await self.compaction.close()
         await self._appends_settled.wait()
         await self.dedup.close()
         for subscription in list(self.subscriptions.values()):
@@ -443,6 +470,7 @@ class Topic:
             "waitingPublishers": len(self.access.waiting),
             "topicEpoch": self.access.epoch,
             "subscriptions": {n: s.stats() for n, s in self.subscriptions.items()},
+            "compaction": self.compaction.stats(),
         }
 
     def internal_stats(self) -> dict[str, object]:
@@ -479,6 +507,14 @@ class Topic:
             "cursors": cursors,
             "deduplication": self.dedup.stats(),
         }
+
+
+def _check_not_reserved(subscription: str) -> None:
+    if is_system_cursor(subscription):
+        raise ReservedSubscriptionError(
+            f"subscription {subscription!r} is reserved: names starting with "
+            f"{SYSTEM_CURSOR_PREFIX!r} and {COMPACTION_CURSOR!r} are the broker's own"
+        )
 
 
 def batch_size(metadata: pb.MessageMetadata) -> int:

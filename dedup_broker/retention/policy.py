@@ -19,6 +19,7 @@ from dedup_broker.domain.names import TopicName
 from dedup_broker.domain.policies import Policies
 from dedup_broker.errors import BrokerError, PermanentError
 from dedup_broker.storage.deletion import Retention
+from dedup_broker.storage.system_cursors import is_system_cursor
 
 if TYPE_CHECKING:
     from dedup_broker.storage.managed_ledger import ManagedLedger
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RETENTION = "retention_policies"
-SYSTEM_CURSOR_PREFIX = "pulsar."
 
 
 class InvalidRetentionError(PermanentError):
@@ -79,7 +79,7 @@ def topic_retention(
         config.default_retention_time_in_minutes, config.default_retention_size_in_mb
     )
     unsubscribed = ledger is not None and not any(
-        not cursor.startswith(SYSTEM_CURSOR_PREFIX) for cursor in ledger.stored_cursor_names()
+        not is_system_cursor(cursor) for cursor in ledger.stored_cursor_names()
     )
     if unsubscribed and default == Retention(0, 0):
         return Retention(-1, -1)

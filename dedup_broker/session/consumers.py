@@ -151,6 +151,7 @@ class ConsumerCommands:
                 initial_position=_INITIAL_POSITION.get(request.initialPosition, "latest"),
                 start=start,
                 start_inclusive=True,
+                read_compacted=request.read_compacted,
             )
             if self.connection.closed:
                 topic.consumer_closed(consumer)

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import StorageError, TopicNotFoundError
 from dedup_broker.storage import formats
+from dedup_broker.storage.compacted_store import COMPACTED_TOPIC_PROPERTY, CompactedTopicStore
 from dedup_broker.storage.context import StorageContext
 from dedup_broker.storage.deletion import DirectLedgerDeleter, LedgerDeleter, targets_for
 from dedup_broker.storage.entry_cache import EntryCache
@@ -78,6 +79,7 @@ class StorageService:
         self._cursor_infos = MetadataTable(formats.cursors_topic(cluster), producer, admin, reader)
         self.policies = MetadataTable(formats.policies_topic(cluster), producer, admin, reader)
         self.offloader = offloader_from_config(config)
+        self.compacted_topics = CompactedTopicStore(config, admin, producer, reader)
         self._ctx = StorageContext(
             config=config,
             producer=producer,
@@ -271,7 +273,9 @@ class StorageService:
             ]
             if stored is None and not cursor_keys:
                 raise TopicNotFoundError(f"managed ledger {name} does not exist")
-            infos = formats.decode_managed_ledger_info(stored).ledgers if stored is not None else []
+            record = formats.decode_managed_ledger_info(stored) if stored is not None else None
+            infos = record.ledgers if record is not None else []
+            companion = record.properties.get(COMPACTED_TOPIC_PROPERTY) if record else None
             ledger_ids = [info.ledger_id for info in infos]
             targets = targets_for(name, infos)
             pending = self._ctx.pending_deletions.setdefault(name, set())
@@ -293,7 +297,17 @@ class StorageService:
                     self._ctx.pending_deletions.pop(name, None)
             self.entry_cache.invalidate_ledgers(ledger_ids)
             await self._ctx.deleter.after_metadata(targets)
+            if companion is not None:
+                await self._delete_companion(name, companion)
             log.info("deleted managed ledger %s; ledgers %s", name, ledger_ids)
+
+    async def _delete_companion(self, name: str, topic: str) -> None:
+        """The compacted view goes with its topic (``dedup-broker doctor`` reports one a
+        crash left behind)."""
+        try:
+            await self.compacted_topics.delete(topic)
+        except StorageError as exc:
+            log.error("deleting %s: its compacted topic %s is left behind: %s", name, topic, exc)
 
     # --- for tools and tests --------------------------------------------------------
     @property

@@ -41,6 +41,7 @@ from dedup_broker.storage import formats
 from dedup_broker.storage.cursor import DEFAULT_MAX_BYTES, ManagedCursor
 from dedup_broker.storage.cursor_registry import CursorRegistry
 from dedup_broker.storage.deletion import Retention
+from dedup_broker.storage.kafka_reader import FetchedRecord
 from dedup_broker.storage.ledger_list import LedgerList
 from dedup_broker.storage.ledger_store import now_ms
 from dedup_broker.storage.managed_ledger import CLOSED, FENCED, OPEN
@@ -494,6 +495,31 @@ def _closed_at(entries: list[Entry]) -> int:
     return entries[-1].timestamp_ms if entries else 0
 
 
+class MemoryCompactedTopics:
+    """Companion topics of compacted topics: records in write order, as Kafka keeps them
+    before its cleaner runs."""
+
+    def __init__(self) -> None:
+        self.topics: dict[str, list[FetchedRecord]] = {}
+        self._names = count(1)
+
+    def new_topic_name(self) -> str:
+        return f"memory.compacted.{next(self._names)}"
+
+    async def ensure(self, topic: str) -> None:
+        self.topics.setdefault(topic, [])
+
+    async def write(self, topic: str, records: list[tuple[bytes, bytes | None]]) -> None:
+        await asyncio.sleep(0)
+        stored = self.topics[topic]
+        for key, value in records:
+            stored.append(FetchedRecord(len(stored), key, value, 0, ()))
+
+    async def read_all(self, topic: str) -> list[FetchedRecord]:
+        await asyncio.sleep(0)
+        return list(self.topics.get(topic, []))
+
+
 class MemoryStorage:
     """``StorageService`` in memory: managed ledgers by name, the cursor and policies
     tables. ``open_failure``, when set, fails every opening of a managed ledger."""
@@ -509,6 +535,7 @@ class MemoryStorage:
         self._ledger_ids: Iterator[int] = count(first_ledger_id)
         self._open: dict[str, MemoryLedger] = {}
         self._closed = False
+        self.compacted_topics = MemoryCompactedTopics()
 
     def as_service(self) -> StorageService:
         """This object where the code under test expects the real service."""
@@ -521,6 +548,7 @@ class MemoryStorage:
         fresh.policies, fresh.cursor_infos = self.policies, self.cursor_infos
         fresh._kafka, fresh._ledger_ids = self._kafka, self._ledger_ids
         fresh.ledger_properties = self.ledger_properties
+        fresh.compacted_topics = self.compacted_topics
         return fresh
 
     def new_ledger_id(self) -> int:

@@ -38,6 +38,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "dedup_broker.retention",
         "dedup_broker.schema",
         "dedup_broker.tiered",
+        "dedup_broker.compaction",
         "dedup_broker.cluster",
         "dedup_broker.security",
         "system_topics",
