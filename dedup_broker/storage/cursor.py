@@ -212,6 +212,7 @@ class ManagedCursor:
         self._mark_delete = p
         self.properties = dict(properties or {})
         self._ranges.remove_up_to(p)
+        self._drop_passed_batch_acks()
         self._advance_over_ranges()
         self._state_changed()
 
@@ -267,10 +268,14 @@ class ManagedCursor:
             self._mark_delete = first[1]
             # As in Pulsar: properties belong to an explicit mark-delete only.
             self.properties = {}
-        for passed in [p for p in self._batch_acks if p <= self._mark_delete]:
-            del self._batch_acks[passed]
+        # Entries in ranges are acknowledged whole: none of them has an ack set to drop.
         if self._read_position <= self._mark_delete:
             self._read_position = self._ledger.next_position(self._mark_delete)
+
+    def _drop_passed_batch_acks(self) -> None:
+        """Ack sets of entries at or before the mark-delete position are not state."""
+        for passed in [p for p in self._batch_acks if p <= self._mark_delete]:
+            del self._batch_acks[passed]
 
     async def reset(self, p: Position) -> None:
         """Everything before ``p`` acknowledged, nothing from ``p`` on; stored before
