@@ -148,14 +148,18 @@ class BrokerConfig:
     """Cursor position writes per second per cursor; acks in between are batched."""
     managed_ledger_max_unacked_ranges_to_persist: int = 10000
     """Individually acknowledged ranges stored per cursor; beyond it they are redelivered."""
+    managed_ledger_max_batch_deleted_index_to_persist: int = 10000
+    """Batches acknowledged in part whose ack sets are stored per cursor (the first ones
+    after the mark-delete position); beyond it their acknowledged messages come again
+    after a restart or handover."""
 
     # --- consumers ------------------------------------------------------------------
     max_unacked_messages_per_consumer: int = 50000
     delayed_delivery_enabled: bool = True
-    acknowledgment_at_batch_index_level_enabled: bool = True
-    """Acks of part of a batch are kept: a redelivered batch carries the ack set, so that
-    clients skip the messages already acknowledged."""
     """Shared and Key_Shared subscriptions hold messages until their ``deliver_at_time``."""
+    acknowledgment_at_batch_index_level_enabled: bool = True
+    """Acks of part of a batch are kept (and stored with the cursor): a redelivered batch
+    carries the ack set, so that clients skip the messages already acknowledged."""
     dispatcher_max_read_batch_size: int = 100
 
     # --- deduplication (PIP-6) ------------------------------------------------------

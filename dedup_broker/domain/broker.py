@@ -350,6 +350,8 @@ class Broker:
         return True
 
     async def delete_topic(self, name: TopicName, force: bool = False) -> None:
+        """Delete a topic and, unless it is a partition, its schemas (a partitioned
+        topic's schemas go with the partitioned topic, as in Pulsar)."""
         self.check_served(name)
         topic = self.topics.get(str(name))
         if topic is not None:
@@ -361,12 +363,14 @@ class Broker:
         if not self.storage.managed_ledger_exists(name.managed_ledger_name):
             raise TopicNotFoundError(f"topic {name} does not exist")
         await self.storage.delete_managed_ledger(name.managed_ledger_name)
+        if not name.is_partition:
+            await self.schemas.delete(name)
 
     async def delete_partitioned_topic(
         self, name: TopicName, force: bool = False, elsewhere: PartitionDeleter | None = None
     ) -> None:
         """Delete every partition (those served by other brokers through ``elsewhere``),
-        then the partitioned topic's metadata."""
+        then the partitioned topic's metadata and schemas."""
         partitions = self.partitions_of(name)
         if not partitions:
             raise TopicNotFoundError(f"partitioned topic {name} does not exist")
@@ -381,3 +385,4 @@ class Broker:
             elif self.topic_exists(partition):
                 await self.delete_topic(partition, force=force)
         await self.storage.policies.delete(PARTITIONS_KEY + str(name))
+        await self.schemas.delete(name)

@@ -74,8 +74,6 @@ class Subscription:
         self.durable = durable
         self.consumers: list[Consumer] = []
         self.redelivery_counts: dict[Position, int] = {}
-        self._batch_acks: dict[Position, tuple[int, ...]] = {}
-        """Batches acknowledged in part: the bits of their messages not acknowledged yet."""
         self._replay: set[Position] = set()
         self._active: Consumer | None = None
         self._rr_index = 0
@@ -199,23 +197,16 @@ class Subscription:
                         if other.forget(position):
                             break
                 self.redelivery_counts.pop(position, None)
-                self._batch_acks.pop(position, None)
                 self._replay.discard(position)
                 self._key_shared.forget(position)
             self.cursor.delete(acked)
         self.trigger()
 
     def on_batch_ack(self, consumer: Consumer, position: Position, unacked: list[int]) -> None:
-        """Part of a batch acknowledged (batch-index acknowledgement): remembered, and the
-        whole entry acknowledged once none of its messages is left."""
-        previous = self._batch_acks.get(position)
-        if previous is None:
-            left = tuple(unacked)
-        else:  # words beyond the shorter set are all acknowledged
-            left = tuple(a & b for a, b in zip(previous, unacked, strict=False))
-        if any(left):
-            self._batch_acks[position] = left
-        else:
+        """Part of a batch acknowledged (batch-index acknowledgement): kept by the cursor
+        (and stored with it), and the whole entry acknowledged once none of its messages
+        is left."""
+        if self.cursor.delete_batch_indexes(position, unacked):
             self.on_ack(consumer, [position], cumulative=False)
 
     def on_redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
@@ -239,9 +230,8 @@ class Subscription:
             self.redelivery_counts[position] = self.redelivery_counts.get(position, 0) + 1
 
     def _drop_tracking_up_to(self, position: Position) -> None:
-        for tracked in (self.redelivery_counts, self._batch_acks):
-            for p in [p for p in tracked if p <= position]:
-                del tracked[p]
+        for p in [p for p in self.redelivery_counts if p <= position]:
+            del self.redelivery_counts[p]
         if self._replay:
             self._replay = {p for p in self._replay if p > position}
         self._key_shared.forget_up_to(position)
@@ -268,7 +258,6 @@ class Subscription:
             await self.cursor.reset(position)
             self._replay.clear()
             self.redelivery_counts.clear()
-            self._batch_acks.clear()
             self._key_shared.clear()
             self._delayed.clear()
             if self._compacted is not None:
@@ -436,7 +425,7 @@ class Subscription:
     ) -> None:
         """Charge the consumer's permits for an entry and queue it for its one write."""
         redeliveries = self.redelivery_counts.get(entry.position, 0)
-        ack_set = self._batch_acks.get(entry.position, ())
+        ack_set = self.cursor.batch_ack_set(entry.position)
         per_consumer.setdefault(consumer, []).append(Delivery(entry, count, redeliveries, ack_set))
         consumer.permits -= count
         self.msgs_out += count

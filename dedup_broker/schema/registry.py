@@ -5,7 +5,9 @@ Each version is one key, ``schemas/{tenant}/{namespace}/{topic}/{version}``, hol
 partitioned topic's schemas. Versions count 0, 1, 2... and travel on the wire as 8-byte
 big-endian numbers (Pulsar's ``LongSchemaVersion``). Deleting a topic's schemas removes
 its versions and remembers the next number (``schema-next/...``), so a version number
-is never given to two schemas: messages carry the version they were written with.
+is never given to two schemas: messages carry the version they were written with. The
+broker deletes a topic's schemas when it deletes the topic (a partitioned topic's with
+the partitioned topic, not with one of its partitions).
 """
 
 from __future__ import annotations
@@ -221,6 +223,7 @@ class SchemaRegistry:
     async def delete(self, topic: TopicName) -> int | None:
         """Remove every version; the last version deleted (``None``: there was none)."""
         async with self._lock(topic):
+            await self.policies.table.refresh()  # versions another broker added
             versions = self.versions(topic)
             if not versions:
                 return None

@@ -198,19 +198,23 @@ class ConsumerCommands:
         cumulative = ack.ack_type == pb.CommandAck.Cumulative
         ledger = self._topics[ack.consumer_id].managed_ledger
         positions = []
+        partly: list[tuple[Position, list[int]]] = []
+        by_index = self.connection.config.acknowledgment_at_batch_index_level_enabled
         for message_id in ack.message_id:
             position = Position(message_id.ledgerId, message_id.entryId)
             if len(message_id.ack_set) and any(message_id.ack_set):
-                # Part of a batch is still unacknowledged: only a cumulative ack may move
-                # up to the entry before it; an individual one is kept by batch index.
+                # Part of a batch is still unacknowledged: a cumulative ack moves up to the
+                # entry before it; what was acknowledged of the batch is kept by index.
                 if cumulative:
                     positions.append(ledger.previous_position(position))
-                elif self.connection.config.acknowledgment_at_batch_index_level_enabled:
-                    consumer.subscription.on_batch_ack(consumer, position, list(message_id.ack_set))
+                if by_index:
+                    partly.append((position, list(message_id.ack_set)))
                 continue
             positions.append(position)
         if positions:
             consumer.subscription.on_ack(consumer, positions, cumulative)
+        for position, unacked in partly:
+            consumer.subscription.on_batch_ack(consumer, position, unacked)
         if ack.HasField("request_id"):
             self.connection.send_command(
                 commands.ack_response(consumer.consumer_id, ack.request_id)

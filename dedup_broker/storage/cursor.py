@@ -1,9 +1,11 @@
 """A cursor: what one subscription has acknowledged, and where it reads next.
 
 Everything ``<=`` the mark-delete position is acknowledged, plus individually
-acknowledged ranges above it. Acknowledgements change memory at once; a durable cursor
-writes its state to the cursor topic at most ``managedLedgerDefaultMarkDeleteRateLimit``
-times per second, and a timer makes sure the latest state is always written eventually.
+acknowledged ranges above it; batches acknowledged in part keep the set of their messages
+still unacknowledged (batch-index acknowledgement). Acknowledgements change memory at
+once; a durable cursor writes its state to the cursor topic at most
+``managedLedgerDefaultMarkDeleteRateLimit`` times per second, and a timer makes sure the
+latest state is always written eventually.
 After a crash a cursor is therefore at most one write interval behind, which means
 redelivery, never loss.
 """
@@ -14,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 from dedup_broker.storage import formats
@@ -57,9 +59,11 @@ class ManagedCursor:
         storage: CursorStorage | None = None,
         individually_deleted: Iterable[tuple[Position, Position]] = (),
         properties: dict[str, int] | None = None,
+        batch_acks: Mapping[Position, Sequence[int]] | None = None,
         read_position: Position | None = None,
         rate_limit: float = 1.0,
         max_ranges_to_persist: int = 10000,
+        max_batch_acks_to_persist: int = 10000,
         persisted: bool = False,
         last_persisted_ms: int = 0,
     ) -> None:
@@ -73,12 +77,19 @@ class ManagedCursor:
             if start > mark_delete:
                 self._ranges.add_range(start, end)
         self.properties: dict[str, int] = dict(properties or {})
+        self._batch_acks: dict[Position, tuple[int, ...]] = {
+            p: tuple(words)
+            for p, words in (batch_acks or {}).items()
+            if p > mark_delete and p not in self._ranges and any(words)
+        }
+        """Entries acknowledged in part -> bits of their messages not acknowledged yet."""
         self._read_position = read_position or ledger.next_position(mark_delete)
         self._seek_epoch = 0
         self._read_lock = asyncio.Lock()
         # Persistence state (durable cursors only).
         self._min_interval_s = 1.0 / rate_limit
         self._max_ranges = max_ranges_to_persist
+        self._max_batch_acks = max_batch_acks_to_persist
         self.persisted_mark_delete_position = mark_delete if persisted else Position(-1, -1)
         self.last_persisted_ms = last_persisted_ms
         self._last_write_started = time.monotonic() if persisted else float("-inf")
@@ -108,6 +119,14 @@ class ManagedCursor:
 
     def is_acknowledged(self, p: Position) -> bool:
         return p <= self._mark_delete or p in self._ranges
+
+    def batch_ack_set(self, p: Position) -> tuple[int, ...]:
+        """The messages of a batch acknowledged in part that are not acknowledged yet (a
+        bit set in 64-bit words, as clients send and expect it); empty if none was."""
+        return self._batch_acks.get(p, ())
+
+    def batch_acks(self) -> dict[Position, tuple[int, ...]]:
+        return dict(self._batch_acks)
 
     def backlog(self) -> int:
         last = self._ledger.last_confirmed
@@ -193,20 +212,50 @@ class ManagedCursor:
         self._mark_delete = p
         self.properties = dict(properties or {})
         self._ranges.remove_up_to(p)
+        self._drop_passed_batch_acks()
         self._advance_over_ranges()
         self._state_changed()
 
+    def _can_acknowledge(self, p: Position) -> bool:
+        return (
+            p > self._mark_delete
+            and p <= self._ledger.last_confirmed
+            and self._ledger.is_valid_position(p)
+        )
+
     def delete(self, positions: Iterable[Position]) -> None:
         """Individual acknowledgements."""
-        last = self._ledger.last_confirmed
         changed = False
         for p in positions:
-            if p <= self._mark_delete or p > last or not self._ledger.is_valid_position(p):
+            if not self._can_acknowledge(p):
                 continue
             changed |= self._ranges.add(p)
+            changed |= self._batch_acks.pop(p, None) is not None
         if changed:
             self._advance_over_ranges()
             self._state_changed()
+
+    def delete_batch_indexes(self, p: Position, unacked: Sequence[int]) -> bool:
+        """Acknowledge part of the batch at ``p``: ``unacked`` has a bit set for each of
+        its messages not acknowledged (the client's ack set; words beyond it count as
+        acknowledged). Sets of several calls combine; once no message is left the whole
+        entry is acknowledged. True if the entry is acknowledged now."""
+        if self.is_acknowledged(p):
+            return True
+        if not self._can_acknowledge(p):
+            return False
+        previous = self._batch_acks.get(p)
+        if previous is None:
+            left = tuple(unacked)
+        else:
+            left = tuple(a & b for a, b in zip(previous, unacked, strict=False))
+        if not any(left):
+            self.delete([p])
+            return True
+        if left != previous:
+            self._batch_acks[p] = left
+            self._state_changed()
+        return False
 
     def _advance_over_ranges(self) -> None:
         """Move mark-delete over individually acknowledged runs that now follow it."""
@@ -219,14 +268,21 @@ class ManagedCursor:
             self._mark_delete = first[1]
             # As in Pulsar: properties belong to an explicit mark-delete only.
             self.properties = {}
+        # Entries in ranges are acknowledged whole: none of them has an ack set to drop.
         if self._read_position <= self._mark_delete:
             self._read_position = self._ledger.next_position(self._mark_delete)
+
+    def _drop_passed_batch_acks(self) -> None:
+        """Ack sets of entries at or before the mark-delete position are not state."""
+        for passed in [p for p in self._batch_acks if p <= self._mark_delete]:
+            del self._batch_acks[passed]
 
     async def reset(self, p: Position) -> None:
         """Everything before ``p`` acknowledged, nothing from ``p`` on; stored before
         returning."""
         self._mark_delete = self._ledger.previous_position(p)
         self._ranges.clear()
+        self._batch_acks.clear()
         self.properties = {}
         self._read_position = p
         self._seek_epoch += 1
@@ -237,11 +293,13 @@ class ManagedCursor:
     # --- persistence ----------------------------------------------------------------
     def _record(self) -> formats.CursorRecord:
         ranges = list(self._ranges)[: self._max_ranges]
+        batches = sorted(self._batch_acks)[: max(self._max_batch_acks, 0)]
         return formats.CursorRecord(
             mark_delete=self._mark_delete,
             individually_deleted=ranges,
             properties=dict(self.properties),
             last_active_ms=int(time.time() * 1000),
+            batch_acks={p: self._batch_acks[p] for p in batches},
         )
 
     def _state_changed(self) -> None:

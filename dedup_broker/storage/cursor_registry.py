@@ -61,6 +61,7 @@ class CursorRegistry:
                     record.mark_delete,
                     individually_deleted=record.individually_deleted,
                     properties=record.properties,
+                    batch_acks=record.batch_acks,
                     persisted=True,
                     last_persisted_ms=record.last_active_ms,
                 )
@@ -91,6 +92,7 @@ class CursorRegistry:
         *,
         individually_deleted: list[tuple[Position, Position]] | None = None,
         properties: dict[str, int] | None = None,
+        batch_acks: dict[Position, tuple[int, ...]] | None = None,
         persisted: bool = False,
         last_persisted_ms: int = 0,
     ) -> ManagedCursor:
@@ -101,8 +103,12 @@ class CursorRegistry:
             storage=self,
             individually_deleted=individually_deleted or (),
             properties=properties,
+            batch_acks=batch_acks,
             rate_limit=self._config.managed_ledger_default_mark_delete_rate_limit,
             max_ranges_to_persist=self._config.managed_ledger_max_unacked_ranges_to_persist,
+            max_batch_acks_to_persist=(
+                self._config.managed_ledger_max_batch_deleted_index_to_persist
+            ),
             persisted=persisted,
             last_persisted_ms=last_persisted_ms,
         )

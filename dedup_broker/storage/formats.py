@@ -270,6 +270,9 @@ class CursorRecord:
     """Inclusive ranges above the mark-delete position, each within one ledger."""
     properties: dict[str, int]
     last_active_ms: int
+    batch_acks: dict[Position, tuple[int, ...]] = field(default_factory=dict)
+    """Entries acknowledged in part (batch-index acknowledgement) -> the bits of their
+    messages not acknowledged yet, in 64-bit words as clients send them."""
 
 
 def encode_cursor_info(record: CursorRecord) -> bytes:
@@ -288,6 +291,10 @@ def encode_cursor_info(record: CursorRecord) -> bytes:
         rng.upperEndpoint.entryId = end.entry_id
     for name, value in sorted(record.properties.items()):
         msg.properties.add(name=name, value=value)
+    for position, words in sorted(record.batch_acks.items()):
+        info = msg.batchedEntryDeletionIndexInfo.add(deleteSet=words)
+        info.position.ledgerId = position.ledger_id
+        info.position.entryId = position.entry_id
     return msg.SerializeToString()
 
 
@@ -308,4 +315,8 @@ def decode_cursor_info(data: bytes) -> CursorRecord:
         individually_deleted=ranges,
         properties={prop.name: prop.value for prop in msg.properties},
         last_active_ms=msg.lastActive,
+        batch_acks={
+            Position(info.position.ledgerId, info.position.entryId): tuple(info.deleteSet)
+            for info in msg.batchedEntryDeletionIndexInfo
+        },
     )

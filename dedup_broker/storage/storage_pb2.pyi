@@ -45,6 +45,18 @@ class LongProperty(_message.Message):
     value: int
     def __init__(self, name: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
 
+class BatchedEntryDeletionIndexInfo(_message.Message):
+    __slots__ = ("position", "deleteSet")
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    DELETESET_FIELD_NUMBER: _ClassVar[int]
+    position: NestedPositionInfo
+    deleteSet: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(
+        self,
+        position: _Optional[_Union[NestedPositionInfo, _Mapping]] = ...,
+        deleteSet: _Optional[_Iterable[int]] = ...,
+    ) -> None: ...
+
 class KeyValue(_message.Message):
     __slots__ = ("key", "value")
     KEY_FIELD_NUMBER: _ClassVar[int]
@@ -130,6 +142,7 @@ class ManagedCursorInfo(_message.Message):
         "individualDeletedMessages",
         "properties",
         "lastActive",
+        "batchedEntryDeletionIndexInfo",
     )
     CURSORSLEDGERID_FIELD_NUMBER: _ClassVar[int]
     MARKDELETELEDGERID_FIELD_NUMBER: _ClassVar[int]
@@ -137,12 +150,16 @@ class ManagedCursorInfo(_message.Message):
     INDIVIDUALDELETEDMESSAGES_FIELD_NUMBER: _ClassVar[int]
     PROPERTIES_FIELD_NUMBER: _ClassVar[int]
     LASTACTIVE_FIELD_NUMBER: _ClassVar[int]
+    BATCHEDENTRYDELETIONINDEXINFO_FIELD_NUMBER: _ClassVar[int]
     cursorsLedgerId: int
     markDeleteLedgerId: int
     markDeleteEntryId: int
     individualDeletedMessages: _containers.RepeatedCompositeFieldContainer[MessageRange]
     properties: _containers.RepeatedCompositeFieldContainer[LongProperty]
     lastActive: int
+    batchedEntryDeletionIndexInfo: _containers.RepeatedCompositeFieldContainer[
+        BatchedEntryDeletionIndexInfo
+    ]
     def __init__(
         self,
         cursorsLedgerId: _Optional[int] = ...,
@@ -151,6 +168,9 @@ class ManagedCursorInfo(_message.Message):
         individualDeletedMessages: _Optional[_Iterable[_Union[MessageRange, _Mapping]]] = ...,
         properties: _Optional[_Iterable[_Union[LongProperty, _Mapping]]] = ...,
         lastActive: _Optional[int] = ...,
+        batchedEntryDeletionIndexInfo: _Optional[
+            _Iterable[_Union[BatchedEntryDeletionIndexInfo, _Mapping]]
+        ] = ...,
     ) -> None: ...
 
 class LedgerMetadata(_message.Message):

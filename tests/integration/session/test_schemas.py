@@ -184,3 +184,25 @@ def test_schemas_survive_a_restart(kafka_bootstrap: str, tmp_path: Path) -> None
             assert version_of(message) == b"\0" * 7 + b"\1"  # v2 kept its number
         finally:
             client.close()
+
+
+def test_a_deleted_topic_takes_its_schema_with_it(
+    client: pulsar.Client, broker: BrokerProcess, topic: str
+) -> None:
+    """As in Pulsar: deleting a topic (or a partitioned topic) deletes its schema, so a
+    topic created again under the name takes a schema of another type."""
+    v1 = user_v1()
+    round_trip(client, topic, JsonSchema(v1), [v1(name="a", age=1)])
+    topic_path = "/admin/v2/persistent/" + topic.removeprefix("persistent://")
+    assert admin(broker, "DELETE", topic_path)[0] == 204
+    assert admin(broker, "GET", schema_path(topic) + "/schema")[0] == 404
+    assert round_trip(client, topic, StringSchema(), ["again"]) == ["again"]
+
+    partitioned = topic + "-p"
+    partitioned_path = topic_path + "-p/partitions"
+    assert admin(broker, "PUT", partitioned_path, 2)[0] == 204
+    round_trip(client, partitioned, JsonSchema(v1), [v1(name="b", age=2)])
+    assert admin(broker, "DELETE", partitioned_path)[0] == 204
+    assert admin(broker, "GET", schema_path(partitioned) + "/schema")[0] == 404
+    assert admin(broker, "PUT", partitioned_path, 2)[0] == 204
+    assert round_trip(client, partitioned, StringSchema(), ["again"]) == ["again"]

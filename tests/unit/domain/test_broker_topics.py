@@ -17,6 +17,7 @@ from dedup_broker.domain.broker import (
 from dedup_broker.domain.names import TopicName
 from dedup_broker.domain.subscription import SubscriptionType
 from dedup_broker.errors import ServiceNotReadyError, StorageError, TopicNotFoundError
+from dedup_broker.schema.compatibility import SchemaInfo, SchemaType
 from dedup_broker.storage.position import Position
 from dedup_broker.testing.memory_broker import MemoryBroker, settle
 
@@ -117,3 +118,28 @@ async def test_a_closing_broker_loads_nothing_more() -> None:
     await broker.broker.close()
     with pytest.raises(ServiceNotReadyError):
         await broker.topic(TOPIC)
+
+
+async def test_a_deleted_topic_takes_its_schemas_with_it() -> None:
+    broker = MemoryBroker()
+    domain = broker.broker
+    json_schema = SchemaInfo(SchemaType.JSON, b'{"type": "record", "name": "R", "fields": []}')
+    await broker.topic(TOPIC)
+    await domain.schemas.register(name(TOPIC), json_schema)
+    await domain.delete_topic(name(TOPIC))
+    assert domain.schemas.versions(name(TOPIC)) == []
+    # Another type is the topic's first schema again (numbers are not reused).
+    stored = await domain.schemas.register(name(TOPIC), SchemaInfo(SchemaType.STRING, b""))
+    assert stored.version == 1
+
+
+async def test_a_partitioned_topics_schemas_go_with_it_not_with_a_partition() -> None:
+    broker = MemoryBroker()
+    domain = broker.broker
+    await domain.create_partitioned_topic(name(TOPIC), 2)
+    await broker.topic(TOPIC + "-partition-0")
+    await domain.schemas.register(name(TOPIC), SchemaInfo(SchemaType.STRING, b""))
+    await domain.delete_topic(name(TOPIC + "-partition-0"))
+    assert len(domain.schemas.versions(name(TOPIC))) == 1
+    await domain.delete_partitioned_topic(name(TOPIC))
+    assert domain.schemas.versions(name(TOPIC)) == []

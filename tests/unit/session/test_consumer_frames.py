@@ -154,6 +154,7 @@ async def test_a_batch_acked_in_part_moves_a_cumulative_ack_to_the_entry_before(
     await connection.exchange(ack)
     cursor = broker.broker.topics[TOPIC].subscriptions["sub"].cursor
     assert cursor.mark_delete_position == at(1)
+    assert cursor.batch_ack_set(at(2)) == (0b110,)  # message 0 stays acknowledged
 
 
 async def test_an_ack_for_an_unknown_consumer_is_answered_when_asked() -> None:
@@ -207,3 +208,26 @@ async def test_a_full_socket_holds_messages_back_until_it_drains() -> None:
     connection.transport.buffer_full(False)
     await settle()
     assert connection.received() == messages(7, (0, 0))
+
+
+async def test_a_batch_acked_in_part_keeps_its_ack_set_across_a_restart() -> None:
+    broker = await broker_with_messages(3)
+    connection = await consumer_on(broker, 7)
+    await connection.exchange(client.flow(7, 3))
+    ack = client.ack(7, [at(1)])
+    ack.ack.message_id[0].ack_set.append(0b110)  # messages 1 and 2 of the batch still open
+    await connection.exchange(ack)
+    await connection.exchange(client.ack(7, [at(0)]))
+
+    restarted = await broker.restarted()
+    again = await consumer_on(restarted, 9)
+    assert await again.exchange(client.flow(9, 10)) == [
+        Frame(commands.message(9, 1, 1, ack_set=[0b110]), BLOCKS[1]),
+        *messages(9, (2, 0)),
+    ]
+    ack = client.ack(9, [at(1)])
+    ack.ack.message_id[0].ack_set.append(0b001)  # the rest of the batch
+    await again.exchange(ack)
+    cursor = restarted.broker.topics[TOPIC].subscriptions["sub"].cursor
+    assert cursor.mark_delete_position == at(1)
+    assert cursor.batch_acks() == {}

@@ -272,3 +272,70 @@ def test_limit_of_stored_ranges() -> None:
         assert len(cursor.individually_deleted_ranges()) == 2
 
     run(scenario)
+
+
+def test_batches_acknowledged_in_part_combine_until_the_entry_is_acknowledged() -> None:
+    async def scenario() -> None:
+        ledger, storage = FakeLedger(), FakeStorage()
+        cursor = durable(ledger, storage, rate=1000.0)
+        assert not cursor.delete_batch_indexes(P(1, 1), [0b1110])
+        assert not cursor.delete_batch_indexes(P(1, 1), [0b1011])
+        assert cursor.batch_ack_set(P(1, 1)) == (0b1010,)
+        assert not cursor.is_acknowledged(P(1, 1))
+        await cursor.flush()
+        assert storage.writes[-1].batch_acks == {P(1, 1): (0b1010,)}
+        # The last open messages acknowledged: the whole entry is, and its set is gone.
+        assert cursor.delete_batch_indexes(P(1, 1), [0b0101])
+        assert cursor.individually_deleted_ranges() == [(P(1, 1), P(1, 1))]
+        assert cursor.batch_acks() == {}
+        await cursor.flush()
+        assert storage.writes[-1].batch_acks == {}
+        # Already acknowledged, or not an entry: nothing to keep.
+        assert cursor.delete_batch_indexes(P(1, 1), [0b1])
+        assert not cursor.delete_batch_indexes(P(9, 0), [0b1])
+        assert cursor.batch_acks() == {}
+
+    run(scenario)
+
+
+def test_batch_ack_sets_are_dropped_when_acknowledged_or_passed() -> None:
+    async def scenario() -> None:
+        ledger, storage = FakeLedger(), FakeStorage()
+        cursor = durable(ledger, storage, rate=1000.0)
+        for p in (P(1, 0), P(1, 2), P(2, 1), P(2, 3)):
+            cursor.delete_batch_indexes(p, [0b10])
+        cursor.delete([P(2, 1)])  # the whole entry
+        assert sorted(cursor.batch_acks()) == [P(1, 0), P(1, 2), P(2, 3)]
+        cursor.mark_delete(P(1, 2))  # passes two of them
+        assert cursor.batch_acks() == {P(2, 3): (0b10,)}
+        cursor.delete([P(2, 0), P(2, 2)])  # mark-delete moves over 2:0..2:2
+        assert cursor.mark_delete_position == P(2, 2)
+        assert cursor.batch_acks() == {P(2, 3): (0b10,)}
+        await cursor.reset(P(2, 0))
+        assert cursor.batch_acks() == {}
+        assert storage.writes[-1].batch_acks == {}
+
+    run(scenario)
+
+
+def test_stored_batch_ack_sets_are_loaded_and_limited() -> None:
+    async def scenario() -> None:
+        ledger, storage = FakeLedger(), FakeStorage()
+        cursor = ManagedCursor(
+            ledger,
+            "s",
+            P(1, 0),
+            storage=storage,
+            individually_deleted=[(P(2, 0), P(2, 0))],
+            batch_acks={P(1, 0): (1,), P(2, 0): (1,), P(1, 2): (0,), P(2, 2): (6,), P(1, 1): (2,)},
+            persisted=True,
+            max_batch_acks_to_persist=1,
+        )
+        # Sets of acknowledged entries (and empty ones) are not state.
+        assert cursor.batch_acks() == {P(1, 1): (2,), P(2, 2): (6,)}
+        cursor.delete([P(2, 3)])
+        await cursor.flush()
+        assert storage.writes[-1].batch_acks == {P(1, 1): (2,)}  # the first ones only
+        assert len(cursor.batch_acks()) == 2
+
+    run(scenario)

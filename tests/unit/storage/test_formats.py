@@ -63,3 +63,35 @@ def test_ledger_metadata_round_trip() -> None:
     data = formats.encode_ledger_metadata(meta)
     assert pb.LedgerMetadata.FromString(data).component == pb.MANAGED_CURSOR
     assert formats.decode_ledger_metadata(data) == meta
+
+
+def test_cursor_info_keeps_batches_acknowledged_in_part_in_pulsars_field() -> None:
+    record = formats.CursorRecord(
+        mark_delete=Position(5, 3),
+        individually_deleted=[],
+        properties={},
+        last_active_ms=1,
+        batch_acks={Position(7, 2): (0b1010,), Position(5, 9): (-1, 0b11)},
+    )
+    data = formats.encode_cursor_info(record)
+    msg = pb.ManagedCursorInfo.FromString(data)
+    assert (
+        pb.ManagedCursorInfo.DESCRIPTOR.fields_by_name["batchedEntryDeletionIndexInfo"].number == 7
+    )
+    assert [
+        (i.position.ledgerId, i.position.entryId, list(i.deleteSet))
+        for i in msg.batchedEntryDeletionIndexInfo
+    ] == [(5, 9, [-1, 0b11]), (7, 2, [0b1010])]
+    assert formats.decode_cursor_info(data) == record
+
+
+def test_a_cursor_stored_before_batch_ack_sets_were_kept_still_loads() -> None:
+    # Written by the encoder of the format without field 7: mark-delete 5:3, acked 5:6..5:8,
+    # property seq=41, last active 1234.
+    stored = (
+        b"\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01\x10\x05\x18\x03"
+        b'"\x0c\n\x04\x08\x05\x10\x05\x12\x04\x08\x05\x10\x08*\x07\n\x03seq\x10)0\xd2\t'
+    )
+    assert formats.decode_cursor_info(stored) == formats.CursorRecord(
+        Position(5, 3), [(Position(5, 6), Position(5, 8))], {"seq": 41}, 1234, {}
+    )
