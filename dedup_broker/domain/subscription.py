@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -136,13 +136,9 @@ class Subscription:
             self._active = None
             return
         previous = self._active
-        if not self.consumers:
-            self._active = None
+        self._active = elect_active(self.consumers, self.partition_index)
+        if self._active is None:
             return
-        ordered = sorted(self.consumers, key=lambda c: (c.priority_level, c.name))
-        partition = self.partition_index
-        index = partition % len(ordered) if partition >= 0 else 0
-        self._active = ordered[index]
         if self.type == SubscriptionType.FAILOVER and previous is not self._active:
             for consumer in self.consumers:
                 consumer.link.active_consumer_changed(consumer, consumer is self._active)
@@ -173,6 +169,15 @@ class Subscription:
         consumer.link.close_consumer(consumer)
 
     # --- flow, acks, redelivery ---------------------------------------------------
+    @property
+    def mark_delete_position(self) -> Position:
+        return self.cursor.mark_delete_position
+
+    def position_before(self, position: Position) -> Position:
+        """The entry before ``position`` (a cumulative ack of a batch acknowledged in part
+        moves up to it)."""
+        return self.ledger.previous_position(position)
+
     def on_flow(self, consumer: Consumer, permits: int) -> None:
         consumer.permits += permits
         self.trigger()
@@ -417,7 +422,7 @@ class Subscription:
 
     def stats(self) -> dict[str, object]:
         return {
-            "type": _PULSAR_TYPE_NAMES[self.type],
+            "type": PULSAR_TYPE_NAMES[self.type],
             "msgBacklog": self.backlog(),
             "msgOutCounter": self.msgs_out,
             "bytesOutCounter": self.bytes_out,
@@ -429,7 +434,16 @@ class Subscription:
         }
 
 
-_PULSAR_TYPE_NAMES = {
+def elect_active(consumers: Sequence[Consumer], partition_index: int) -> Consumer | None:
+    """Exclusive and Failover: the consumer that receives, by priority level and name (a
+    partition picks its own among them, so partitions spread over the consumers)."""
+    if not consumers:
+        return None
+    ordered = sorted(consumers, key=lambda c: (c.priority_level, c.name))
+    return ordered[partition_index % len(ordered) if partition_index >= 0 else 0]
+
+
+PULSAR_TYPE_NAMES = {
     SubscriptionType.EXCLUSIVE: "Exclusive",
     SubscriptionType.SHARED: "Shared",
     SubscriptionType.FAILOVER: "Failover",

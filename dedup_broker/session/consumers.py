@@ -195,7 +195,7 @@ class ConsumerCommands:
             log.debug("ack for unknown consumer %d ignored", ack.consumer_id)
             return
         cumulative = ack.ack_type == pb.CommandAck.Cumulative
-        ledger = self._topics[ack.consumer_id].managed_ledger
+        subscription = consumer.subscription
         positions = []
         for message_id in ack.message_id:
             position = Position(message_id.ledgerId, message_id.entryId)
@@ -203,13 +203,13 @@ class ConsumerCommands:
                 # Part of a batch is still unacknowledged: only a cumulative ack may move
                 # up to the entry before it; an individual one is kept by batch index.
                 if cumulative:
-                    positions.append(ledger.previous_position(position))
+                    positions.append(subscription.position_before(position))
                 elif self.connection.config.acknowledgment_at_batch_index_level_enabled:
-                    consumer.subscription.on_batch_ack(consumer, position, list(message_id.ack_set))
+                    subscription.on_batch_ack(consumer, position, list(message_id.ack_set))
                 continue
             positions.append(position)
         if positions:
-            consumer.subscription.on_ack(consumer, positions, cumulative)
+            subscription.on_ack(consumer, positions, cumulative)
         if ack.HasField("request_id"):
             self.connection.send_command(
                 commands.ack_response(consumer.consumer_id, ack.request_id)
@@ -250,7 +250,7 @@ class ConsumerCommands:
         consumer = self._consumer(request.consumer_id)
         topic = self._topics[request.consumer_id]
         position, batch_index = await topic.last_message_id()
-        mark_delete = consumer.subscription.cursor.mark_delete_position
+        mark_delete = consumer.subscription.mark_delete_position
         self.connection.send_command(
             commands.get_last_message_id_response(
                 request.request_id,
