@@ -151,6 +151,11 @@ class Topic(ProducerHost):
             properties[TOPIC_EPOCH_PROPERTY] = str(epoch)
             await self.managed_ledger.set_properties(properties)
 
+    async def wait_writable(self) -> None:
+        """Until the managed ledger takes writes (after a failed write it is fenced until
+        it has read the ledger's real end)."""
+        await self.managed_ledger.wait_writable()
+
     def last_sequence_id(self, producer_name: str) -> int:
         return self.dedup.last_sequence_id(producer_name)
 

@@ -27,7 +27,6 @@ from dedup_broker.metrics_registry import CONTENT_TYPE, exposition
 from dedup_broker.storage.position import Position
 
 NAMESPACE = "/admin/v2/persistent/{tenant}/{namespace}"
-NON_PERSISTENT_NAMESPACE = "/admin/v2/non-persistent/{tenant}/{namespace}"
 
 TOPIC_ERROR_STATUSES: ErrorStatuses = {
     **BROKER_ERROR_STATUSES,
@@ -95,9 +94,6 @@ def topic_routes(broker: Broker) -> list[web.RouteDef]:
     return [
         web.get(NAMESPACE, api.list_topics),
         web.get(NAMESPACE + "/partitioned", api.list_partitioned_topics),
-        # No non-persistent topics are served; pulsar-admin's `topics list` asks for both.
-        web.get(NON_PERSISTENT_NAMESPACE, api.no_topics),
-        web.get(NON_PERSISTENT_NAMESPACE + "/partitioned", api.no_topics),
         web.put(TOPIC, api.create_topic),
         web.delete(TOPIC, api.delete_topic),
         web.put(TOPIC + "/partitions", api.create_partitioned_topic),
@@ -122,9 +118,6 @@ class _TopicsApi:
         namespace = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
         await self.broker.refresh_listing()
         return json_response(self.broker.topics_of_namespace(namespace))
-
-    async def no_topics(self, request: web.Request) -> web.Response:
-        return json_response([])
 
     async def list_partitioned_topics(self, request: web.Request) -> web.Response:
         namespace = f"{request.match_info['tenant']}/{request.match_info['namespace']}"

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 
 from dedup_broker.domain.consumer import Consumer, Delivery
 from dedup_broker.domain.key_hash import KeySharedMode, KeySharedSettings
+from dedup_broker.domain.non_persistent.topic import NonPersistentTopic
 from dedup_broker.domain.subscription import SubscriptionType
-from dedup_broker.domain.topic import LATEST_LEDGER_ID, Topic
+from dedup_broker.domain.topic import LATEST_LEDGER_ID
 from dedup_broker.errors import PermanentError, ProtocolError
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
@@ -23,6 +24,7 @@ from dedup_broker.session.replies import CreationInProgressError, UnknownIdError
 from dedup_broker.storage.position import Position
 
 if TYPE_CHECKING:
+    from dedup_broker.domain.broker import ServedTopic
     from dedup_broker.session.context import Handler, Session
 
 log = logging.getLogger(__name__)
@@ -45,7 +47,7 @@ class ConsumerCommands:
         self.connection = connection
         self.broker = connection.broker
         self.consumers: dict[int, Consumer] = {}
-        self._topics: dict[int, Topic] = {}
+        self._topics: dict[int, ServedTopic] = {}
         self._creating: dict[int, asyncio.Future[None]] = {}
 
     def handlers(self) -> dict[int, Handler]:
@@ -123,7 +125,7 @@ class ConsumerCommands:
             sub_type = SubscriptionType(request.subType)
             if not request.subscription:
                 raise SubscriptionRefusedError("a subscription name is required")
-            topic = await self.broker.get_topic(name)
+            topic = await self.broker.serve(name)
             if request.HasField("schema"):
                 schema = SchemaInfo.of_wire(request.schema)
                 await self.broker.schemas.for_consumer(name, schema)
@@ -229,7 +231,11 @@ class ConsumerCommands:
 
     async def _seek(self, request: pb.CommandSeek) -> None:
         consumer = self._consumer(request.consumer_id)
-        ledger = self._topics[request.consumer_id].managed_ledger
+        topic = self._topics[request.consumer_id]
+        if isinstance(topic, NonPersistentTopic):  # nothing stored to move to
+            await consumer.subscription.reset_cursor(Position(-1, -1))
+            return
+        ledger = topic.managed_ledger
         if request.HasField("message_publish_time"):
             position = await ledger.find_position_by_time(request.message_publish_time)
         elif request.HasField("message_id"):
