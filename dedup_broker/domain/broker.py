@@ -348,16 +348,17 @@ class Broker:
         return topic
 
     def _may_create_non_persistent(self, name: TopicName) -> bool:
-        if name.is_partition:
-            partitions = self.partitions_of(name.partitioned_base)
-            if partitions:
-                if name.partition_index >= partitions:
-                    raise TopicNotFoundError(
-                        f"{name.partitioned_base} has {partitions} partitions; "
-                        f"{name} does not exist"
-                    )
-                return True
-        return self.config.allow_auto_topic_creation
+        return self._is_declared_partition(name) or self.config.allow_auto_topic_creation
+
+    def _is_declared_partition(self, name: TopicName) -> bool:
+        """A partition of a partitioned topic (``TopicNotFoundError`` past its count)."""
+        if not name.is_partition:
+            return False
+        base = name.partitioned_base
+        partitions = self.partitions_of(base)
+        if partitions and name.partition_index >= partitions:
+            raise TopicNotFoundError(f"{base} has {partitions} partitions; {name} does not exist")
+        return partitions > 0
 
     async def get_topic(self, name: TopicName) -> Topic:
         """The loaded topic, loading (and, if allowed, creating) it on first use."""
@@ -406,15 +407,8 @@ class Broker:
         return topic
 
     def _may_create(self, name: TopicName) -> bool:
-        if name.is_partition:
-            base = name.partitioned_base
-            partitions = self.partitions_of(base)
-            if partitions:
-                if name.partition_index >= partitions:
-                    raise TopicNotFoundError(
-                        f"{base} has {partitions} partitions; {name} does not exist"
-                    )
-                return True
+        if self._is_declared_partition(name):
+            return True
         if not self.config.allow_auto_topic_creation:
             return False
         if not self.storage.managed_ledger_exists(name.managed_ledger_name):

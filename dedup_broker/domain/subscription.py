@@ -103,12 +103,8 @@ class Subscription:
         self._elect_active()
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        if consumer not in self.consumers:
+        if not detach(consumer, self.consumers, self.type, self._key_shared):
             return
-        self.consumers.remove(consumer)
-        consumer.closed = True
-        if self.type == SubscriptionType.KEY_SHARED:
-            self._key_shared.remove_consumer(consumer)
         returned = consumer.take_pending()
         if returned:
             self._count_redeliveries(returned)
@@ -432,6 +428,23 @@ class Subscription:
             "activeConsumerName": self._active.name if self._active else None,
             "consumers": [c.stats() for c in self.consumers],
         }
+
+
+def detach(
+    consumer: Consumer,
+    consumers: list[Consumer],
+    sub_type: SubscriptionType,
+    key_shared: KeySharedDispatcher[Consumer],
+) -> bool:
+    """Take the consumer off its subscription's list (and its Key_Shared slots); False
+    if it was not on it."""
+    if consumer not in consumers:
+        return False
+    consumers.remove(consumer)
+    consumer.closed = True
+    if sub_type == SubscriptionType.KEY_SHARED:
+        key_shared.remove_consumer(consumer)
+    return True
 
 
 def elect_active(consumers: Sequence[Consumer], partition_index: int) -> Consumer | None:

@@ -13,9 +13,10 @@ from dedup_broker.domain.broker import Broker
 from dedup_broker.domain.names import TopicDomain, TopicName
 from dedup_broker.domain.non_persistent.topic import NonPersistentTopic
 from dedup_broker.errors import TopicNotFoundError
-from dedup_broker.http.bodies import json_response, no_content, read_int
+from dedup_broker.http.bodies import json_response, no_content
 from dedup_broker.http.errors import HttpError
 from dedup_broker.http.paths import namespace_of, query_flag
+from dedup_broker.http.topics import partitioned_topic_routes
 
 NAMESPACE = "/admin/v2/non-persistent/{tenant}/{namespace}"
 TOPIC = NAMESPACE + "/{topic}"
@@ -37,9 +38,7 @@ def non_persistent_routes(broker: Broker) -> list[web.RouteDef]:
         web.delete(TOPIC, api.delete_topic),
         web.get(TOPIC + "/stats", api.stats),
         web.get(TOPIC + "/subscriptions", api.list_subscriptions),
-        web.put(TOPIC + "/partitions", api.create_partitioned_topic),
-        web.get(TOPIC + "/partitions", api.get_partitioned_metadata),
-        web.delete(TOPIC + "/partitions", api.delete_partitioned_topic),
+        *partitioned_topic_routes(broker, TOPIC, non_persistent_topic_of),
     ]
 
 
@@ -84,19 +83,3 @@ class _NonPersistentApi:
 
     async def list_subscriptions(self, request: web.Request) -> web.Response:
         return json_response(sorted(self._live(request).subscriptions))
-
-    async def create_partitioned_topic(self, request: web.Request) -> web.Response:
-        await self.broker.create_partitioned_topic(
-            non_persistent_topic_of(request), await read_int(request, "a number of partitions")
-        )
-        return no_content()
-
-    async def get_partitioned_metadata(self, request: web.Request) -> web.Response:
-        partitions = await self.broker.partitioned_metadata(non_persistent_topic_of(request))
-        return json_response({"partitions": partitions})
-
-    async def delete_partitioned_topic(self, request: web.Request) -> web.Response:
-        await self.broker.delete_partitioned_topic(
-            non_persistent_topic_of(request), force=query_flag(request, "force")
-        )
-        return no_content()

@@ -28,6 +28,7 @@ from dedup_broker.domain.subscription import (
     PULSAR_TYPE_NAMES,
     ConsumerBusyError,
     SubscriptionType,
+    detach,
     elect_active,
 )
 from dedup_broker.domain.topic import batch_size
@@ -127,13 +128,8 @@ class NonPersistentSubscription:
         self._elect_active()
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        if consumer not in self.consumers:
-            return
-        self.consumers.remove(consumer)
-        consumer.closed = True
-        if self.type == SubscriptionType.KEY_SHARED:
-            self._key_shared.remove_consumer(consumer)
-        self._elect_active()
+        if detach(consumer, self.consumers, self.type, self._key_shared):
+            self._elect_active()
 
     def consumer_left(self, consumer: Consumer) -> None:
         self.remove_consumer(consumer)

@@ -126,30 +126,29 @@ async def test_every_subscription_gets_every_message() -> None:
     assert delivered(side) == [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("a", 2), ("b", 2)]
 
 
-async def test_shared_takes_turns_among_consumers_with_permits() -> None:
+async def published_to_two(
+    sub_type: SubscriptionType, permits: tuple[int, int], messages: int
+) -> RecordingSide:
+    """Consumers ``a`` and ``b`` of one subscription with these permits, then messages."""
     topic = await np_topic()
     side = RecordingSide()
-    a = await subscribe(topic, side, "a", sub_type=SHARED)  # type: ignore[arg-type]
-    b = await subscribe(topic, side, "b", sub_type=SHARED)  # type: ignore[arg-type]
-    a.subscription.on_flow(a, 1)
-    b.subscription.on_flow(b, 10)
+    for consumer_name, given in zip(("a", "b"), permits, strict=True):
+        consumer = await subscribe(topic, side, consumer_name, sub_type=sub_type)  # type: ignore[arg-type]
+        consumer.subscription.on_flow(consumer, given)
     producer = new_producer("p")
     topic.add_producer(producer)
-    for seq in range(4):
+    for seq in range(messages):
         await publish(topic, producer, seq)  # type: ignore[arg-type]
+    return side
+
+
+async def test_shared_takes_turns_among_consumers_with_permits() -> None:
+    side = await published_to_two(SHARED, (1, 10), 4)
     assert delivered(side) == [("a", 0), ("b", 1), ("b", 2), ("b", 3)]
 
 
 async def test_failover_sends_to_the_active_consumer_only() -> None:
-    topic = await np_topic()
-    side = RecordingSide()
-    a = await subscribe(topic, side, "a", sub_type=FAILOVER)  # type: ignore[arg-type]
-    b = await subscribe(topic, side, "b", sub_type=FAILOVER)  # type: ignore[arg-type]
-    a.subscription.on_flow(a, 5)
-    b.subscription.on_flow(b, 5)
-    producer = new_producer("p")
-    topic.add_producer(producer)
-    await publish(topic, producer, 0)  # type: ignore[arg-type]
+    side = await published_to_two(FAILOVER, (5, 5), 1)
     assert delivered(side) == [("a", 0)]
     assert side.active_changes == [("a", True)]  # b hears it from its SUBSCRIBE answer
 
