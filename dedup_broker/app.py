@@ -24,6 +24,7 @@ from dedup_broker.compaction.routes import COMPACTION_ERROR_STATUSES, compaction
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.broker import Broker
 from dedup_broker.domain.metrics import BrokerMetrics
+from dedup_broker.domain.non_persistent.routes import non_persistent_routes
 from dedup_broker.domain.policies import Policies
 from dedup_broker.errors import BrokerError
 from dedup_broker.http.ledger_deletion import ledger_deletion_routes
@@ -95,6 +96,7 @@ def http_app(
         *configuration_routes(broker.config),
         *(cluster_routes(broker, broker.cluster, listeners) if broker.cluster else []),
         *topic_routes(broker),
+        *non_persistent_routes(broker),
         *pip6_routes(broker),
         *key_dedup_routes(broker),
         *retention_routes(broker),

@@ -30,6 +30,10 @@ BROKER_FAMILIES: list[Family] = [
     ("dedup_broker_key_dedup_redis_errors_total", "counter", ()),
     ("dedup_broker_key_dedup_redis_round_trips_total", "gauge", ()),
     ("dedup_broker_key_dedup_keys_tracked", "gauge", ("scope",)),
+    ("dedup_broker_non_persistent_in_messages_total", "counter", ()),
+    ("dedup_broker_non_persistent_out_messages_total", "counter", ()),
+    ("dedup_broker_non_persistent_dropped_messages_total", "counter", ("reason",)),
+    ("dedup_broker_non_persistent_topics", "gauge", ()),
     # Registered when two-phase ledger deletion is on (the default).
     ("dedup_broker_ledger_deletion_intents_sent_total", "counter", ("type",)),
 ]

@@ -103,9 +103,7 @@ class ClusterApi:
 
     async def lookup(self, request: web.Request) -> web.Response:
         p = request.match_info
-        if p["domain"] != "persistent":
-            raise HttpError(HTTPStatus.BAD_REQUEST, f"unsupported topic domain {p['domain']!r}")
-        name = TopicName.parse(f"persistent://{p['tenant']}/{p['namespace']}/{p['topic']}")
+        name = TopicName.parse(f"{p['domain']}://{p['tenant']}/{p['namespace']}/{p['topic']}")
         owner = await self.broker.owner_of(name)
         data = lookup_data(owner or self.cluster.address)
         listener = request.query.get("listenerName") or request.headers.get(

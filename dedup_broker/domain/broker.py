@@ -17,7 +17,8 @@ from dedup_broker.cluster.membership import BrokerAddress
 from dedup_broker.cluster.service import Cluster, NotOwnerError
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.metrics import BrokerMetrics
-from dedup_broker.domain.names import TopicName
+from dedup_broker.domain.names import TopicDomain, TopicName
+from dedup_broker.domain.non_persistent.topic import IDLE_SECONDS, NonPersistentTopic
 from dedup_broker.domain.policies import Policies
 from dedup_broker.domain.topic import Topic, TopicServices
 from dedup_broker.domain.topic_list import TopicListWatches
@@ -40,6 +41,9 @@ PARTITIONS_KEY = "partitioned-topics/"
 PartitionDeleter = Callable[[TopicName, bool], Awaitable[None]]
 """Deletes a partition served by another broker (the HTTP layer asks its owner)."""
 HOUSEKEEPING_SECONDS = 5.0
+
+ServedTopic = Topic | NonPersistentTopic
+"""What producers and consumers attach to: a persistent topic or a non-persistent one."""
 
 
 class PartitionedTopicError(PermanentError):
@@ -84,6 +88,8 @@ class Broker:
         self.key_dedup = key_dedup
         self.services = TopicServices(config, policies, metrics, key_dedup)
         self.topics: dict[str, Topic] = {}
+        self.non_persistent: dict[str, NonPersistentTopic] = {}
+        """Live non-persistent topics, by name (in memory only: gone after a restart)."""
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         self._housekeeping: asyncio.Task[None] | None = None
         self._closing = False
@@ -93,6 +99,7 @@ class Broker:
         """Pattern consumers' watches of namespaces (topics created or deleted later)."""
         key_dedup.bind(self)
         metrics.watch_topics(lambda: list(self.topics.values()))
+        metrics.non_persistent.watch_topics(lambda: list(self.non_persistent.values()))
 
     # --- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
@@ -104,8 +111,9 @@ class Broker:
         if self._housekeeping is not None:
             self._housekeeping.cancel()
         await self.topic_watches.close()
-        topics = list(self.topics.values())
+        topics: list[ServedTopic] = [*self.topics.values(), *self.non_persistent.values()]
         self.topics.clear()
+        self.non_persistent.clear()
         results = await asyncio.gather(*(t.close() for t in topics), return_exceptions=True)
         for topic, result in zip(topics, results, strict=True):
             if isinstance(result, BaseException):
@@ -126,6 +134,15 @@ class Broker:
                     await topic.housekeeping()
                 except BrokerError as exc:
                     log.warning("housekeeping on %s: %s", topic.name, exc)
+            await self.drop_idle_non_persistent(IDLE_SECONDS)
+
+    async def drop_idle_non_persistent(self, idle_seconds: float) -> list[str]:
+        """Non-persistent topics without producers or subscriptions for ``idle_seconds``
+        go away (Pulsar's inactive-topic cleanup); returns their names."""
+        idle = [k for k, t in self.non_persistent.items() if t.idle_for() >= idle_seconds]
+        for key in idle:
+            await self.non_persistent.pop(key).close()
+        return idle
 
     async def apply_policies(self) -> None:
         """Deduplication policies changed at runtime: every loaded topic follows them now."""
@@ -164,7 +181,10 @@ class Broker:
         writes settled, snapshots and cursors stored)."""
         assert self.cluster is not None
         keys = [k for k, t in self.topics.items() if self.cluster.slot_of(t.name) in slots]
-        leaving = [self.topics.pop(key) for key in keys]
+        leaving: list[ServedTopic] = [self.topics.pop(key) for key in keys]
+        live = self.non_persistent
+        keys = [k for k, t in live.items() if self.cluster.slot_of(t.name) in slots]
+        leaving.extend(live.pop(key) for key in keys)
         results = await asyncio.gather(*(t.close() for t in leaving), return_exceptions=True)
         for topic, result in zip(leaving, results, strict=True):
             if isinstance(result, BaseException):
@@ -174,7 +194,9 @@ class Broker:
 
     async def unload_topic(self, name: TopicName) -> None:
         """Close a loaded topic; its clients reconnect (and may land on another broker)."""
-        topic = self.topics.pop(str(name), None)
+        topic: ServedTopic | None = self.topics.pop(str(name), None)
+        if topic is None:
+            topic = self.non_persistent.pop(str(name), None)
         if topic is not None:
             await topic.close()
 
@@ -250,8 +272,10 @@ class Broker:
             PARTITIONS_KEY + str(name), json.dumps({"partitions": partitions}).encode()
         )
 
-    def list_partitioned_topics(self, namespace: str) -> list[str]:
-        prefix = f"{PARTITIONS_KEY}persistent://{namespace}/"
+    def list_partitioned_topics(
+        self, namespace: str, domain: TopicDomain = TopicDomain.PERSISTENT
+    ) -> list[str]:
+        prefix = f"{PARTITIONS_KEY}{domain}://{namespace}/"
         return sorted(key[len(PARTITIONS_KEY) :] for key, _ in self.storage.policies.items(prefix))
 
     def list_topics(self, namespace: str) -> list[str]:
@@ -283,14 +307,63 @@ class Broker:
             topics.update(f"{base}-partition-{i}" for i in range(partitions))
         return sorted(topics)
 
+    def non_persistent_topics_of_namespace(self, namespace: str) -> list[str]:
+        """The non-persistent topics live on this broker in a namespace."""
+        prefix = f"{TopicDomain.NON_PERSISTENT}://{namespace}/"
+        return sorted(key for key in self.non_persistent if key.startswith(prefix))
+
     # --- topics ---------------------------------------------------------------------
     def topic_exists(self, name: TopicName) -> bool:
+        if not name.is_persistent:
+            return str(name) in self.non_persistent
         return str(name) in self.topics or self.storage.managed_ledger_exists(
             name.managed_ledger_name
         )
 
+    async def serve(self, name: TopicName) -> ServedTopic:
+        """The topic a producer or consumer attaches to, of either domain."""
+        if name.is_persistent:
+            return await self.get_topic(name)
+        return self.non_persistent_topic(name)
+
+    def non_persistent_topic(self, name: TopicName, create: bool = True) -> NonPersistentTopic:
+        """The live non-persistent topic, made now if allowed (``create``, and
+        ``allowAutoTopicCreation`` or a partition of a partitioned topic). It is owned by
+        the broker that owns its bundle, as a persistent topic is."""
+        key = str(name)
+        topic = self.non_persistent.get(key)
+        if topic is not None:
+            return topic
+        if self._closing:
+            raise ServiceNotReadyError("the broker is shutting down")
+        self.check_served(name)
+        if self.partitions_of(name) > 0:
+            raise PartitionedTopicError(
+                f"{name} is a partitioned topic: address its partitions ({name}-partition-N)"
+            )
+        if not create or not self._may_create_non_persistent(name):
+            raise TopicNotFoundError(f"topic {name} does not exist")
+        topic = NonPersistentTopic(name, self.config, self.metrics.non_persistent)
+        self.non_persistent[key] = topic
+        return topic
+
+    def _may_create_non_persistent(self, name: TopicName) -> bool:
+        return self._is_declared_partition(name) or self.config.allow_auto_topic_creation
+
+    def _is_declared_partition(self, name: TopicName) -> bool:
+        """A partition of a partitioned topic (``TopicNotFoundError`` past its count)."""
+        if not name.is_partition:
+            return False
+        base = name.partitioned_base
+        partitions = self.partitions_of(base)
+        if partitions and name.partition_index >= partitions:
+            raise TopicNotFoundError(f"{base} has {partitions} partitions; {name} does not exist")
+        return partitions > 0
+
     async def get_topic(self, name: TopicName) -> Topic:
         """The loaded topic, loading (and, if allowed, creating) it on first use."""
+        if not name.is_persistent:
+            raise InvalidTopicNameError(f"{name} is not a persistent topic")
         key = str(name)
         topic = self.topics.get(key)
         if topic is not None:
@@ -334,15 +407,8 @@ class Broker:
         return topic
 
     def _may_create(self, name: TopicName) -> bool:
-        if name.is_partition:
-            base = name.partitioned_base
-            partitions = self.partitions_of(base)
-            if partitions:
-                if name.partition_index >= partitions:
-                    raise TopicNotFoundError(
-                        f"{base} has {partitions} partitions; {name} does not exist"
-                    )
-                return True
+        if self._is_declared_partition(name):
+            return True
         if not self.config.allow_auto_topic_creation:
             return False
         if not self.storage.managed_ledger_exists(name.managed_ledger_name):
@@ -353,6 +419,14 @@ class Broker:
         """Delete a topic and, unless it is a partition, its schemas (a partitioned
         topic's schemas go with the partitioned topic, as in Pulsar)."""
         self.check_served(name)
+        if not name.is_persistent:
+            live = self.non_persistent.get(str(name))
+            if live is None:
+                raise TopicNotFoundError(f"topic {name} does not exist")
+            if live.busy and not force:
+                raise TopicBusyError(f"topic {name} has connected producers or consumers")
+            await self.non_persistent.pop(str(name)).close()
+            return
         topic = self.topics.get(str(name))
         if topic is not None:
             busy = bool(topic.producers) or any(s.consumers for s in topic.subscriptions.values())

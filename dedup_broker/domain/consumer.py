@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -11,7 +11,7 @@ from dedup_broker.storage.position import Entry, Position
 
 if TYPE_CHECKING:
     from dedup_broker.domain.key_hash import KeySharedSettings
-    from dedup_broker.domain.subscription import Subscription
+    from dedup_broker.domain.subscription import SubscriptionType
 
 
 class Delivery(NamedTuple):
@@ -45,6 +45,43 @@ class ConsumerLink(Protocol):
         """Failover: ``consumer`` became the active one of its subscription, or stopped."""
 
 
+class ConsumerSubscription(Protocol):
+    """What a consumer's session asks of its subscription, on a persistent topic
+    (``subscription.Subscription``) or a non-persistent one."""
+
+    name: str
+    type: SubscriptionType
+    consumers: list[Consumer]
+
+    @property
+    def active_consumer(self) -> Consumer | None: ...
+
+    @property
+    def mark_delete_position(self) -> Position: ...
+
+    def position_before(self, position: Position) -> Position: ...
+
+    def on_flow(self, consumer: Consumer, permits: int) -> None: ...
+
+    def on_ack(
+        self, consumer: Consumer, positions: Iterable[Position], cumulative: bool
+    ) -> None: ...
+
+    def on_batch_ack(self, consumer: Consumer, position: Position, unacked: list[int]) -> None: ...
+
+    def on_redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None: ...
+
+    async def reset_cursor(self, position: Position) -> None: ...
+
+    def trigger(self) -> None: ...
+
+    def backlog(self) -> int: ...
+
+    def remove_consumer(self, consumer: Consumer) -> None: ...
+
+    def consumer_left(self, consumer: Consumer) -> None: ...
+
+
 @dataclass(eq=False)
 class Consumer:
     """Permits, messages in flight and counters of one consumer."""
@@ -66,17 +103,19 @@ class Consumer:
     closed: bool = False
     key_shared: KeySharedSettings | None = None
     """Key_Shared subscriptions: the consumer's mode, ranges and ordering choice."""
-    subscription: Subscription = field(init=False)
+    subscription: ConsumerSubscription = field(init=False)
 
     @property
     def writable(self) -> bool:
         return not self.closed and self.link.writable
 
-    def send(self, deliveries: list[Delivery]) -> None:
-        """Track the entries as in flight and hand them to the link in one write."""
+    def send(self, deliveries: list[Delivery], tracked: bool = True) -> None:
+        """Hand the entries to the link in one write; ``tracked``: they stay in flight
+        until acknowledged (messages of a non-persistent topic are not tracked)."""
         for delivery in deliveries:
-            self.pending[delivery.entry.position] = delivery.messages
-            self.unacked_messages += delivery.messages
+            if tracked:
+                self.pending[delivery.entry.position] = delivery.messages
+                self.unacked_messages += delivery.messages
             self.msgs_out += delivery.messages
             self.bytes_out += len(delivery.entry.data)
         self.link.deliver(self, deliveries)

@@ -195,6 +195,15 @@ class KeySharedDispatcher(Generic[C]):
         cursor: ManagedCursor,
         ledger: ManagedLedger,
     ) -> None:
+        self.assign(consumer, existing)
+        assert self.settings is not None
+        if existing and not self.settings.allow_out_of_order:
+            joined = cursor.read_position
+            if cursor.mark_delete_position < ledger.previous_position(joined):
+                self.joined_at[consumer] = joined
+
+    def assign(self, consumer: C, existing: Sequence[C]) -> None:
+        """Give the consumer its hash slots (the first consumer sets the mode)."""
         settings = consumer.key_shared or KeySharedSettings()
         if not existing or self.settings is None:
             self.settings = settings
@@ -209,10 +218,6 @@ class KeySharedDispatcher(Generic[C]):
                 f"the consumer asked for {settings.mode.name}"
             )
         self.selector.add(consumer, settings)
-        if existing and not self.settings.allow_out_of_order:
-            joined = cursor.read_position
-            if cursor.mark_delete_position < ledger.previous_position(joined):
-                self.joined_at[consumer] = joined
 
     def remove_consumer(self, consumer: C) -> None:
         self.selector.remove(consumer)

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from dedup_broker.domain.non_persistent.metrics import NonPersistentMetrics
+
 if TYPE_CHECKING:
     from dedup_broker.domain.topic import Topic
 
@@ -34,6 +36,7 @@ class BrokerMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
+        self.non_persistent = NonPersistentMetrics(r)
         self.msgs_in = Counter("pulsar_in_messages_total", "Messages published", registry=r)
         self.bytes_in = Counter(
             "pulsar_in_bytes_total", "Bytes published (entry bytes)", registry=r

@@ -1,9 +1,11 @@
-"""Pulsar topic names: full (``persistent://tenant/ns/topic``) and short forms."""
+"""Pulsar topic names: full (``persistent://tenant/ns/topic``,
+``non-persistent://tenant/ns/topic``) and short forms."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 from urllib.parse import quote, unquote
 
 from dedup_broker.errors import InvalidTopicNameError
@@ -13,32 +15,42 @@ NAME_PART = re.compile(r"[A-Za-z0-9_=:.\-]+")
 _LOCAL_NAME = re.compile(r"[^/\s][^\s]*")
 
 
+class TopicDomain(StrEnum):
+    """Where a topic's messages live: stored (Kafka) or only in the broker's memory."""
+
+    PERSISTENT = "persistent"
+    NON_PERSISTENT = "non-persistent"
+
+
 @dataclass(frozen=True, slots=True)
 class TopicName:
     tenant: str
     namespace: str
     local_name: str
-    domain: str = "persistent"
+    domain: TopicDomain = TopicDomain.PERSISTENT
 
     @classmethod
     def parse(
         cls, text: str, default_tenant: str = "public", default_namespace: str = "default"
     ) -> TopicName:
-        """Accept ``topic``, ``tenant/ns/topic`` and ``persistent://tenant/ns/topic``."""
+        """Accept ``topic``, ``tenant/ns/topic`` and ``{domain}://tenant/ns/topic``
+        (short forms are persistent)."""
         raw = text.strip()
         if not raw:
             raise InvalidTopicNameError("topic name is empty")
-        domain = "persistent"
+        domain = TopicDomain.PERSISTENT
         if "://" in raw:
-            domain, _, raw = raw.partition("://")
-            if domain == "non-persistent":
-                raise InvalidTopicNameError(f"non-persistent topics are not supported: {text!r}")
-            if domain != "persistent":
-                raise InvalidTopicNameError(f"unknown topic domain {domain!r} in {text!r}")
+            scheme, _, raw = raw.partition("://")
+            try:
+                domain = TopicDomain(scheme)
+            except ValueError:
+                raise InvalidTopicNameError(
+                    f"unknown topic domain {scheme!r} in {text!r}"
+                ) from None
             parts = raw.split("/", 2)
             if len(parts) != 3:
                 raise InvalidTopicNameError(
-                    f"expected persistent://tenant/namespace/topic, got {text!r}"
+                    f"expected {domain}://tenant/namespace/topic, got {text!r}"
                 )
         else:
             parts = raw.split("/", 2)
@@ -55,6 +67,10 @@ class TopicName:
         if not _LOCAL_NAME.fullmatch(local) or len(local) > 1024:
             raise InvalidTopicNameError(f"invalid topic name {local!r} in {text!r}")
         return cls(tenant, namespace, local, domain)
+
+    @property
+    def is_persistent(self) -> bool:
+        return self.domain is TopicDomain.PERSISTENT
 
     @property
     def namespace_name(self) -> str:
@@ -81,7 +97,9 @@ class TopicName:
         return TopicName(self.tenant, self.namespace, base, self.domain)
 
     def partition(self, index: int) -> TopicName:
-        return TopicName(self.tenant, self.namespace, f"{self.local_name}{PARTITION_SUFFIX}{index}")
+        return TopicName(
+            self.tenant, self.namespace, f"{self.local_name}{PARTITION_SUFFIX}{index}", self.domain
+        )
 
     @property
     def managed_ledger_name(self) -> str:

@@ -10,11 +10,16 @@ access in arrival order.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Callable, Mapping
 
+from dedup_broker.config import BrokerConfig
+from dedup_broker.domain.names import TopicName
 from dedup_broker.domain.producer import Producer, ProducerAccessMode
-from dedup_broker.errors import PermanentError
+from dedup_broker.errors import PermanentError, ServiceNotReadyError
+
+log = logging.getLogger(__name__)
 
 TOPIC_EPOCH_PROPERTY = "pulsar.topic.epoch"
 """The managed-ledger property holding the topic epoch (the name Pulsar stores it under)."""
@@ -133,3 +138,97 @@ class ProducerAccess:
         if self.exclusive is not None:
             return self.exclusive.name
         return self.waiting[0][0].name if self.waiting else "?"
+
+
+class ProducerHost:
+    """The producers of one topic under their access modes; each kind of topic (persistent,
+    non-persistent) adds what it does when a producer comes or goes."""
+
+    def __init__(self, name: TopicName, config: BrokerConfig, epoch: int | None) -> None:
+        self.name = name
+        self.config = config
+        self.producers: dict[str, Producer] = {}
+        self.access = ProducerAccess(str(name), epoch)
+        self.closed = False
+
+    def _check_open(self) -> None:
+        """A topic unloaded meanwhile (handover, shutdown) takes no new clients: they look
+        it up again and attach where it is served now."""
+        if self.closed:
+            raise ServiceNotReadyError(f"topic {self.name} was unloaded; look it up again")
+
+    def add_producer(self, producer: Producer) -> None:
+        """Attach a Shared producer (nothing to wait for, no epoch to store)."""
+        if producer.access_mode is not ProducerAccessMode.SHARED:
+            raise ValueError("exclusive producers attach with attach_producer()")
+        self._check_open()
+        self._check_name_free(producer)
+        self.access.admit(producer, self.producers)
+        self._register(producer)
+
+    async def attach_producer(
+        self, producer: Producer, queued: Callable[[], None] | None = None
+    ) -> int | None:
+        """Attach ``producer`` under its access mode; returns the topic epoch it holds.
+
+        A ``WaitForExclusive`` producer that must wait is announced through ``queued``,
+        then the call returns once it holds exclusive access.
+        """
+        limit = self.config.max_producers_per_topic
+        if limit and len(self.producers) >= limit:
+            raise ProducerBusyError(
+                f"Topic {self.name} reached max producers limit (maxProducersPerTopic={limit})"
+            )
+        if producer.access_mode is ProducerAccessMode.SHARED:
+            self.add_producer(producer)
+            return self.access.epoch
+        self._check_open()
+        self._check_name_free(producer)
+        if producer.access_mode is ProducerAccessMode.EXCLUSIVE_WITH_FENCING:
+            self.access.fence_waiting()
+            for fenced in list(self.producers.values()):
+                log.info("%s: producer %s fenced out by %s", self.name, fenced.name, producer.name)
+                self.remove_producer(fenced)
+                fenced.link.close_producer(fenced)
+        admitted = self.access.admit(producer, self.producers)
+        if isinstance(admitted, asyncio.Future):
+            if queued is not None:
+                queued()
+            return await admitted  # registered by whoever released the topic
+        self._register(producer)
+        if admitted is not None:
+            try:
+                await self._store_epoch(admitted)
+            except BaseException:
+                self.remove_producer(producer)
+                raise
+        return admitted
+
+    def _check_name_free(self, producer: Producer) -> None:
+        existing = self.producers.get(producer.name)
+        if existing is not None and not existing.closed:
+            raise ProducerBusyError(
+                f"producer {producer.name!r} is already connected to topic {self.name}"
+            )
+
+    def _register(self, producer: Producer) -> None:
+        self.producers[producer.name] = producer
+        self._producer_connected(producer)
+
+    def remove_producer(self, producer: Producer) -> None:
+        producer.closed = True
+        if self.producers.get(producer.name) is producer:
+            del self.producers[producer.name]
+            self._producer_disconnected(producer)
+        if not self.closed:
+            self.access.released(producer, self.producers, self._register)
+
+    # --- what a kind of topic adds ------------------------------------------------------
+    async def _store_epoch(self, epoch: int) -> None:
+        """Keep the epoch beyond this load of the topic (nothing to keep by default)."""
+
+    def _producer_connected(self, producer: Producer) -> None:
+        """A producer was registered."""
+
+    def _producer_disconnected(self, producer: Producer) -> None:
+        """A registered producer left."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -109,12 +109,8 @@ class Subscription:
         self._elect_active()
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        if consumer not in self.consumers:
+        if not detach(consumer, self.consumers, self.type, self._key_shared):
             return
-        self.consumers.remove(consumer)
-        consumer.closed = True
-        if self.type == SubscriptionType.KEY_SHARED:
-            self._key_shared.remove_consumer(consumer)
         returned = consumer.take_pending()
         if returned:
             self._count_redeliveries(returned)
@@ -142,13 +138,9 @@ class Subscription:
             self._active = None
             return
         previous = self._active
-        if not self.consumers:
-            self._active = None
+        self._active = elect_active(self.consumers, self.partition_index)
+        if self._active is None:
             return
-        ordered = sorted(self.consumers, key=lambda c: (c.priority_level, c.name))
-        partition = self.partition_index
-        index = partition % len(ordered) if partition >= 0 else 0
-        self._active = ordered[index]
         if self.type == SubscriptionType.FAILOVER and previous is not self._active:
             for consumer in self.consumers:
                 consumer.link.active_consumer_changed(consumer, consumer is self._active)
@@ -179,6 +171,15 @@ class Subscription:
         consumer.link.close_consumer(consumer)
 
     # --- flow, acks, redelivery ---------------------------------------------------
+    @property
+    def mark_delete_position(self) -> Position:
+        return self.cursor.mark_delete_position
+
+    def position_before(self, position: Position) -> Position:
+        """The entry before ``position`` (a cumulative ack of a batch acknowledged in part
+        moves up to it)."""
+        return self.ledger.previous_position(position)
+
     def on_flow(self, consumer: Consumer, permits: int) -> None:
         consumer.permits += permits
         self.trigger()
@@ -456,7 +457,7 @@ class Subscription:
 
     def stats(self) -> dict[str, object]:
         return {
-            "type": _PULSAR_TYPE_NAMES[self.type],
+            "type": PULSAR_TYPE_NAMES[self.type],
             "msgBacklog": self.backlog(),
             "msgOutCounter": self.msgs_out,
             "bytesOutCounter": self.bytes_out,
@@ -468,7 +469,33 @@ class Subscription:
         }
 
 
-_PULSAR_TYPE_NAMES = {
+def detach(
+    consumer: Consumer,
+    consumers: list[Consumer],
+    sub_type: SubscriptionType,
+    key_shared: KeySharedDispatcher[Consumer],
+) -> bool:
+    """Take the consumer off its subscription's list (and its Key_Shared slots); False
+    if it was not on it."""
+    if consumer not in consumers:
+        return False
+    consumers.remove(consumer)
+    consumer.closed = True
+    if sub_type == SubscriptionType.KEY_SHARED:
+        key_shared.remove_consumer(consumer)
+    return True
+
+
+def elect_active(consumers: Sequence[Consumer], partition_index: int) -> Consumer | None:
+    """Exclusive and Failover: the consumer that receives, by priority level and name (a
+    partition picks its own among them, so partitions spread over the consumers)."""
+    if not consumers:
+        return None
+    ordered = sorted(consumers, key=lambda c: (c.priority_level, c.name))
+    return ordered[partition_index % len(ordered) if partition_index >= 0 else 0]
+
+
+PULSAR_TYPE_NAMES = {
     SubscriptionType.EXCLUSIVE: "Exclusive",
     SubscriptionType.SHARED: "Shared",
     SubscriptionType.FAILOVER: "Failover",

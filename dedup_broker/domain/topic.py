@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -26,12 +25,8 @@ from dedup_broker.domain.outcomes import (
     settled,
 )
 from dedup_broker.domain.policies import Policies
-from dedup_broker.domain.producer import Producer, ProducerAccessMode
-from dedup_broker.domain.producer_access import (
-    TOPIC_EPOCH_PROPERTY,
-    ProducerAccess,
-    ProducerBusyError,
-)
+from dedup_broker.domain.producer import Producer
+from dedup_broker.domain.producer_access import TOPIC_EPOCH_PROPERTY, ProducerHost
 from dedup_broker.domain.subscription import ConsumerBusyError, Subscription, SubscriptionType
 from dedup_broker.errors import BrokerError, PermanentError, RetriableError, ServiceNotReadyError
 from dedup_broker.key_dedup.service import KeyDedupService
@@ -92,7 +87,7 @@ class TopicServices:
     key_dedup: KeyDedupService
 
 
-class Topic:
+class Topic(ProducerHost):
     def __init__(
         self,
         services: TopicServices,
@@ -100,23 +95,19 @@ class Topic:
         ledger: ManagedLedger,
         companions: CompanionTopics,
     ) -> None:
+        stored_epoch = ledger.properties.get(TOPIC_EPOCH_PROPERTY)
+        super().__init__(name, services.config, int(stored_epoch) if stored_epoch else None)
         self.services = services
-        self.config = services.config
-        self.name = name
         self.managed_ledger = ledger
-        self.producers: dict[str, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
         self.msgs_in = 0
         self.bytes_in = 0
         self._last_entry_batch: tuple[Position, int] | None = None
         self.dedup = TopicDeduplication(name, ledger, services.config, services.policies)
         self.key_dedup = TopicKeyDedup(name, ledger, services.key_dedup, self.append_checked)
-        stored_epoch = ledger.properties.get(TOPIC_EPOCH_PROPERTY)
-        self.access = ProducerAccess(str(name), int(stored_epoch) if stored_epoch else None)
         self.compaction = TopicCompaction(
             ledger, companions, services.config.topic_compaction_retain_null_key
         )
-        self.closed = False
         self._appends_in_flight = 0
         self._appends_settled = asyncio.Event()
         self._appends_settled.set()
@@ -163,69 +154,11 @@ class Topic:
         )
 
     # --- producers ----------------------------------------------------------------
-    def _check_open(self) -> None:
-        """A topic unloaded meanwhile (handover, shutdown) takes no new clients: they look
-        it up again and attach where it is served now."""
-        if self.closed:
-            raise ServiceNotReadyError(f"topic {self.name} was unloaded; look it up again")
-
-    def add_producer(self, producer: Producer) -> None:
-        """Attach a Shared producer (nothing to wait for, no epoch to store)."""
-        if producer.access_mode is not ProducerAccessMode.SHARED:
-            raise ValueError("exclusive producers attach with attach_producer()")
-        self._check_open()
-        self._check_name_free(producer)
-        self.access.admit(producer, self.producers)
-        self._register(producer)
-
-    async def attach_producer(
-        self, producer: Producer, queued: Callable[[], None] | None = None
-    ) -> int | None:
-        """Attach ``producer`` under its access mode; returns the topic epoch it holds.
-
-        A ``WaitForExclusive`` producer that must wait is announced through ``queued``,
-        then the call returns once it holds exclusive access.
-        """
-        limit = self.config.max_producers_per_topic
-        if limit and len(self.producers) >= limit:
-            raise ProducerBusyError(
-                f"Topic {self.name} reached max producers limit (maxProducersPerTopic={limit})"
-            )
-        if producer.access_mode is ProducerAccessMode.SHARED:
-            self.add_producer(producer)
-            return self.access.epoch
-        self._check_open()
-        self._check_name_free(producer)
-        if producer.access_mode is ProducerAccessMode.EXCLUSIVE_WITH_FENCING:
-            self.access.fence_waiting()
-            for fenced in list(self.producers.values()):
-                log.info("%s: producer %s fenced out by %s", self.name, fenced.name, producer.name)
-                self.remove_producer(fenced)
-                fenced.link.close_producer(fenced)
-        admitted = self.access.admit(producer, self.producers)
-        if isinstance(admitted, asyncio.Future):
-            if queued is not None:
-                queued()
-            return await admitted  # registered by whoever released the topic
-        self._register(producer)
-        if admitted is not None:
-            try:
-                await self._store_epoch(admitted)
-            except BaseException:
-                self.remove_producer(producer)
-                raise
-        return admitted
-
-    def _check_name_free(self, producer: Producer) -> None:
-        existing = self.producers.get(producer.name)
-        if existing is not None and not existing.closed:
-            raise ProducerBusyError(
-                f"producer {producer.name!r} is already connected to topic {self.name}"
-            )
-
-    def _register(self, producer: Producer) -> None:
-        self.producers[producer.name] = producer
+    def _producer_connected(self, producer: Producer) -> None:
         self.dedup.producer_connected(producer.name)
+
+    def _producer_disconnected(self, producer: Producer) -> None:
+        self.dedup.producer_disconnected(producer.name)
 
     async def _store_epoch(self, epoch: int) -> None:
         """The epoch outlives the topic's loading (a fenced producer stays fenced after a
@@ -235,13 +168,10 @@ class Topic:
             properties[TOPIC_EPOCH_PROPERTY] = str(epoch)
             await self.managed_ledger.set_properties(properties)
 
-    def remove_producer(self, producer: Producer) -> None:
-        producer.closed = True
-        if self.producers.get(producer.name) is producer:
-            del self.producers[producer.name]
-            self.dedup.producer_disconnected(producer.name)
-        if not self.closed:
-            self.access.released(producer, self.producers, self._register)
+    async def wait_writable(self) -> None:
+        """Until the managed ledger takes writes (after a failed write it is fenced until
+        it has read the ledger's real end)."""
+        await self.managed_ledger.wait_writable()
 
     def last_sequence_id(self, producer_name: str) -> int:
         return self.dedup.last_sequence_id(producer_name)

@@ -17,7 +17,7 @@ TIMEOUT = aiohttp.ClientTimeout(total=30)
 
 
 def topic_path(name: TopicName) -> str:
-    return f"/admin/v2/persistent/{name.tenant}/{name.namespace}/{name.local_name}"
+    return f"/admin/v2/{name.domain}/{name.tenant}/{name.namespace}/{name.local_name}"
 
 
 async def owner_call(

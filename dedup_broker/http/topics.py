@@ -27,7 +27,6 @@ from dedup_broker.metrics_registry import CONTENT_TYPE, exposition
 from dedup_broker.storage.position import Position
 
 NAMESPACE = "/admin/v2/persistent/{tenant}/{namespace}"
-NON_PERSISTENT_NAMESPACE = "/admin/v2/non-persistent/{tenant}/{namespace}"
 
 TOPIC_ERROR_STATUSES: ErrorStatuses = {
     **BROKER_ERROR_STATUSES,
@@ -95,15 +94,10 @@ def topic_routes(broker: Broker) -> list[web.RouteDef]:
     return [
         web.get(NAMESPACE, api.list_topics),
         web.get(NAMESPACE + "/partitioned", api.list_partitioned_topics),
-        # No non-persistent topics are served; pulsar-admin's `topics list` asks for both.
-        web.get(NON_PERSISTENT_NAMESPACE, api.no_topics),
-        web.get(NON_PERSISTENT_NAMESPACE + "/partitioned", api.no_topics),
         web.put(TOPIC, api.create_topic),
         web.delete(TOPIC, api.delete_topic),
-        web.put(TOPIC + "/partitions", api.create_partitioned_topic),
+        *partitioned_topic_routes(broker, TOPIC, topic_of),
         web.post(TOPIC + "/partitions", api.update_partitioned_topic),
-        web.get(TOPIC + "/partitions", api.get_partitioned_metadata),
-        web.delete(TOPIC + "/partitions", api.delete_partitioned_topic),
         web.get(TOPIC + "/stats", api.stats),
         web.get(TOPIC + "/internalStats", api.internal_stats),
         web.get(TOPIC + "/lastMessageId", api.last_message_id),
@@ -114,6 +108,44 @@ def topic_routes(broker: Broker) -> list[web.RouteDef]:
     ]
 
 
+def partitioned_topic_routes(
+    broker: Broker, path: str, name_of: Callable[[web.Request], TopicName]
+) -> list[web.RouteDef]:
+    """Create, read and delete the partitioned-topic metadata of ``{path}/partitions``
+    (``name_of`` reads the topic from the path, of either domain)."""
+    api = _PartitionedApi(broker, name_of)
+    return [
+        web.put(path + "/partitions", api.create),
+        web.get(path + "/partitions", api.get),
+        web.delete(path + "/partitions", api.delete),
+    ]
+
+
+class _PartitionedApi:
+    def __init__(self, broker: Broker, name_of: Callable[[web.Request], TopicName]) -> None:
+        self.broker = broker
+        self.name_of = name_of
+
+    async def create(self, request: web.Request) -> web.Response:
+        await self.broker.create_partitioned_topic(
+            self.name_of(request), await read_int(request, "a number of partitions")
+        )
+        return no_content()
+
+    async def get(self, request: web.Request) -> web.Response:
+        partitions = await self.broker.partitioned_metadata(self.name_of(request))
+        return json_response({"partitions": partitions})
+
+    async def delete(self, request: web.Request) -> web.Response:
+        async def on_owner(partition: TopicName, force: bool) -> None:
+            await owner_call(self.broker, partition, "DELETE", query=f"force={str(force).lower()}")
+
+        await self.broker.delete_partitioned_topic(
+            self.name_of(request), force=query_flag(request, "force"), elsewhere=on_owner
+        )
+        return no_content()
+
+
 class _TopicsApi:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -122,9 +154,6 @@ class _TopicsApi:
         namespace = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
         await self.broker.refresh_listing()
         return json_response(self.broker.topics_of_namespace(namespace))
-
-    async def no_topics(self, request: web.Request) -> web.Response:
-        return json_response([])
 
     async def list_partitioned_topics(self, request: web.Request) -> web.Response:
         namespace = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
@@ -143,28 +172,9 @@ class _TopicsApi:
         await self.broker.delete_topic(topic_of(request), force=query_flag(request, "force"))
         return no_content()
 
-    async def create_partitioned_topic(self, request: web.Request) -> web.Response:
-        await self.broker.create_partitioned_topic(
-            topic_of(request), await read_int(request, "a number of partitions")
-        )
-        return no_content()
-
     async def update_partitioned_topic(self, request: web.Request) -> web.Response:
         await self.broker.update_partitions(
             topic_of(request), await read_int(request, "a number of partitions")
-        )
-        return no_content()
-
-    async def get_partitioned_metadata(self, request: web.Request) -> web.Response:
-        partitions = await self.broker.partitioned_metadata(topic_of(request))
-        return json_response({"partitions": partitions})
-
-    async def delete_partitioned_topic(self, request: web.Request) -> web.Response:
-        async def on_owner(partition: TopicName, force: bool) -> None:
-            await owner_call(self.broker, partition, "DELETE", query=f"force={str(force).lower()}")
-
-        await self.broker.delete_partitioned_topic(
-            topic_of(request), force=query_flag(request, "force"), elsewhere=on_owner
         )
         return no_content()
 

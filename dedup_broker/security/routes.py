@@ -104,8 +104,9 @@ def _authorize(authorizer: Authorizer, request: web.Request) -> None:
     params = request.match_info
     what = f"{request.method} {request.path}"
     if shape.startswith("/lookup/"):
+        domain = params.get("domain", "persistent")
         topic = TopicName.parse(
-            f"persistent://{params['tenant']}/{params['namespace']}/{params['topic']}"
+            f"{domain}://{params['tenant']}/{params['namespace']}/{params['topic']}"
         )
         authorizer.check_lookup(role, topic)
     elif "tenant" in params and (shape != TENANT or request.method == "GET"):

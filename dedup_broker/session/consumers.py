@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 
 from dedup_broker.domain.consumer import Consumer, Delivery
 from dedup_broker.domain.key_hash import KeySharedMode, KeySharedSettings
+from dedup_broker.domain.non_persistent.topic import NonPersistentTopic
 from dedup_broker.domain.subscription import SubscriptionType
-from dedup_broker.domain.topic import LATEST_LEDGER_ID, Topic
+from dedup_broker.domain.topic import LATEST_LEDGER_ID
 from dedup_broker.errors import PermanentError, ProtocolError
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
@@ -23,6 +24,7 @@ from dedup_broker.session.replies import CreationInProgressError, UnknownIdError
 from dedup_broker.storage.position import Position
 
 if TYPE_CHECKING:
+    from dedup_broker.domain.broker import ServedTopic
     from dedup_broker.session.context import Handler, Session
 
 log = logging.getLogger(__name__)
@@ -45,7 +47,7 @@ class ConsumerCommands:
         self.connection = connection
         self.broker = connection.broker
         self.consumers: dict[int, Consumer] = {}
-        self._topics: dict[int, Topic] = {}
+        self._topics: dict[int, ServedTopic] = {}
         self._creating: dict[int, asyncio.Future[None]] = {}
 
     def handlers(self) -> dict[int, Handler]:
@@ -123,7 +125,7 @@ class ConsumerCommands:
             sub_type = SubscriptionType(request.subType)
             if not request.subscription:
                 raise SubscriptionRefusedError("a subscription name is required")
-            topic = await self.broker.get_topic(name)
+            topic = await self.broker.serve(name)
             if request.HasField("schema"):
                 schema = SchemaInfo.of_wire(request.schema)
                 await self.broker.schemas.for_consumer(name, schema)
@@ -196,7 +198,7 @@ class ConsumerCommands:
             log.debug("ack for unknown consumer %d ignored", ack.consumer_id)
             return
         cumulative = ack.ack_type == pb.CommandAck.Cumulative
-        ledger = self._topics[ack.consumer_id].managed_ledger
+        subscription = consumer.subscription
         positions = []
         partly: list[tuple[Position, list[int]]] = []
         by_index = self.connection.config.acknowledgment_at_batch_index_level_enabled
@@ -206,15 +208,15 @@ class ConsumerCommands:
                 # Part of a batch is still unacknowledged: a cumulative ack moves up to the
                 # entry before it; what was acknowledged of the batch is kept by index.
                 if cumulative:
-                    positions.append(ledger.previous_position(position))
+                    positions.append(subscription.position_before(position))
                 if by_index:
                     partly.append((position, list(message_id.ack_set)))
                 continue
             positions.append(position)
         if positions:
-            consumer.subscription.on_ack(consumer, positions, cumulative)
+            subscription.on_ack(consumer, positions, cumulative)
         for position, unacked in partly:
-            consumer.subscription.on_batch_ack(consumer, position, unacked)
+            subscription.on_batch_ack(consumer, position, unacked)
         if ack.HasField("request_id"):
             self.connection.send_command(
                 commands.ack_response(consumer.consumer_id, ack.request_id)
@@ -234,7 +236,11 @@ class ConsumerCommands:
 
     async def _seek(self, request: pb.CommandSeek) -> None:
         consumer = self._consumer(request.consumer_id)
-        ledger = self._topics[request.consumer_id].managed_ledger
+        topic = self._topics[request.consumer_id]
+        if isinstance(topic, NonPersistentTopic):  # nothing stored to move to
+            await consumer.subscription.reset_cursor(Position(-1, -1))
+            return
+        ledger = topic.managed_ledger
         if request.HasField("message_publish_time"):
             position = await ledger.find_position_by_time(request.message_publish_time)
         elif request.HasField("message_id"):
@@ -255,7 +261,7 @@ class ConsumerCommands:
         consumer = self._consumer(request.consumer_id)
         topic = self._topics[request.consumer_id]
         position, batch_index = await topic.last_message_id()
-        mark_delete = consumer.subscription.cursor.mark_delete_position
+        mark_delete = consumer.subscription.mark_delete_position
         self.connection.send_command(
             commands.get_last_message_id_response(
                 request.request_id,

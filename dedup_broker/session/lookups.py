@@ -116,14 +116,18 @@ class LookupCommands:
         return self._topics_of_namespace(frame.command.getTopicsOfNamespace)
 
     async def _topics_of_namespace(self, request: pb.CommandGetTopicsOfNamespace) -> None:
-        """Persistent topics only (no non-persistent ones exist), filtered by the pattern
-        when there is one this broker can evaluate (the client filters again anyway)."""
+        """The topics of the mode's domains (non-persistent ones: those live on this
+        broker), filtered by the pattern when there is one this broker can evaluate (the
+        client filters again anyway)."""
         self.connection.authorizer.check_namespace_read(
             self.connection.role, request.namespace, f"list the topics of {request.namespace}"
         )
+        modes = pb.CommandGetTopicsOfNamespace
         topics: list[str] = []
-        if request.mode != pb.CommandGetTopicsOfNamespace.NON_PERSISTENT:
+        if request.mode != modes.NON_PERSISTENT:
             topics = await self.broker.current_topics_of_namespace(request.namespace)
+        if request.mode != modes.PERSISTENT:
+            topics += self.broker.non_persistent_topics_of_namespace(request.namespace)
         filtered = False
         if request.HasField("topics_pattern"):
             pattern = compile_pattern(request.topics_pattern)

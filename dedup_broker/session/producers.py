@@ -25,7 +25,7 @@ from dedup_broker.session.lookups import topic_name
 from dedup_broker.session.replies import CreationInProgressError, UnknownIdError, publish_reply
 
 if TYPE_CHECKING:
-    from dedup_broker.domain.topic import Topic
+    from dedup_broker.domain.broker import ServedTopic
     from dedup_broker.session.context import Handler, Session
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ class _Attached:
 
     __slots__ = ("pending", "producer", "schema_version", "topic")
 
-    def __init__(self, producer: Producer, topic: Topic, schema_version: bytes) -> None:
+    def __init__(self, producer: Producer, topic: ServedTopic, schema_version: bytes) -> None:
         self.producer = producer
         self.topic = topic
         self.schema_version = schema_version
@@ -52,7 +52,7 @@ class ProducerCommands:
         self.broker = connection.broker
         self.producers: dict[int, _Attached] = {}
         self._creating: dict[int, asyncio.Future[None]] = {}
-        self._waiting: dict[int, tuple[Producer, Topic]] = {}
+        self._waiting: dict[int, tuple[Producer, ServedTopic]] = {}
         """Producers being attached (``WaitForExclusive`` ones may wait long), by id."""
 
     def handlers(self) -> dict[int, Handler]:
@@ -99,10 +99,10 @@ class ProducerCommands:
                 raise ProtocolError(
                     f"unknown producer access mode {request.producer_access_mode}"
                 ) from None
-            topic = await self.broker.get_topic(name)
+            topic = await self.broker.serve(name)
             schema = SchemaInfo.of_wire(request.schema) if request.HasField("schema") else None
             schema_version = await self.broker.schemas.for_producer(name, schema)
-            await topic.managed_ledger.wait_writable()
+            await topic.wait_writable()
             user_named = request.HasField("producer_name") and bool(request.producer_name)
             producer = Producer(
                 link=self,

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.parser import text_string_to_metric_families
 
 from dedup_broker.domain.metrics import PUBLISH_LATENCY_BUCKETS
+from dedup_broker.domain.non_persistent.metrics import DropReason
 from dedup_broker.metrics_registry import CONTENT_TYPE, exposition, new_registry
 from system_topics.decision import Action, Verdict
 from system_topics.intents import CopyKind
@@ -35,6 +36,7 @@ def test_broker_exposes_todays_names_types_and_labels() -> None:
     deleter.register_metrics(broker.registry)
     broker.metrics.dedup_verdicts.labels(verdict="Dup").inc()
     broker.key_dedup.metrics._tracked.labels(scope="s").set(2)
+    broker.metrics.non_persistent.dropped(DropReason.NO_PERMITS, 1)
     deleter.sent.labels(type="ledger").inc()
     text = broker_text(broker)
     assert sorted(exposed_families(text)) == sorted(
