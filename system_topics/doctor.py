@@ -6,7 +6,9 @@
   copy was not deleted after an offload): data is gone;
 - offloadOrphans / offloadMissing: the same for offloaded copies in tiered storage
   (files of offload attempts nothing lists or covers; complete offloads whose file is
-  gone).
+  gone);
+- compactedOrphans: companion topics of compacted topics that no managed ledger names
+  (a crash between deleting a compacted topic's metadata and its companion).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ async def inspect(config: BrokerConfig) -> dict[str, Any]:
     try:
         existing = set(await catalog.ledger_ids())
         lists = await catalog.managed_ledgers()
+        companions, named_companions = await catalog.compacted_topics()
         brokers = await owners.summary()
     finally:
         await catalog.close()
@@ -98,5 +101,10 @@ async def inspect(config: BrokerConfig) -> dict[str, Any]:
         "offloadedCopies": len(offloads),
         "offloadOrphans": offload_orphans,
         "offloadMissing": offload_missing,
-        "ok": not orphans and not missing and not offload_orphans and not offload_missing,
+        "compactedOrphans": sorted(companions - named_companions),
+        "ok": not orphans
+        and not missing
+        and not offload_orphans
+        and not offload_missing
+        and not companions - named_companions,
     }

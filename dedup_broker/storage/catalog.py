@@ -14,6 +14,7 @@ import asyncio
 from dedup_broker.config import BrokerConfig
 from dedup_broker.storage import formats
 from dedup_broker.storage.broker_registry import BROKERS_KEY, broker_urls
+from dedup_broker.storage.compacted_store import COMPACTED_TOPIC_PROPERTY, compacted_topic_prefix
 from dedup_broker.storage.formats import LedgerMetadata
 from dedup_broker.storage.kafka_admin import KafkaAdmin
 from dedup_broker.storage.kafka_reader import KafkaReader
@@ -56,6 +57,21 @@ class LedgerCatalog:
             name: formats.decode_managed_ledger_info(stored).ledgers
             for name, stored in self._managed_ledgers.items()
         }
+
+    async def compacted_topics(self) -> tuple[set[str], set[str]]:
+        """Companion topics of compacted topics: those that exist, those named by a
+        managed ledger (read after listing, so a new one is named before it exists)."""
+        prefix = compacted_topic_prefix(self._cluster)
+        existing = {t for t in await self._admin.list_topics() if t.startswith(prefix)}
+        await self._managed_ledgers.refresh()
+        named = set()
+        for _, stored in self._managed_ledgers.items():
+            topic = formats.decode_managed_ledger_info(stored).properties.get(
+                COMPACTED_TOPIC_PROPERTY
+            )
+            if topic is not None:
+                named.add(topic)
+        return existing, named
 
     # --- one ledger -----------------------------------------------------------------
     async def allocated_for(self, ledger_id: int) -> str | None:

@@ -6,8 +6,12 @@ import time
 
 import pulsar
 import requests
+from confluent_kafka.admin import AdminClient
 
+from dedup_broker.config import BrokerConfig
+from dedup_broker.storage.compacted_store import compacted_topic_prefix
 from dedup_broker.testing.broker_process import BrokerProcess
+from system_topics import doctor
 
 RECEIVE_MS = 10_000
 
@@ -133,3 +137,29 @@ def test_compaction_status_and_missing_topic(broker: BrokerProcess, topic: str) 
         client.close()
     status = requests.get(_compaction_url(broker, topic), timeout=10).json()
     assert status == {"status": "NOT_RUN", "lastError": ""}
+
+
+def test_the_companion_topic_goes_with_its_topic(
+    broker: BrokerProcess, client: pulsar.Client, topic: str
+) -> None:
+    producer = client.create_producer(topic)
+    producer.send(b"v", partition_key="k")
+    producer.close()
+    _compact(broker, topic)
+    config = BrokerConfig(
+        kafka_bootstrap_servers=broker.kafka_bootstrap, cluster_name=broker.cluster_name
+    )
+    prefix = compacted_topic_prefix(broker.cluster_name)
+    admin = AdminClient(config.kafka_connection())
+    assert [t for t in admin.list_topics(timeout=30).topics if t.startswith(prefix)]
+
+    path = topic.replace("persistent://", "")
+    deleted = requests.delete(
+        f"{broker.http_url}/admin/v2/persistent/{path}?force=true", timeout=30
+    )
+    assert deleted.status_code == 204, deleted.text
+    deadline = time.monotonic() + 30
+    while [t for t in admin.list_topics(timeout=30).topics if t.startswith(prefix)]:
+        assert time.monotonic() < deadline, "the companion topic was not deleted"
+        time.sleep(0.5)
+    assert doctor.check(config)["compactedOrphans"] == []

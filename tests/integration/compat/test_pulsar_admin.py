@@ -1,8 +1,7 @@
 """The official ``pulsar-admin`` CLI (4.0.6, from Maven Central) against the admin API.
 
 Every command runs in one JVM (start-up dominates); each command's exit code and output
-are those pulsar-admin gives a user. Commands the broker does not serve are checked too,
-so that docs/compatibility.md stays true: they fail cleanly with the missing resource.
+are those pulsar-admin gives a user.
 """
 
 from __future__ import annotations
@@ -231,15 +230,36 @@ def test_pulsar_admin_clusters_and_runtime_configuration(
     assert runtime["redisUrl"] == "******"  # a URL may carry a password
 
 
-def test_pulsar_admin_commands_not_served(
-    tools: Path, broker: BrokerProcess, tmp_path: Path
-) -> None:
-    """Compaction is not served yet: it fails with pulsar-admin's usual error for a
-    missing resource (exit 1)."""
-    conf = write_client_conf(tmp_path / "client.conf", broker.service_url, broker.http_url)
-    for outcome in run_pulsar_admin_batch(conf, [["topics", "compact", TOPIC]]):
-        assert outcome.exit_code == 1, outcome
-        assert "no resource at /admin/v2/" in outcome.output, outcome
+def test_pulsar_admin_compaction(tools: Path, broker: BrokerProcess, tmp_path: Path) -> None:
+    topic = f"{TOPIC}-compacted"
+    client = pulsar.Client(broker.service_url)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        for value, key in ((b"1", "k"), (b"2", "k"), (b"x", "other")):
+            producer.send(value, partition_key=key)
+        conf = write_client_conf(tmp_path / "client.conf", broker.service_url, broker.http_url)
+        commands: list[list[str]] = [
+            ["topics", "compaction-status", topic],  # 0
+            ["topics", "compact", topic],  # 1
+            ["topics", "compaction-status", "-w", topic],  # 2: waits for the end
+            ["namespaces", "set-compaction-threshold", NAMESPACE, "--threshold", "10M"],  # 3
+            ["namespaces", "get-compaction-threshold", NAMESPACE],  # 4
+            ["namespaces", "remove-compaction-threshold", NAMESPACE],  # 5
+            ["namespaces", "get-compaction-threshold", NAMESPACE],  # 6
+        ]
+        out = run_pulsar_admin_batch(conf, commands)
+        assert [o.exit_code for o in out] == [0] * len(commands), "\n".join(
+            f"{o.args}: {o.exit_code}\n{o.output[-600:]}" for o in out
+        )
+        assert "Compaction has not been run" in out[0].output
+        assert "Compaction was a success" in out[2].output
+        assert out[4].output.strip() == str(10 * 1024 * 1024)
+        assert out[6].output.strip() == "0"
+        reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+        got = [reader.read_next(10_000) for _ in range(2)]
+        assert [(m.partition_key(), m.data()) for m in got] == [("k", b"2"), ("other", b"x")]
+    finally:
+        client.close()
 
 
 def _json_lines(output: str) -> list[str]:
