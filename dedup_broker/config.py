@@ -219,6 +219,9 @@ class BrokerConfig:
     """How long a ledger's Kafka copy is kept after its offload; negative: forever."""
     managed_ledger_offload_auto_trigger_size_threshold_bytes: int = -1
     """Namespace default of ``offloadThreshold``: Kafka bytes kept before offloading."""
+    managed_ledger_offload_threshold_in_seconds: int = -1
+    """Namespace default of ``offloadThresholdInSeconds``: closed ledgers older than this
+    are offloaded (negative: off, 0: every closed ledger)."""
 
     # --- topic compaction -------------------------------------------------------------
     broker_service_compaction_threshold_in_bytes: int = 0

@@ -42,7 +42,7 @@ from dedup_broker.storage.system_cursors import (
     SYSTEM_CURSOR_PREFIX,
     is_system_cursor,
 )
-from dedup_broker.tiered.policy import offload_threshold
+from dedup_broker.tiered.policy import offload_threshold, offload_threshold_in_seconds
 
 if TYPE_CHECKING:
     from dedup_broker.domain.consumer import Consumer
@@ -128,6 +128,9 @@ class Topic(ProducerHost):
         config, policies = services.config, services.policies
         ledger.retention = lambda: topic_retention(policies, config, name, ledger)
         ledger.offloads.threshold = lambda: offload_threshold(policies, config, name)
+        ledger.offloads.threshold_seconds = lambda: offload_threshold_in_seconds(
+            policies, config, name
+        )
         for cursor_name in ledger.stored_cursor_names():
             if is_system_cursor(cursor_name):
                 continue
@@ -362,8 +365,10 @@ class Topic(ProducerHost):
     # --- lifecycle and stats --------------------------------------------------------
     async def housekeeping(self) -> None:
         """Periodic: quiet-topic snapshots, idle producers, failed recoveries, compaction
-        past its threshold."""
+        past its threshold, ledgers past the offload age."""
         await self.dedup.housekeeping()
+        if offload_threshold_in_seconds(self.services.policies, self.config, self.name) >= 0:
+            self.managed_ledger.offloads.check_soon()
         await self.compaction.check_threshold(
             compaction_threshold(self.services.policies, self.config, self.name)
         )

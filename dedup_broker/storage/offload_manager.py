@@ -55,27 +55,38 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def over_threshold(ledgers: list[LedgerInfo], threshold_bytes: int) -> list[int]:
-    """Closed ledgers to offload so that at most ``threshold_bytes`` stay only in Kafka:
-    the newest ledgers are kept, every older one goes (Pulsar's offloadThreshold; a
-    negative threshold offloads nothing, 0 every closed ledger)."""
-    if threshold_bytes < 0:
-        return []
-    kept = 0
-    crossed = False
-    chosen: list[int] = []
-    for info in reversed(ledgers):
-        if info.offloaded:
-            continue
-        if info.is_open:
-            kept += info.size
-            continue
-        if not crossed and kept + info.size <= threshold_bytes:
-            kept += info.size
-            continue
-        crossed = True
-        if info.entries > 0:
-            chosen.append(info.ledger_id)
+def over_threshold(
+    ledgers: list[LedgerInfo],
+    threshold_bytes: int,
+    threshold_seconds: int = -1,
+    now_ms: int | None = None,
+) -> list[int]:
+    """Closed ledgers to offload so that at most ``threshold_bytes`` stay only in Kafka
+    (the newest ledgers are kept, every older one goes: Pulsar's offloadThreshold) and
+    none closed more than ``threshold_seconds`` ago stays there (offloadThresholdInSeconds).
+    A negative threshold turns its rule off, 0 offloads every closed ledger."""
+    chosen: set[int] = set()
+    if threshold_bytes >= 0:
+        kept = 0
+        crossed = False
+        for info in reversed(ledgers):
+            if info.offloaded:
+                continue
+            if info.is_open:
+                kept += info.size
+                continue
+            if not crossed and kept + info.size <= threshold_bytes:
+                kept += info.size
+                continue
+            crossed = True
+            if info.entries > 0:
+                chosen.add(info.ledger_id)
+    if threshold_seconds >= 0:
+        oldest = (_now_ms() if now_ms is None else now_ms) - threshold_seconds * 1000
+        for info in ledgers:
+            closed = not info.is_open and info.entries > 0
+            if closed and not info.offloaded and info.timestamp_ms <= oldest:
+                chosen.add(info.ledger_id)
     return sorted(chosen)
 
 
@@ -101,6 +112,8 @@ class LedgerOffloads:
         """The trimmer's lock: a ledger is never offloaded while trimmed."""
         self.threshold: Callable[[], int] | None = None
         """Set by the owner: the ``offloadThreshold`` in bytes (negative: off)."""
+        self.threshold_seconds: Callable[[], int] | None = None
+        """Set by the owner: the ``offloadThresholdInSeconds`` (negative: off)."""
         self.status = NOT_RUN
         self.last_error = ""
         self._job = CoalescedJob(self.check, f"{ledger.name}: offload housekeeping")
@@ -165,7 +178,8 @@ class LedgerOffloads:
                 return
             await self._drop_incomplete()
             threshold = self.threshold() if self.threshold is not None else -1
-            for ledger_id in over_threshold(ml.ledgers(), threshold):
+            seconds = self.threshold_seconds() if self.threshold_seconds is not None else -1
+            for ledger_id in over_threshold(ml.ledgers(), threshold, seconds):
                 await self._offload(ledger_id)
             await self._delete_kafka_copies()
         self._arm_timer()

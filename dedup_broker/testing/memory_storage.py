@@ -94,6 +94,7 @@ class MemoryOffloads:
     """Offloading is not modelled: the threshold the topic sets, and the checks asked for."""
 
     threshold: Callable[[], int] | None = None
+    threshold_seconds: Callable[[], int] | None = None
     checks: int = 0
 
     def check_soon(self) -> None:

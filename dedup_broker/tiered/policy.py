@@ -1,8 +1,10 @@
-"""The ``offloadThreshold`` policy: how many bytes of a topic may stay only in Kafka.
+"""The offload thresholds: how many bytes of a topic may stay only in Kafka, and for how
+long a closed ledger may.
 
-Namespace level (Pulsar's ``offload_threshold``), else the broker's
-``managedLedgerOffloadAutoTriggerSizeThresholdBytes``; negative turns automatic
-offloading off, 0 offloads every closed ledger.
+Namespace level (Pulsar's ``offload_threshold`` and ``offload_threshold_in_seconds``),
+else the broker's ``managedLedgerOffloadAutoTriggerSizeThresholdBytes`` and
+``managedLedgerOffloadThresholdInSeconds``; negative turns that rule off, 0 offloads
+every closed ledger.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dedup_broker.domain.names import TopicName
 from dedup_broker.domain.policies import Policies
 
 OFFLOAD_THRESHOLD = "offload_threshold"
+OFFLOAD_THRESHOLD_IN_SECONDS = "offload_threshold_in_seconds"
 
 
 def offload_threshold(policies: Policies, config: BrokerConfig, name: TopicName) -> int:
@@ -19,3 +22,10 @@ def offload_threshold(policies: Policies, config: BrokerConfig, name: TopicName)
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     return config.managed_ledger_offload_auto_trigger_size_threshold_bytes
+
+
+def offload_threshold_in_seconds(policies: Policies, config: BrokerConfig, name: TopicName) -> int:
+    value = policies.namespace_value(name.namespace_name, OFFLOAD_THRESHOLD_IN_SECONDS)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return config.managed_ledger_offload_threshold_in_seconds

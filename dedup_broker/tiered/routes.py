@@ -7,6 +7,7 @@
   "firstUnoffloadedMessage"}``
 - ``PUT``/``POST``/``GET``/``DELETE /admin/v2/namespaces/{tenant}/{namespace}/offloadThreshold``
   body bytes: the size policy (negative: off, 0: offload every closed ledger)
+- the same on ``.../offloadThresholdInSeconds``, body seconds: the age policy
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dedup_broker.http.bodies import json_response, no_content, read_int, read_j
 from dedup_broker.http.errors import ErrorStatuses, HttpError
 from dedup_broker.http.paths import NAMESPACES, TOPIC, namespace_of, topic_of
 from dedup_broker.storage.position import Position
-from dedup_broker.tiered.policy import OFFLOAD_THRESHOLD
+from dedup_broker.tiered.policy import OFFLOAD_THRESHOLD, OFFLOAD_THRESHOLD_IN_SECONDS
 
 if TYPE_CHECKING:
     from dedup_broker.domain.broker import Broker
@@ -42,6 +43,10 @@ def offload_routes(broker: Broker) -> list[web.RouteDef]:
         web.post(NAMESPACES + "/offloadThreshold", api.set_threshold),
         web.get(NAMESPACES + "/offloadThreshold", api.get_threshold),
         web.delete(NAMESPACES + "/offloadThreshold", api.remove_threshold),
+        web.put(NAMESPACES + "/offloadThresholdInSeconds", api.set_age),
+        web.post(NAMESPACES + "/offloadThresholdInSeconds", api.set_age),
+        web.get(NAMESPACES + "/offloadThresholdInSeconds", api.get_age),
+        web.delete(NAMESPACES + "/offloadThresholdInSeconds", api.remove_age),
     ]
 
 
@@ -91,22 +96,37 @@ class _OffloadApi:
         )
 
     async def get_threshold(self, request: web.Request) -> web.Response:
-        value = self.broker.policies.namespace_value(namespace_of(request), OFFLOAD_THRESHOLD)
-        if value is None:
-            value = self.broker.config.managed_ledger_offload_auto_trigger_size_threshold_bytes
-        return json_response(value)
+        default = self.broker.config.managed_ledger_offload_auto_trigger_size_threshold_bytes
+        return self._get(request, OFFLOAD_THRESHOLD, default)
 
     async def set_threshold(self, request: web.Request) -> web.Response:
         threshold = await read_int(request, "a number of bytes")
-        await self._apply(namespace_of(request), threshold)
+        await self._apply(namespace_of(request), OFFLOAD_THRESHOLD, threshold)
         return no_content()
 
     async def remove_threshold(self, request: web.Request) -> web.Response:
-        await self._apply(namespace_of(request), None)
+        await self._apply(namespace_of(request), OFFLOAD_THRESHOLD, None)
         return no_content()
 
-    async def _apply(self, namespace: str, threshold: int | None) -> None:
-        await self.broker.policies.set_namespace_value(namespace, OFFLOAD_THRESHOLD, threshold)
+    async def get_age(self, request: web.Request) -> web.Response:
+        default = self.broker.config.managed_ledger_offload_threshold_in_seconds
+        return self._get(request, OFFLOAD_THRESHOLD_IN_SECONDS, default)
+
+    async def set_age(self, request: web.Request) -> web.Response:
+        seconds = await read_int(request, "a number of seconds")
+        await self._apply(namespace_of(request), OFFLOAD_THRESHOLD_IN_SECONDS, seconds)
+        return no_content()
+
+    async def remove_age(self, request: web.Request) -> web.Response:
+        await self._apply(namespace_of(request), OFFLOAD_THRESHOLD_IN_SECONDS, None)
+        return no_content()
+
+    def _get(self, request: web.Request, policy: str, default: int) -> web.Response:
+        value = self.broker.policies.namespace_value(namespace_of(request), policy)
+        return json_response(default if value is None else value)
+
+    async def _apply(self, namespace: str, policy: str, value: int | None) -> None:
+        await self.broker.policies.set_namespace_value(namespace, policy, value)
         for topic in list(self.broker.topics.values()):
             if topic.name.namespace_name == namespace:
                 topic.managed_ledger.offloads.check_soon()

@@ -92,6 +92,21 @@ def test_threshold_keeps_the_newest_bytes_in_kafka() -> None:
     assert over_threshold(ledgers, 1000) == []
 
 
+def test_age_threshold_offloads_ledgers_closed_long_enough_ago() -> None:
+    ledgers = [
+        LedgerInfo(1, 5, 100, 1_000),
+        LedgerInfo(2, 5, 100, 5_000),
+        LedgerInfo(3, 0, 0, 1_000),  # empty: never offloaded
+        LedgerInfo(4, 5, 100, 9_000),
+        LedgerInfo(5, -1, 50, 0),  # open: never offloaded
+    ]
+    assert over_threshold(ledgers, -1, -1, now_ms=10_000) == []
+    assert over_threshold(ledgers, -1, 0, now_ms=10_000) == [1, 2, 4]
+    assert over_threshold(ledgers, -1, 5, now_ms=10_000) == [1, 2]
+    # Either rule is enough: the size rule adds ledger 2 to what age chose.
+    assert over_threshold(ledgers, 150, 8, now_ms=10_000) == [1, 2]
+
+
 def test_offload_state_round_trips_in_the_ledger_list() -> None:
     uid = str(uuid.uuid4())
     info = LedgerInfo(4, 5, 100, 9, OffloadInfo(uid, True, True, 77, "filesystem"))
