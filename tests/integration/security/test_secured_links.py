@@ -1,6 +1,6 @@
-"""The broker, the deletion worker and the doctor on a Kafka listener that requires SASL
-(PLAIN); the broker on a Kafka SSL listener; key-window deduplication on a Redis that
-requires a password."""
+"""The broker, the deletion worker and the doctor on Kafka listeners that require SASL
+(PLAIN over SASL_PLAINTEXT, SCRAM-SHA-256 over SASL_SSL); the broker on a Kafka SSL
+listener; key-window deduplication on a Redis that requires a password."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from dedup_broker.testing.worker_process import WorkerProcess
 from system_topics.doctor import check
 from tests.integration.conftest import make_broker
 from tests.integration.system_topics.deletion_helpers import SMALL_LEDGERS, wait_until
-from tests.tls_certificates import make_certificates
+from tests.tls_certificates import Certificates, make_certificates
 
 SASL = {
     "kafka_security_protocol": "SASL_PLAINTEXT",
@@ -34,9 +34,22 @@ SASL = {
 
 
 @pytest.fixture(scope="module")
-def sasl_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NativeKafka]:
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    return make_certificates(tmp_path_factory.mktemp("certificates"))
+
+
+@pytest.fixture(scope="module")
+def secured_kafka(
+    tmp_path_factory: pytest.TempPathFactory, certificates: Certificates
+) -> Iterator[NativeKafka]:
+    """One Kafka with SASL_PLAINTEXT, SSL and SASL_SSL listeners (and PLAINTEXT)."""
+    folder = tmp_path_factory.mktemp("secured-kafka")
+    keystore = folder / "keystore.pem"
+    keystore.write_bytes(
+        certificates.server_key.read_bytes() + certificates.server_cert.read_bytes()
+    )
     kafka = NativeKafka(
-        tmp_path_factory.mktemp("sasl-kafka"), sasl_users={"broker": "broker-secret"}
+        folder / "kafka", sasl_users={"broker": "broker-secret"}, ssl_keystore=keystore
     )
     kafka.start()
     try:
@@ -45,13 +58,22 @@ def sasl_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NativeKafka
         kafka.close()
 
 
-def test_broker_worker_and_doctor_over_sasl(sasl_kafka: NativeKafka, tmp_path: Path) -> None:
-    settings = {**SASL, **SMALL_LEDGERS}
-    broker = make_broker(sasl_kafka.sasl_bootstrap_servers, tmp_path, **settings)
-    worker = WorkerProcess(
-        sasl_kafka.sasl_bootstrap_servers, broker.cluster_name, settings, tmp_path
-    )
-    admin = AdminClient({"bootstrap.servers": sasl_kafka.bootstrap_servers})
+@pytest.mark.parametrize("link", ["plain-over-sasl-plaintext", "scram-over-sasl-ssl"])
+def test_broker_worker_and_doctor_over_sasl(
+    link: str, secured_kafka: NativeKafka, certificates: Certificates, tmp_path: Path
+) -> None:
+    settings: dict[str, object] = {**SASL, **SMALL_LEDGERS}
+    servers = secured_kafka.sasl_bootstrap_servers
+    if link == "scram-over-sasl-ssl":
+        servers = secured_kafka.sasl_ssl_bootstrap_servers
+        settings.update(
+            kafka_security_protocol="SASL_SSL",
+            kafka_sasl_mechanism="SCRAM-SHA-256",
+            kafka_ssl_ca_location=str(certificates.ca),
+        )
+    broker = make_broker(servers, tmp_path, **settings)
+    worker = WorkerProcess(servers, broker.cluster_name, settings, tmp_path)
+    admin = AdminClient({"bootstrap.servers": secured_kafka.bootstrap_servers})
     pattern = re.compile(re.escape(broker.cluster_name) + r"\.ledger\.(\d+)")
 
     def ledger_topics() -> set[int]:
@@ -96,10 +118,10 @@ def test_broker_worker_and_doctor_over_sasl(sasl_kafka: NativeKafka, tmp_path: P
 
 
 def test_a_wrong_kafka_password_stops_the_broker_with_the_reason(
-    sasl_kafka: NativeKafka, tmp_path: Path
+    secured_kafka: NativeKafka, tmp_path: Path
 ) -> None:
     broker = make_broker(
-        sasl_kafka.sasl_bootstrap_servers,
+        secured_kafka.sasl_bootstrap_servers,
         tmp_path,
         **{**SASL, "kafka_sasl_password": "guess", "kafka_request_timeout_ms": 5000},
     )
@@ -144,16 +166,11 @@ def _internal(broker: BrokerProcess, path: str) -> dict[str, list[dict[str, int]
     return data
 
 
-def test_the_broker_on_a_kafka_ssl_listener(tmp_path: Path) -> None:
-    certificates = make_certificates(tmp_path)
-    keystore = tmp_path / "kafka-keystore.pem"
-    keystore.write_bytes(
-        certificates.server_key.read_bytes() + certificates.server_cert.read_bytes()
-    )
-    kafka = NativeKafka(tmp_path / "ssl-kafka", ssl_keystore=keystore)
-    kafka.start()
+def test_the_broker_on_a_kafka_ssl_listener(
+    secured_kafka: NativeKafka, certificates: Certificates, tmp_path: Path
+) -> None:
     ssl = {"kafka_security_protocol": "SSL", "kafka_ssl_ca_location": str(certificates.ca)}
-    broker = make_broker(kafka.ssl_bootstrap_servers, tmp_path, **ssl)
+    broker = make_broker(secured_kafka.ssl_bootstrap_servers, tmp_path, **ssl)
     try:
         broker.start()
         topic = f"persistent://public/default/ssl-{uuid.uuid4().hex[:8]}"
@@ -170,7 +187,7 @@ def test_the_broker_on_a_kafka_ssl_listener(tmp_path: Path) -> None:
         # A CA that did not sign Kafka's certificate is refused at start.
         (tmp_path / "other").mkdir()
         other = make_broker(
-            kafka.ssl_bootstrap_servers,
+            secured_kafka.ssl_bootstrap_servers,
             tmp_path / "other",
             **{**ssl, "kafka_ssl_ca_location": str(certificates.other_ca)},
             kafka_request_timeout_ms=5000,
@@ -181,4 +198,3 @@ def test_the_broker_on_a_kafka_ssl_listener(tmp_path: Path) -> None:
         assert "certificate verify failed" in other.log_text()
     finally:
         broker.stop()
-        kafka.close()
