@@ -148,6 +148,7 @@ class BrokerApp:
             timeout_seconds=config.key_deduplication_redis_timeout_seconds,
             cluster=config.redis_cluster_enabled,
             observe=key_metrics.observe_redis,
+            connection=config.redis_connection(),
         )
         key_dedup = KeyDedupService(config, key_store, policies, key_metrics)
         await storage.admin.create_topic(

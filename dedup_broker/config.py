@@ -178,6 +178,11 @@ class BrokerConfig:
     redis_url: str = "redis://localhost:6379/0"
     redis_cluster_enabled: bool = False
     """Talk to ``redisUrl`` as a Redis Cluster (also implied by a ``redis+cluster://`` URL)."""
+    redis_ssl_ca_location: str = ""
+    """PEM file of the CAs that signed Redis's certificate (a ``rediss://`` ``redisUrl``)."""
+    redis_ssl_certificate_location: str = ""
+    """Client certificate (PEM) for a Redis that requires one (``tls-auth-clients yes``)."""
+    redis_ssl_key_location: str = ""
     broker_key_deduplication_enabled: bool = False
     """Key-window deduplication for topics without their own keyDeduplication policy."""
     key_deduplication_key_source: str = "content"
@@ -239,6 +244,15 @@ class BrokerConfig:
         }
         settings.update({key: value for key, value in optional.items() if value})
         return settings
+
+    def redis_connection(self) -> dict[str, str]:
+        """redis-py's TLS arguments (``ssl_ca_certs``, ...) for ``redisUrl``: the ones set."""
+        settings = {
+            "ssl_ca_certs": self.redis_ssl_ca_location,
+            "ssl_certfile": self.redis_ssl_certificate_location,
+            "ssl_keyfile": self.redis_ssl_key_location,
+        }
+        return {key: value for key, value in settings.items() if value}
 
     def with_overrides(self, **changes: Any) -> BrokerConfig:
         """A copy with some attributes replaced (values are coerced like file values)."""
@@ -428,6 +442,11 @@ def _validate(config: BrokerConfig) -> None:
     ):
         raise ConfigError(
             "kafkaSecurityProtocol SASL_* needs kafkaSaslMechanism and kafkaSaslUsername"
+        )
+    if config.redis_connection() and not config.redis_url.startswith(("rediss://", "rediss+")):
+        raise ConfigError(
+            "redisSslCaLocation, redisSslCertificateLocation and redisSslKeyLocation need "
+            f"a TLS redisUrl (rediss://...), got {config.redis_url.partition(':')[0]}://"
         )
     if config.allow_auto_topic_creation_type not in ("non-partitioned", "partitioned"):
         raise ConfigError(

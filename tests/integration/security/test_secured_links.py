@@ -1,9 +1,10 @@
 """The broker, the deletion worker and the doctor on Kafka listeners that require SASL
 (PLAIN over SASL_PLAINTEXT, SCRAM-SHA-256 over SASL_SSL); the broker on a Kafka SSL
-listener; key-window deduplication on a Redis that requires a password."""
+listener; key-window deduplication on a Redis that requires a password, also over TLS."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import uuid
@@ -16,7 +17,8 @@ from confluent_kafka.admin import AdminClient
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.devservers.kafka import NativeKafka
-from dedup_broker.devservers.redis import NativeRedis
+from dedup_broker.devservers.redis import NativeRedis, RedisTls
+from dedup_broker.key_dedup.store import KeyStore, KeyStoreUnavailableError, ScopeKeys
 from dedup_broker.testing.admin_http import http_request
 from dedup_broker.testing.broker_process import BrokerProcess
 from dedup_broker.testing.worker_process import WorkerProcess
@@ -131,11 +133,18 @@ def test_a_wrong_kafka_password_stops_the_broker_with_the_reason(
     assert "SASL authentication error: Authentication failed" in broker.log_text()
 
 
-def test_key_dedup_on_a_redis_with_a_password(kafka_bootstrap: str, tmp_path: Path) -> None:
-    redis = NativeRedis(tmp_path / "redis", password="redis-secret")
+@pytest.mark.parametrize("tls", [False, True], ids=["redis", "rediss"])
+def test_key_dedup_on_a_redis_with_a_password(
+    tls: bool, kafka_bootstrap: str, certificates: Certificates, tmp_path: Path
+) -> None:
+    server = RedisTls(certificates.server_cert, certificates.server_key, certificates.ca)
+    redis = NativeRedis(tmp_path / "redis", password="redis-secret", tls=server if tls else None)
     redis.start()
-    broker = make_broker(kafka_bootstrap, tmp_path, redis_url=redis.url)
+    settings = {"redis_ssl_ca_location": str(certificates.ca)} if tls else {}
+    broker = make_broker(kafka_bootstrap, tmp_path, redis_url=redis.url, **settings)
     try:
+        if tls:
+            _refused_without_the_ca(redis, certificates)
         broker.start()
         topic = f"persistent://public/default/keys-{uuid.uuid4().hex[:8]}"
         path = "/admin/v2/persistent/" + topic.removeprefix("persistent://")
@@ -157,6 +166,20 @@ def test_key_dedup_on_a_redis_with_a_password(kafka_bootstrap: str, tmp_path: Pa
     finally:
         broker.stop()
         redis.close()
+
+
+def _refused_without_the_ca(redis: NativeRedis, certificates: Certificates) -> None:
+    """A client that does not trust Redis's certificate cannot use it."""
+
+    async def claim() -> None:
+        store = KeyStore(redis.url, connection={"ssl_ca_certs": str(certificates.other_ca)})
+        try:
+            await store.marker_present(ScopeKeys("tls-check"))
+        finally:
+            await store.close()
+
+    with pytest.raises(KeyStoreUnavailableError, match="certificate verify failed"):
+        asyncio.run(claim())
 
 
 def _internal(broker: BrokerProcess, path: str) -> dict[str, list[dict[str, int]]]:
