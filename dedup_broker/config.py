@@ -82,6 +82,13 @@ class BrokerConfig:
     (or Pulsar's client class names)."""
     broker_client_authentication_parameters: str = ""
     """``token:<jwt>``, ``file:///path``; basic: ``{"userId": ..., "password": ...}``."""
+    broker_client_trust_certs_file_path: str = ""
+    """CAs (PEM) that brokers and the deletion worker verify other brokers' HTTPS with;
+    empty: ``tlsTrustCertsFilePath``, and without it the system's CAs."""
+    broker_client_certificate_file_path: str = ""
+    """Client certificate (PEM) presented on those HTTPS calls, for brokers that require
+    one (``tlsRequireTrustedClientCertOnConnect``)."""
+    broker_client_key_file_path: str = ""
     """Check tenants' admin roles and namespace permissions on every operation."""
     token_secret_key: str = ""
     """HS256 key: ``data:;base64,<key>``, ``file:///path`` (raw bytes) or base64."""

@@ -1,6 +1,7 @@
 """The broker, the deletion worker and the doctor on Kafka listeners that require SASL
 (PLAIN over SASL_PLAINTEXT, SCRAM-SHA-256 over SASL_SSL); the broker on a Kafka SSL
-listener; key-window deduplication on a Redis that requires a password, also over TLS."""
+listener; key-window deduplication on a Redis that requires a password, also over TLS;
+brokers and the deletion worker calling brokers over HTTPS."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from dedup_broker.devservers.kafka import NativeKafka
 from dedup_broker.devservers.redis import NativeRedis, RedisTls
 from dedup_broker.key_dedup.store import KeyStore, KeyStoreUnavailableError, ScopeKeys
 from dedup_broker.testing.admin_http import http_request
-from dedup_broker.testing.broker_process import BrokerProcess
+from dedup_broker.testing.broker_process import BrokerProcess, free_port
+from dedup_broker.testing.cluster_processes import ClusterProcesses
 from dedup_broker.testing.worker_process import WorkerProcess
 from system_topics.doctor import check
 from tests.integration.conftest import make_broker
@@ -75,43 +77,12 @@ def test_broker_worker_and_doctor_over_sasl(
         )
     broker = make_broker(servers, tmp_path, **settings)
     worker = WorkerProcess(servers, broker.cluster_name, settings, tmp_path)
-    admin = AdminClient({"bootstrap.servers": secured_kafka.bootstrap_servers})
-    pattern = re.compile(re.escape(broker.cluster_name) + r"\.ledger\.(\d+)")
-
-    def ledger_topics() -> set[int]:
-        names = admin.list_topics(timeout=10).topics
-        return {int(m.group(1)) for t in names if (m := pattern.fullmatch(t))}
-
     try:
         broker.start()
         worker.start()
         topic = f"persistent://public/default/sasl-{uuid.uuid4().hex[:8]}"
-        client = pulsar.Client(broker.service_url, operation_timeout_seconds=60)
-        try:
-            consumer = client.subscribe(topic, "sub")
-            producer = client.create_producer(topic, batching_enabled=False)
-            for i in range(30):
-                producer.send(b"m-%d" % i)
-            received = []
-            for _ in range(25):
-                message = consumer.receive(10_000)
-                received.append(message.data())
-                consumer.acknowledge(message)
-            assert received == [b"m-%d" % i for i in range(25)]
-            consumer.close()
-            path = "/admin/v2/persistent/" + topic.removeprefix("persistent://")
-            before = {x["ledgerId"] for x in _internal(broker, path)["ledgers"]}
-            assert http_request("POST", broker.http_url + path + "/trim")[0] == 204
-            trimmed = before - {x["ledgerId"] for x in _internal(broker, path)["ledgers"]}
-            assert len(trimmed) >= 4
-            # The worker (over SASL) deletes what was trimmed.
-            wait_until(lambda: not (ledger_topics() & trimmed), what="ledgers deleted")
-            consumer = client.subscribe(topic, "sub")
-            assert [consumer.receive(10_000).data() for _ in range(5)] == [
-                b"m-%d" % i for i in range(25, 30)
-            ]
-        finally:
-            client.close()
+        # The worker (over SASL) deletes what is trimmed.
+        _trim_and_see_the_worker_delete(broker, topic, secured_kafka.bootstrap_servers)
         report = check(BrokerConfig.load(environ=broker.environment()))
         assert report["orphans"] == [] and report["missing"] == [], report
     finally:
@@ -182,11 +153,112 @@ def _refused_without_the_ca(redis: NativeRedis, certificates: Certificates) -> N
         asyncio.run(claim())
 
 
+def _trim_and_see_the_worker_delete(broker: BrokerProcess, topic: str, kafka: str) -> None:
+    """30 messages on ``topic`` (owned by ``broker``), 25 consumed: a trim gives ledgers
+    up, the cluster's deletion worker deletes their Kafka topics, the rest stays readable."""
+    admin = AdminClient({"bootstrap.servers": kafka})
+    pattern = re.compile(re.escape(broker.cluster_name) + r"\.ledger\.(\d+)")
+
+    def ledger_topics() -> set[int]:
+        names = admin.list_topics(timeout=10).topics
+        return {int(m.group(1)) for t in names if (m := pattern.fullmatch(t))}
+
+    client = pulsar.Client(broker.service_url, operation_timeout_seconds=60)
+    try:
+        consumer = client.subscribe(topic, "sub")
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(30):
+            producer.send(b"m-%d" % i)
+        # Listed before anything is consumed: acknowledgements may start a trim too.
+        path = "/admin/v2/persistent/" + topic.removeprefix("persistent://")
+        before = {x["ledgerId"] for x in _internal(broker, path)["ledgers"]}
+        received = []
+        for _ in range(25):
+            message = consumer.receive(10_000)
+            received.append(message.data())
+            consumer.acknowledge(message)
+        assert received == [b"m-%d" % i for i in range(25)]
+        consumer.close()
+        trim = http_request("POST", broker.http_url + path + "/trim", None, broker.https_context)
+        assert trim[0] == 204, trim
+        trimmed = before - {x["ledgerId"] for x in _internal(broker, path)["ledgers"]}
+        assert len(trimmed) >= 4
+        wait_until(lambda: not (ledger_topics() & trimmed), what="ledgers deleted")
+        consumer = client.subscribe(topic, "sub")
+        assert [consumer.receive(10_000).data() for _ in range(5)] == [
+            b"m-%d" % i for i in range(25, 30)
+        ]
+    finally:
+        client.close()
+
+
 def _internal(broker: BrokerProcess, path: str) -> dict[str, list[dict[str, int]]]:
-    status, body = http_request("GET", broker.http_url + path + "/internalStats")
+    url = broker.http_url + path + "/internalStats"
+    status, body = http_request("GET", url, None, broker.https_context)
     assert status == 200, body
     data: dict[str, list[dict[str, int]]] = json.loads(body)
     return data
+
+
+def test_brokers_and_the_worker_call_brokers_over_https(
+    kafka_bootstrap: str, certificates: Certificates, tmp_path: Path
+) -> None:
+    """With the plain web port off, a broker forwards partitioned-topic calls to the
+    partitions' owners over HTTPS and the deletion worker asks owners there, each
+    verifying the owner's certificate (tlsTrustCertsFilePath for the brokers,
+    brokerClientTrustCertsFilePath for the worker)."""
+    settings = {
+        **SMALL_LEDGERS,
+        "web_service_port": "none",
+        "tls_certificate_file_path": str(certificates.server_cert),
+        "tls_key_file_path": str(certificates.server_key),
+        "tls_trust_certs_file_path": str(certificates.ca),
+    }
+    cluster = ClusterProcesses(kafka_bootstrap, tmp_path, size=2, settings=settings)
+    for broker in cluster:
+        broker.settings["web_service_port_tls"] = free_port()
+    first, second = cluster
+    worker_settings = {**SMALL_LEDGERS, "broker_client_trust_certs_file_path": str(certificates.ca)}
+    worker = WorkerProcess(kafka_bootstrap, cluster.cluster_name, worker_settings, tmp_path)
+    try:
+        cluster.start()
+        worker.start()
+        local = f"https-{uuid.uuid4().hex[:8]}"
+        base = f"{second.http_url}/admin/v2/persistent/public/default/{local}"
+        assert http_request("PUT", base + "/partitions", b"6", second.https_context)[0] == 204
+        client = pulsar.Client(cluster.service_url, operation_timeout_seconds=30)
+        try:
+            producer = client.create_producer(
+                f"persistent://public/default/{local}",
+                message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution,
+                batching_enabled=False,
+            )
+            for i in range(12):
+                producer.send(b"p-%d" % i)
+        finally:
+            client.close()
+        # Partitions live on both brokers: each answer needs the other broker's part.
+        for broker in cluster:
+            url = base.replace(second.http_url, broker.http_url) + "/partitioned-stats"
+            status, body = http_request("GET", url, None, broker.https_context)
+            assert status == 200, body
+            assert json.loads(body)["msgInCounter"] == 12
+        _trim_and_see_the_worker_delete(first, _topic_owned_by(first), kafka_bootstrap)
+    finally:
+        worker.stop()
+        cluster.stop()
+
+
+def _topic_owned_by(broker: BrokerProcess) -> str:
+    """A new topic name whose owner (by lookup) is ``broker``."""
+    for _ in range(40):
+        local = f"owned-{uuid.uuid4().hex[:8]}"
+        url = f"{broker.http_url}/lookup/v2/topic/persistent/public/default/{local}"
+        status, body = http_request("GET", url, None, broker.https_context)
+        assert status == 200, body
+        if json.loads(body)["httpUrlTls"] == broker.http_url:
+            return f"persistent://public/default/{local}"
+    raise AssertionError(f"no topic of 40 is owned by {broker.http_url}")
 
 
 def test_the_broker_on_a_kafka_ssl_listener(
