@@ -47,7 +47,7 @@ from dedup_broker.schema.registry import SchemaRegistry, default_strategy
 from dedup_broker.schema.routes import SCHEMA_ERROR_STATUSES, schema_routes
 from dedup_broker.security.authentication import Authenticator
 from dedup_broker.security.authorization import Authorizer, Tenancy
-from dedup_broker.security.broker_client import broker_client_headers
+from dedup_broker.security.broker_client import broker_client_headers, broker_client_ssl_context
 from dedup_broker.security.routes import (
     SECURITY_ERROR_STATUSES,
     authentication_middleware,
@@ -73,6 +73,7 @@ def validate_settings(config: BrokerConfig) -> Authenticator:
     Authorizer.check_settings(config)
     parse_advertised_listeners(config.advertised_listeners)
     broker_client_headers(config)
+    broker_client_ssl_context(config)
     server_tls(config)
     default_strategy(config)
     return Authenticator(config)
@@ -153,6 +154,7 @@ class BrokerApp:
             timeout_seconds=config.key_deduplication_redis_timeout_seconds,
             cluster=config.redis_cluster_enabled,
             observe=key_metrics.observe_redis,
+            connection=config.redis_connection(),
         )
         key_dedup = KeyDedupService(config, key_store, policies, key_metrics)
         await storage.admin.create_topic(

@@ -82,6 +82,13 @@ class BrokerConfig:
     (or Pulsar's client class names)."""
     broker_client_authentication_parameters: str = ""
     """``token:<jwt>``, ``file:///path``; basic: ``{"userId": ..., "password": ...}``."""
+    broker_client_trust_certs_file_path: str = ""
+    """CAs (PEM) that brokers and the deletion worker verify other brokers' HTTPS with;
+    empty: ``tlsTrustCertsFilePath``, and without it the system's CAs."""
+    broker_client_certificate_file_path: str = ""
+    """Client certificate (PEM) presented on those HTTPS calls, for brokers that require
+    one (``tlsRequireTrustedClientCertOnConnect``)."""
+    broker_client_key_file_path: str = ""
     """Check tenants' admin roles and namespace permissions on every operation."""
     token_secret_key: str = ""
     """HS256 key: ``data:;base64,<key>``, ``file:///path`` (raw bytes) or base64."""
@@ -182,6 +189,11 @@ class BrokerConfig:
     redis_url: str = "redis://localhost:6379/0"
     redis_cluster_enabled: bool = False
     """Talk to ``redisUrl`` as a Redis Cluster (also implied by a ``redis+cluster://`` URL)."""
+    redis_ssl_ca_location: str = ""
+    """PEM file of the CAs that signed Redis's certificate (a ``rediss://`` ``redisUrl``)."""
+    redis_ssl_certificate_location: str = ""
+    """Client certificate (PEM) for a Redis that requires one (``tls-auth-clients yes``)."""
+    redis_ssl_key_location: str = ""
     broker_key_deduplication_enabled: bool = False
     """Key-window deduplication for topics without their own keyDeduplication policy."""
     key_deduplication_key_source: str = "content"
@@ -253,6 +265,15 @@ class BrokerConfig:
         }
         settings.update({key: value for key, value in optional.items() if value})
         return settings
+
+    def redis_connection(self) -> dict[str, str]:
+        """redis-py's TLS arguments (``ssl_ca_certs``, ...) for ``redisUrl``: the ones set."""
+        settings = {
+            "ssl_ca_certs": self.redis_ssl_ca_location,
+            "ssl_certfile": self.redis_ssl_certificate_location,
+            "ssl_keyfile": self.redis_ssl_key_location,
+        }
+        return {key: value for key, value in settings.items() if value}
 
     def with_overrides(self, **changes: Any) -> BrokerConfig:
         """A copy with some attributes replaced (values are coerced like file values)."""
@@ -442,6 +463,11 @@ def _validate(config: BrokerConfig) -> None:
     ):
         raise ConfigError(
             "kafkaSecurityProtocol SASL_* needs kafkaSaslMechanism and kafkaSaslUsername"
+        )
+    if config.redis_connection() and not config.redis_url.startswith(("rediss://", "rediss+")):
+        raise ConfigError(
+            "redisSslCaLocation, redisSslCertificateLocation and redisSslKeyLocation need "
+            f"a TLS redisUrl (rediss://...), got {config.redis_url.partition(':')[0]}://"
         )
     if config.allow_auto_topic_creation_type not in ("non-partitioned", "partitioned"):
         raise ConfigError(

@@ -20,6 +20,7 @@ import asyncio
 import json
 import logging
 import re
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -29,7 +30,7 @@ from dedup_broker.cluster.owners import OwnerState, TopicOwners
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.names import TopicName
 from dedup_broker.errors import ServiceNotReadyError, StorageError
-from dedup_broker.security.broker_client import broker_client_headers
+from dedup_broker.security.broker_client import broker_client_headers, broker_client_ssl_context
 from dedup_broker.storage import formats
 from dedup_broker.storage.catalog import LedgerCatalog, LedgerHeaderError
 from dedup_broker.storage.offload_fs import DRIVER, TEMP_SUFFIX, offloader_from_config
@@ -63,11 +64,13 @@ def _status_query(url: str, intent: DeletionIntent) -> str:
     return f"{url}/admin/v2/ledger-deletion/ledgers/{intent.ledger_id}?{query}"
 
 
-def _ask(url: str, intent: DeletionIntent, headers: dict[str, str]) -> LedgerStatus | None:
+def _ask(
+    url: str, intent: DeletionIntent, headers: dict[str, str], context: ssl.SSLContext
+) -> LedgerStatus | None:
     """What the broker at ``url`` says about the intent's copy; None without an answer."""
     try:
         request = urllib.request.Request(_status_query(url, intent), headers=headers)
-        with urllib.request.urlopen(request, timeout=_HTTP_TIMEOUT_S) as reply:
+        with urllib.request.urlopen(request, timeout=_HTTP_TIMEOUT_S, context=context) as reply:
             return LedgerStatus(json.loads(reply.read())["status"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.info("broker %s did not answer about ledger %d: %s", url, intent.ledger_id, exc)
@@ -81,6 +84,7 @@ class IntentChecker:
         self._owners = owners
         self._fails = parse_injected(config.deletion_worker_inject_delete_failures)
         self._headers = broker_client_headers(config)
+        self._ssl = broker_client_ssl_context(config)
         self._offloader = offloader_from_config(config)
 
     async def evaluate(self, value: bytes | None) -> Outcome:
@@ -137,7 +141,9 @@ class IntentChecker:
             return Outcome(Verdict.FAILED, f"{topic} is moving between brokers; asked again later")
         if owner.broker is not None:
             # The owner is the one broker that may hold the topic open and change its list.
-            answer = await asyncio.to_thread(_ask, owner.broker.web_url, intent, self._headers)
+            answer = await asyncio.to_thread(
+                _ask, owner.broker.web_url, intent, self._headers, self._ssl
+            )
             if answer is LedgerStatus.IN_USE:
                 return Outcome(Verdict.IN_USE, "the owning broker still lists it")
             if answer is not LedgerStatus.DELETABLE:

@@ -8,6 +8,7 @@ same address and the same data, as outage tests need.
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import time
 from collections.abc import Mapping
@@ -71,41 +72,81 @@ def server_properties(
     return props
 
 
-def sasl_listener(
-    props: dict[str, str], sasl_port: int, users: Mapping[str, str]
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+"""What every SASL listener of the development Kafka accepts, each for every user."""
+
+SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+PLAIN_LOGIN = "org.apache.kafka.common.security.plain.PlainLoginModule required"
+
+
+def _with_listener(
+    props: dict[str, str], protocol: str, port: int, settings: Mapping[str, str]
 ) -> dict[str, str]:
-    """``props`` with a second client listener on ``sasl_port``: SASL_PLAINTEXT with the
-    PLAIN mechanism and these users (name -> password). The PLAINTEXT listener stays for
-    the node's own traffic."""
-    accounts = " ".join(f'user_{name}="{password}"' for name, password in users.items())
-    listener = f"SASL_PLAINTEXT://127.0.0.1:{sasl_port}"
+    """``props`` with a client listener named after its ``protocol`` on ``port``;
+    ``settings`` are that listener's own (``listener.name.<protocol>.`` + key)."""
+    listener = f"{protocol}://127.0.0.1:{port}"
+    prefix = f"listener.name.{protocol.lower()}."
     return {
         **props,
         "listeners": f"{props['listeners']},{listener}",
         "advertised.listeners": f"{props['advertised.listeners']},{listener}",
         "listener.security.protocol.map": (
-            f"{props['listener.security.protocol.map']},SASL_PLAINTEXT:SASL_PLAINTEXT"
+            f"{props['listener.security.protocol.map']},{protocol}:{protocol}"
         ),
-        "sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
-            f"org.apache.kafka.common.security.plain.PlainLoginModule required {accounts};"
-        ),
+        **{prefix + key: value for key, value in settings.items()},
     }
+
+
+def _tls_settings(keystore: Path) -> dict[str, str]:
+    return {
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(keystore),
+        "ssl.client.auth": "none",
+    }
+
+
+def sasl_listener(
+    props: dict[str, str],
+    sasl_port: int,
+    users: Mapping[str, str],
+    keystore: Path | None = None,
+) -> dict[str, str]:
+    """``props`` with a client listener on ``sasl_port`` that requires SASL: PLAIN or
+    SCRAM-SHA-256/512 with these users (name -> password; SCRAM credentials are created
+    when the storage is formatted). SASL_PLAINTEXT, or SASL_SSL with a ``keystore`` (as
+    in ``ssl_listener``). The PLAINTEXT listener stays for the node's own traffic."""
+    accounts = " ".join(f'user_{name}="{password}"' for name, password in users.items())
+    settings = {
+        "plain.sasl.jaas.config": f"{PLAIN_LOGIN} {accounts};",
+        "scram-sha-256.sasl.jaas.config": SCRAM_LOGIN,
+        "scram-sha-512.sasl.jaas.config": SCRAM_LOGIN,
+    }
+    if keystore is not None:
+        settings.update(_tls_settings(keystore))
+    protocol = "SASL_PLAINTEXT" if keystore is None else "SASL_SSL"
+    with_listener = _with_listener(props, protocol, sasl_port, settings)
+    with_listener["sasl.enabled.mechanisms"] = ",".join(SASL_MECHANISMS)
+    return with_listener
 
 
 def ssl_listener(props: dict[str, str], ssl_port: int, keystore: Path) -> dict[str, str]:
     """``props`` with a client listener on ``ssl_port`` over TLS; ``keystore`` is one PEM
     file holding the server's private key (unencrypted PKCS#8) and its certificate chain."""
-    listener = f"SSL://127.0.0.1:{ssl_port}"
-    return {
-        **props,
-        "listeners": f"{props['listeners']},{listener}",
-        "advertised.listeners": f"{props['advertised.listeners']},{listener}",
-        "listener.security.protocol.map": f"{props['listener.security.protocol.map']},SSL:SSL",
-        "listener.name.ssl.ssl.keystore.type": "PEM",
-        "listener.name.ssl.ssl.keystore.location": str(keystore),
-        "listener.name.ssl.ssl.client.auth": "none",
-    }
+    return _with_listener(props, "SSL", ssl_port, _tls_settings(keystore))
+
+
+def scram_arguments(users: Mapping[str, str]) -> list[str]:
+    """The storage tool's ``--add-scram`` arguments: every user, every SCRAM mechanism."""
+    arguments: list[str] = []
+    for name, password in users.items():
+        if re.search(r'[\s,=\[\]"]', name + password):
+            raise DevServerError(
+                f"SASL user {name!r}: names and passwords of the development Kafka "
+                "cannot hold spaces, commas, '=', brackets or quotes"
+            )
+        for mechanism in SASL_MECHANISMS[1:]:
+            arguments += ["--add-scram", f"{mechanism}=[name={name},password={password}]"]
+    return arguments
 
 
 class NativeKafka(NativeServer):
@@ -143,11 +184,15 @@ class NativeKafka(NativeServer):
         self.heap = heap
         self.extra_properties = dict(extra_properties or {})
         self.sasl_users = dict(sasl_users or {})
-        """Users of a SASL_PLAINTEXT/PLAIN listener on ``sasl_port`` (none: no listener)."""
-        self.sasl_port = process.free_ports(1)[0] if self.sasl_users else None
+        """Users (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) of a SASL_PLAINTEXT listener on
+        ``sasl_port`` (none: no listener)."""
         self.ssl_keystore = ssl_keystore
         """Key and certificate (PEM) of an SSL listener on ``ssl_port`` (none: no listener)."""
-        self.ssl_port = process.free_ports(1)[0] if ssl_keystore is not None else None
+        self.sasl_port, self.ssl_port, self.sasl_ssl_port = _listener_ports(
+            bool(self.sasl_users), ssl_keystore is not None
+        )
+        """With both ``sasl_users`` and ``ssl_keystore``, ``sasl_ssl_port`` is a third
+        listener: SASL_SSL, the same users over TLS."""
 
     # --- addresses and files --------------------------------------------------------
     @property
@@ -169,6 +214,15 @@ class NativeKafka(NativeServer):
         return f"127.0.0.1:{self.ssl_port}"
 
     @property
+    def sasl_ssl_bootstrap_servers(self) -> str:
+        """The SASL_SSL listener (when both ``sasl_users`` and ``ssl_keystore`` were given)."""
+        if self.sasl_ssl_port is None:
+            raise DevServerError(
+                "this Kafka has no SASL_SSL listener (needs sasl_users and ssl_keystore)"
+            )
+        return f"127.0.0.1:{self.sasl_ssl_port}"
+
+    @property
     def log_dir(self) -> Path:
         """Kafka's ``log.dirs``: the topic data that survives a restart."""
         return self.data_dir / "data"
@@ -183,7 +237,7 @@ class NativeKafka(NativeServer):
         """Start the JVM (formatting storage on first use) and wait until it serves."""
         if self.running:
             return
-        extra = [p for p in (self.sasl_port, self.ssl_port) if p is not None]
+        extra = [p for p in (self.sasl_port, self.ssl_port, self.sasl_ssl_port) if p]
         ports = [self.port, self.controller_port, *extra]
         process.ensure_ports_free(ports, "Kafka")
         home = distribution.ensure_kafka(self.version)
@@ -234,6 +288,8 @@ class NativeKafka(NativeServer):
             props = sasl_listener(props, self.sasl_port, self.sasl_users)
         if self.ssl_port is not None and self.ssl_keystore is not None:
             props = ssl_listener(props, self.ssl_port, self.ssl_keystore)
+        if self.sasl_ssl_port is not None:
+            props = sasl_listener(props, self.sasl_ssl_port, self.sasl_users, self.ssl_keystore)
         text = "".join(f"{key}={value}\n" for key, value in props.items())
         (self.data_dir / "server.properties").write_text(text)
         (self.data_dir / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
@@ -256,6 +312,7 @@ class NativeKafka(NativeServer):
                 cluster_id,
                 "-c",
                 str(self.data_dir / "server.properties"),
+                *scram_arguments(self.sasl_users),
                 "-g",
             ]
         )
@@ -287,6 +344,14 @@ class NativeKafka(NativeServer):
             self.bootstrap_servers,
             poll_seconds=0.25,
         )
+
+
+def _listener_ports(sasl: bool, ssl: bool) -> tuple[int | None, int | None, int | None]:
+    """Free ports of the SASL_PLAINTEXT, SSL and SASL_SSL listeners that are wanted."""
+    wanted = [sasl, ssl, sasl and ssl]
+    picked = iter(process.free_ports(sum(wanted)))
+    sasl_port, ssl_port, sasl_ssl_port = (next(picked) if want else None for want in wanted)
+    return sasl_port, ssl_port, sasl_ssl_port
 
 
 def _metadata_ready(bootstrap_servers: str) -> bool:

@@ -2,7 +2,8 @@
 
 Without persistence by default: a restart then loses every key, which is exactly the
 outage the key-window deduplication must survive. With ``persistent=True`` every write is
-appended and fsynced, so even SIGKILL loses nothing.
+appended and fsynced, so even SIGKILL loses nothing. With ``tls`` it serves TLS only
+(``rediss://``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import logging
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from dedup_broker.devservers import process
@@ -48,6 +51,20 @@ def find_redis_server(install: bool = True) -> str:
     )
 
 
+@dataclass(frozen=True)
+class RedisTls:
+    """PEM files of a TLS Redis: its certificate and key, and the CA clients verify it
+    with. Clients need no certificate of their own (``tls-auth-clients no``)."""
+
+    certificate: Path
+    key: Path
+    ca: Path
+
+    def client_options(self) -> dict[str, str]:
+        """redis-py's arguments for trusting the server (as ``redisSslCaLocation``)."""
+        return {"ssl_ca_certs": str(self.ca)}
+
+
 class NativeRedis(NativeServer):
     """One ``redis-server`` on 127.0.0.1 with a fixed port and its own directory."""
 
@@ -61,17 +78,26 @@ class NativeRedis(NativeServer):
         stop_timeout: float = 10.0,
         detached: bool = False,
         password: str | None = None,
+        tls: RedisTls | None = None,
     ) -> None:
         self._init_native("redis", data_dir, startup_timeout, stop_timeout, detached)
         self.password = password
         """``requirepass``: clients must AUTH (the URL carries it)."""
+        self.tls = tls
+        """TLS on ``port`` instead of plain TCP (the URL is ``rediss://``)."""
         self.port = process.free_ports(1)[0] if port is None else port
         self.persistent = persistent
 
     @property
     def url(self) -> str:
         credentials = f":{self.password}@" if self.password else ""
-        return f"redis://{credentials}127.0.0.1:{self.port}/0"
+        scheme = "redis" if self.tls is None else "rediss"
+        return f"{scheme}://{credentials}127.0.0.1:{self.port}/0"
+
+    @property
+    def client_options(self) -> dict[str, str]:
+        """What redis-py needs next to ``url`` (with TLS: the CA)."""
+        return {} if self.tls is None else self.tls.client_options()
 
     @property
     def log_path(self) -> Path:
@@ -79,10 +105,26 @@ class NativeRedis(NativeServer):
 
     def argv(self, executable: str) -> list[str]:
         """The server's command line (all settings as arguments, no config file)."""
+        if self.tls is None:
+            ports = ["--port", str(self.port)]
+        else:
+            ports = [
+                "--port",
+                "0",
+                "--tls-port",
+                str(self.port),
+                "--tls-cert-file",
+                str(self.tls.certificate),
+                "--tls-key-file",
+                str(self.tls.key),
+                "--tls-ca-cert-file",
+                str(self.tls.ca),
+                "--tls-auth-clients",
+                "no",
+            ]
         argv = [
             executable,
-            "--port",
-            str(self.port),
+            *ports,
             "--bind",
             "127.0.0.1",
             "--dir",
@@ -128,18 +170,21 @@ class NativeRedis(NativeServer):
 
     def _wait_ready(self) -> None:
         self._wait_until(
-            lambda: process.port_accepts(self.port) and ping(self.url),
+            lambda: process.port_accepts(self.port) and ping(self.url, options=self.client_options),
             "redis-server",
             self.url,
             poll_seconds=0.1,
         )
 
 
-def ping(url: str, timeout: float = 1.0) -> bool:
-    """True when the Redis at ``url`` answers PING (and is not still loading its data)."""
+def ping(url: str, timeout: float = 1.0, options: Mapping[str, str] | None = None) -> bool:
+    """True when the Redis at ``url`` answers PING (and is not still loading its data);
+    ``options`` are redis-py's (``ssl_ca_certs`` for a ``rediss://`` URL)."""
     import redis
 
-    client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    client = redis.Redis.from_url(
+        url, socket_timeout=timeout, socket_connect_timeout=timeout, **(options or {})
+    )
     try:
         return bool(client.ping())
     except redis.RedisError:

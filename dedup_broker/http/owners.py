@@ -11,7 +11,7 @@ import aiohttp
 from dedup_broker.domain.broker import Broker
 from dedup_broker.domain.names import TopicName
 from dedup_broker.errors import ServiceNotReadyError
-from dedup_broker.security.broker_client import broker_client_headers
+from dedup_broker.security.broker_client import broker_client_headers, broker_client_ssl_context
 
 TIMEOUT = aiohttp.ClientTimeout(total=30)
 
@@ -32,7 +32,7 @@ async def owner_call(
         aiohttp.ClientSession(
             timeout=TIMEOUT, headers=broker_client_headers(broker.config)
         ) as session,
-        session.request(method, url) as response,
+        session.request(method, url, ssl=broker_client_ssl_context(broker.config)) as response,
     ):
         if response.status in (HTTPStatus.NOT_FOUND, HTTPStatus.NO_CONTENT):
             return None

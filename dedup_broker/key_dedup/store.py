@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,7 +134,9 @@ class KeyStore:
         timeout_seconds: float = 2.0,
         cluster: bool = False,
         observe: Callable[[float, bool], None] | None = None,
+        connection: Mapping[str, str] | None = None,
     ) -> None:
+        """``connection``: redis-py's TLS arguments (``BrokerConfig.redis_connection``)."""
         self.url = url
         self.cluster = cluster or is_cluster_url(url)
         self._observe = observe
@@ -143,6 +145,7 @@ class KeyStore:
         options: dict[str, Any] = {
             "socket_timeout": timeout_seconds,
             "socket_connect_timeout": timeout_seconds,
+            **(connection or {}),
         }
         self._client: Any
         if self.cluster:

@@ -1,12 +1,14 @@
 """The credentials a broker (or the deletion worker) presents when it calls another
 broker's admin API: Pulsar's ``brokerClientAuthenticationPlugin`` and
 ``brokerClientAuthenticationParameters``. With authorization on, their role must be a
-superuser."""
+superuser. Over HTTPS (a broker whose plain web port is off) the other broker's
+certificate is verified against ``brokerClientTrustCertsFilePath``."""
 
 from __future__ import annotations
 
 import base64
 import json
+import ssl
 from pathlib import Path
 
 from dedup_broker.config import BrokerConfig
@@ -37,6 +39,24 @@ def broker_client_headers(config: BrokerConfig) -> dict[str, str]:
     user, password = _user_password(parameters)
     pair = base64.b64encode(f"{user}:{password}".encode()).decode()
     return {"Authorization": f"Basic {pair}"}
+
+
+def broker_client_ssl_context(config: BrokerConfig) -> ssl.SSLContext:
+    """How calls to other brokers' HTTPS verify them (certificate and host name, against
+    ``brokerClientTrustCertsFilePath`` or else ``tlsTrustCertsFilePath``) and which client
+    certificate they present (``brokerClientCertificateFilePath``, if any)."""
+    cafile = config.broker_client_trust_certs_file_path or config.tls_trust_certs_file_path
+    certificate = config.broker_client_certificate_file_path
+    try:
+        context = ssl.create_default_context(cafile=cafile or None)
+        if certificate:
+            context.load_cert_chain(certificate, config.broker_client_key_file_path or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(
+            f"brokerClientTrustCertsFilePath {cafile!r}, brokerClientCertificateFilePath "
+            f"{certificate!r}: {exc}"
+        ) from exc
+    return context
 
 
 def _token(parameters: str) -> str:

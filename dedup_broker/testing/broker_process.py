@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -50,7 +51,17 @@ class BrokerProcess:
 
     @property
     def http_url(self) -> str:
+        """Plain HTTP, or HTTPS when the settings switch the plain web port off."""
+        if str(self.settings.get("web_service_port")) == "none":
+            return f"https://127.0.0.1:{self.settings['web_service_port_tls']}"
         return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def https_context(self) -> ssl.SSLContext | None:
+        """For an HTTPS ``http_url``: trusts the broker's ``tlsTrustCertsFilePath``."""
+        if not self.http_url.startswith("https:"):
+            return None
+        return ssl.create_default_context(cafile=self.settings.get("tls_trust_certs_file_path"))
 
     @property
     def log_path(self) -> Path:
@@ -101,7 +112,7 @@ class BrokerProcess:
                 raise RuntimeError(f"broker exited with {self.process.returncode}:\n{self.tail()}")
             try:
                 with urllib.request.urlopen(
-                    self.http_url + self.health_path, timeout=2
+                    self.http_url + self.health_path, timeout=2, context=self.https_context
                 ) as response:
                     if response.status == 200:
                         return

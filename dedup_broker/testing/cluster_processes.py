@@ -77,7 +77,7 @@ class ClusterProcesses:
         request = urllib.request.Request(
             broker.http_url + "/admin/v2/brokers/ownership/slots", headers=self.http_headers
         )
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=10, context=broker.https_context) as response:
             result: dict[str, Any] = json.loads(response.read())
             return result
 

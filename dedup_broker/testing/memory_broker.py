@@ -146,7 +146,7 @@ class MemoryBroker:
         self.policies = Policies(self.storage.policies.as_metadata_table())
         key_dedup = KeyDedupService(
             self.config,
-            KeyStore(self.config.redis_url),
+            KeyStore(self.config.redis_url, connection=self.config.redis_connection()),
             self.policies,
             KeyDedupMetrics(registry),
         )

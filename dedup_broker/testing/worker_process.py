@@ -15,6 +15,11 @@ class WorkerProcess(BrokerProcess):
     health_path = "/health"
 
     @property
+    def http_url(self) -> str:
+        """The worker's own plain ``/metrics`` port, whatever the brokers' web ports."""
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
     def log_path(self) -> Path:
         return self.log_dir / f"worker-{id(self)}-{self.starts}.log"
 

@@ -67,3 +67,22 @@ def test_explicit_settings_must_exist_and_parse(tmp_path: Path) -> None:
 def test_limits_are_checked(setting: str, value: object, reason: str) -> None:
     with pytest.raises(ConfigError, match=reason):
         BrokerConfig().with_overrides(**{setting: value})
+
+
+def test_redis_tls_settings_become_redis_py_arguments_and_need_a_rediss_url() -> None:
+    config = BrokerConfig.load(
+        environ={
+            "DEDUP_BROKER_REDIS_URL": "rediss://:pw@redis:6380/0",
+            "DEDUP_BROKER_REDIS_SSL_CA_LOCATION": "/etc/redis/ca.pem",
+        },
+        overrides={"redisSslCertificateLocation": "/etc/redis/client.pem"},
+    )
+    assert config.redis_connection() == {
+        "ssl_ca_certs": "/etc/redis/ca.pem",
+        "ssl_certfile": "/etc/redis/client.pem",
+    }
+    assert BrokerConfig().redis_connection() == {}
+    with pytest.raises(ConfigError, match=r"need a TLS redisUrl \(rediss://...\), got redis://"):
+        config.with_overrides(redis_url="redis://redis:6379/0")
+    cluster = config.with_overrides(redis_url="rediss+cluster://redis:7000")
+    assert cluster.redis_connection()["ssl_ca_certs"] == "/etc/redis/ca.pem"

@@ -1,15 +1,18 @@
-"""The credentials brokers present to each other, in Pulsar's parameter forms."""
+"""The credentials brokers present to each other, in Pulsar's parameter forms, and how
+they verify each other's HTTPS."""
 
 from __future__ import annotations
 
 import base64
+import ssl
 from pathlib import Path
 
 import pytest
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import ConfigError
-from dedup_broker.security.broker_client import broker_client_headers
+from dedup_broker.security.broker_client import broker_client_headers, broker_client_ssl_context
+from tests.tls_certificates import make_certificates
 
 
 def headers(plugin: str, parameters: str) -> dict[str, str]:
@@ -53,3 +56,21 @@ def test_nothing_without_a_plugin() -> None:
 def test_bad_settings_are_refused(plugin: str, parameters: str, reason: str) -> None:
     with pytest.raises(ConfigError, match=reason):
         headers(plugin, parameters)
+
+
+def test_https_to_brokers_trusts_the_broker_client_ca_or_else_the_tls_one(tmp_path: Path) -> None:
+    certificates = make_certificates(tmp_path)
+    base = BrokerConfig().with_overrides(tls_trust_certs_file_path=str(certificates.ca))
+    other = base.with_overrides(broker_client_trust_certs_file_path=str(certificates.other_ca))
+    for config, trusted in ((base, "dedup-broker test CA"), (other, "an unrelated CA")):
+        context = broker_client_ssl_context(config)
+        assert context.verify_mode is ssl.CERT_REQUIRED and context.check_hostname
+        assert [ca["subject"] for ca in context.get_ca_certs()] == [((("commonName", trusted),),)]
+    with_certificate = base.with_overrides(
+        broker_client_certificate_file_path=str(certificates.client_cert),
+        broker_client_key_file_path=str(certificates.client_key),
+    )
+    broker_client_ssl_context(with_certificate)
+    missing = base.with_overrides(broker_client_trust_certs_file_path=str(tmp_path / "none.pem"))
+    with pytest.raises(ConfigError, match="brokerClientTrustCertsFilePath"):
+        broker_client_ssl_context(missing)
