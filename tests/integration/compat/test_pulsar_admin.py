@@ -230,7 +230,9 @@ def test_pulsar_admin_clusters_and_runtime_configuration(
     assert runtime["redisUrl"] == "******"  # a URL may carry a password
 
 
-def test_pulsar_admin_compaction(tools: Path, broker: BrokerProcess, tmp_path: Path) -> None:
+def test_pulsar_admin_compaction_and_offload_thresholds(
+    tools: Path, broker: BrokerProcess, tmp_path: Path
+) -> None:
     topic = f"{TOPIC}-compacted"
     client = pulsar.Client(broker.service_url)
     try:
@@ -246,6 +248,8 @@ def test_pulsar_admin_compaction(tools: Path, broker: BrokerProcess, tmp_path: P
             ["namespaces", "get-compaction-threshold", NAMESPACE],  # 4
             ["namespaces", "remove-compaction-threshold", NAMESPACE],  # 5
             ["namespaces", "get-compaction-threshold", NAMESPACE],  # 6
+            ["namespaces", "set-offload-threshold", NAMESPACE, "--size", "1M", "--time", "2h"],
+            ["namespaces", "get-offload-threshold", NAMESPACE],  # 8
         ]
         out = run_pulsar_admin_batch(conf, commands)
         assert [o.exit_code for o in out] == [0] * len(commands), "\n".join(
@@ -255,6 +259,9 @@ def test_pulsar_admin_compaction(tools: Path, broker: BrokerProcess, tmp_path: P
         assert "Compaction was a success" in out[2].output
         assert out[4].output.strip() == str(10 * 1024 * 1024)
         assert out[6].output.strip() == "0"
+        assert "1048576" in out[8].output and "7200" in out[8].output, out[8].output
+        policy = f"{broker.http_url}/admin/v2/namespaces/{NAMESPACE}/offloadThresholdInSeconds"
+        assert requests.get(policy, timeout=10).json() == 7200
         reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
         got = [reader.read_next(10_000) for _ in range(2)]
         assert [(m.partition_key(), m.data()) for m in got] == [("k", b"2"), ("other", b"x")]
