@@ -110,3 +110,28 @@ def test_records_round_trip_and_malformed_ones_are_refused() -> None:
         CompactedMessage.decode(message.encode()[:-1])
     with pytest.raises(MalformedCompactedRecordError):
         CompactedMessage.decode(b"\x00" * 5)
+
+
+async def test_records_of_a_run_that_crashed_before_its_horizon_was_stored_are_ignored() -> None:
+    broker = MemoryBroker()
+    topic = await broker.topic(TOPIC)
+    p = await _append(topic, _single("a", b"a1", 0), _single("b", b"b1", 1))
+    await topic.compaction.run()
+    q = await _append(topic, _single("a", b"a2", 2))
+    # A run wrote its records, then the broker died before the cursor moved.
+    companions = broker.storage.compacted_topics
+    (name,) = companions.topics
+    late = CompactedMessage(
+        q[0],
+        -1,
+        0,
+        pb.MessageMetadata(producer_name="p", sequence_id=2, publish_time=1).SerializeToString(),
+        b"",
+        b"a2",
+    )
+    await companions.write(name, [(b"ka", late.encode())])
+    restarted = await (await broker.restarted(graceful=False)).topic(TOPIC)
+    # Up to the horizon: b only (a's stored record is beyond it); a2 comes from the topic.
+    assert await _view(restarted) == [(p[1], [("b", b"b1")])]
+    await restarted.compaction.run()
+    assert await _view(restarted) == [(p[1], [("b", b"b1")]), (q[0], [("a", b"a2")])]
