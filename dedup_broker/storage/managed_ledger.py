@@ -16,8 +16,9 @@ Before each such write the stored record is compared with the last one this inst
 wrote: if another broker changed it, this instance stops ("Closed") instead of
 overwriting the newer state.
 
-The read side (positions, reads, cursors) is ``ledger_view.py``; trimming is
-``trimmer.py``, offloading to tiered storage ``offload_manager.py``.
+Opening (the stored list after a crash) is ``ledger_opening.py``; the read side
+(positions, reads, cursors) is ``ledger_view.py``; trimming is ``trimmer.py``, offloading
+to tiered storage ``offload_manager.py``.
 """
 
 from __future__ import annotations
@@ -49,13 +50,14 @@ from dedup_broker.storage.fencing import WriteFence
 from dedup_broker.storage.info_store import LedgerInfoWriter
 from dedup_broker.storage.kafka_producer import storage_error
 from dedup_broker.storage.ledger_list import LedgerList
+from dedup_broker.storage.ledger_opening import open_ledger_list
 from dedup_broker.storage.ledger_store import FIRST_ENTRY_OFFSET, now_ms
 from dedup_broker.storage.ledger_view import ManagedLedgerView
 from dedup_broker.storage.metadata_table import Table, WritesThrough
 from dedup_broker.storage.offload_manager import LedgerOffloads
 from dedup_broker.storage.position import Entry, LedgerInfo, OffloadInfo, Position
 from dedup_broker.storage.status import LedgerStatus, LedgerType
-from dedup_broker.storage.trimmer import LedgerTrimmer, pending_deletion
+from dedup_broker.storage.trimmer import LedgerTrimmer
 
 log = logging.getLogger(__name__)
 
@@ -166,52 +168,14 @@ class ManagedLedger(ManagedLedgerView):
         return ledger
 
     async def _initialize(self) -> None:
-        # Read to the end first: the fence (if any) is held, so every earlier holder's
-        # committed writes are readable now, and what is decided below rests on them.
-        await self._ctx.managed_ledger_infos.refresh()
-        stored = self._ctx.managed_ledger_infos.get(self.name)
-        self._info.last = stored
-        record = (
-            formats.decode_managed_ledger_info(stored)
-            if stored is not None
-            else formats.ManagedLedgerRecord([])
-        )
-        ledgers = list(record.ledgers)
-        orphans: list[int] = []
-        if ledgers:
-            # Ledgers allocated to this name after the last listed one were never listed:
-            # a crash between creating a ledger and recording it.
-            listed = {info.ledger_id for info in ledgers}
-            allocated = await self._ctx.ledgers.allocated_to(self.name, ledgers[-1].ledger_id)
-            orphans = [ledger_id for ledger_id in allocated if ledger_id not in listed]
-        if orphans:
-            # Before a new ledger is listed: until their deletion is recorded they still
-            # follow the last listed ledger, so a crash here finds them again next time.
-            log.warning("%s: ledgers %s were never listed; deleting them", self.name, orphans)
-            if set(await self.trimmer.delete_orphans(orphans)) != set(orphans):
-                raise StorageError(f"{self.name}: the deletion of unlisted ledgers not recorded")
-        if ledgers and ledgers[-1].is_open:
-            ledgers[-1] = await self._ctx.ledgers.close_at_true_end(ledgers[-1].ledger_id)
-        # Empty ledgers at the end hold nothing; drop them rather than pile them up.
-        empty = []
-        while ledgers and ledgers[-1].entries == 0:
-            empty.append(ledgers.pop())
-        # Until the list without them is stored, a worker asking is told to come back.
-        with pending_deletion(self._ctx, self.name, [info.ledger_id for info in empty]):
-            dropped = await self._ctx.deleter.mark(
-                [LedgerToDelete(self.name, info.ledger_id) for info in empty]
-            )
-            ledgers.extend(info for info in reversed(empty) if info.ledger_id not in dropped)
-            new_id = await self._ctx.ledgers.create(self.name)
-            ledgers.append(LedgerInfo(new_id, -1, 0, 0))
-            await self._write_info(ledgers, record.properties)
-        self._properties = dict(record.properties)
-        self._ledgers = LedgerList(ledgers)
+        opened = await open_ledger_list(self.name, self._ctx, self._info, self.trimmer)
+        self._properties = opened.properties
+        self._ledgers = LedgerList(opened.ledgers)
         self._last_confirmed = self._ledgers.last_confirmed()
-        self._start_ledger(new_id)
-        if dropped:
+        self._start_ledger(self._ledgers.last_id)
+        if opened.dropped:
             await self._ctx.deleter.after_metadata(
-                [LedgerToDelete(self.name, ledger_id) for ledger_id in sorted(dropped)]
+                [LedgerToDelete(self.name, ledger_id) for ledger_id in opened.dropped]
             )
         self.offloads.on_open()
 
