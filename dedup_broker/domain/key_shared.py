@@ -125,6 +125,43 @@ class ConsistentHashSelector(Generic[C]):
         owners = self._owners[point]
         return owners[slot % len(owners)]
 
+    def ranges_of(self, consumer: C) -> list[tuple[int, int]]:
+        """The slots the consumer owns, as inclusive ranges (for consumer stats)."""
+        owned: list[tuple[int, int]] = []
+        previous = self._points[-1] - HASH_RANGE_SIZE if self._points else 0
+        for point in self._points:
+            owners = self._owners[point]
+            if consumer in owners:
+                # Slots after the previous point up to this one (the first wraps around).
+                first, last = previous + 1, point
+                spans = (
+                    [(first, last)]
+                    if first >= 0
+                    else [(0, last), (first + HASH_RANGE_SIZE, HASH_RANGE_SIZE - 1)]
+                )
+                for start, end in spans:
+                    if len(owners) == 1:
+                        owned.append((start, end))
+                    else:
+                        owned.extend(
+                            (s, s)
+                            for s in range(start, end + 1)
+                            if owners[s % len(owners)] is consumer
+                        )
+            previous = point
+        return merge_ranges(owned)
+
+
+def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, with adjacent and overlapping ranges joined."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if merged and start <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
 
 class StickySelector(Generic[C]):
     """STICKY: consumers own the ranges they declared; the rest of the slots have no owner."""
@@ -156,6 +193,11 @@ class StickySelector(Generic[C]):
 
     def remove(self, consumer: C) -> None:
         self._ranges = [r for r in self._ranges if r[2] is not consumer]
+
+    def ranges_of(self, consumer: C) -> list[tuple[int, int]]:
+        return merge_ranges(
+            [(start, end) for start, end, owner in self._ranges if owner is consumer]
+        )
 
     def select(self, slot: int) -> C | None:
         index = bisect.bisect_right(self._ranges, slot, key=lambda r: r[0]) - 1

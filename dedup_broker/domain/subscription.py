@@ -465,8 +465,15 @@ class Subscription:
             "unackedMessages": sum(c.unacked_messages for c in self.consumers),
             "msgDelayed": len(self._delayed),
             "activeConsumerName": self._active.name if self._active else None,
-            "consumers": [c.stats() for c in self.consumers],
+            "consumers": [self._consumer_stats(c) for c in self.consumers],
         }
+
+    def _consumer_stats(self, consumer: Consumer) -> dict[str, object]:
+        stats = consumer.stats()
+        if self.type == SubscriptionType.KEY_SHARED:
+            ranges = self._key_shared.selector.ranges_of(consumer)
+            stats["keyHashRanges"] = [f"[{start}, {end}]" for start, end in ranges]
+        return stats
 
 
 def detach(

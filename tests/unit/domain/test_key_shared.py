@@ -10,6 +10,7 @@ from domain_links import ConsumerSide, new_producer, publish, subscribe
 
 from dedup_broker.domain.consumer import Consumer
 from dedup_broker.domain.key_hash import (
+    HASH_RANGE_SIZE,
     NONE_KEY,
     KeySharedMode,
     KeySharedSettings,
@@ -17,7 +18,7 @@ from dedup_broker.domain.key_hash import (
     murmur3_32,
     sticky_key,
 )
-from dedup_broker.domain.key_shared import ConsumerAssignError
+from dedup_broker.domain.key_shared import ConsistentHashSelector, ConsumerAssignError
 from dedup_broker.domain.subscription import SubscriptionType
 from dedup_broker.domain.topic import Topic
 from dedup_broker.protocol import pulsar_api_pb2 as pb
@@ -236,3 +237,30 @@ async def test_sticky_ranges_that_overlap_or_another_mode_are_refused() -> None:
         topic, side, "b", sub_type=KEY_SHARED, key_shared=sticky((100, 120))
     )
     assert subscription.consumers == [subscription.consumers[0], b]
+
+
+def test_auto_split_ranges_cover_every_slot_once_as_select_decides() -> None:
+    selector: ConsistentHashSelector[Consumer] = ConsistentHashSelector()
+    consumers = [Consumer(ConsumerSide(), i, f"c-{i}", "s") for i in range(3)]
+    for consumer in consumers:
+        selector.add(consumer, KeySharedSettings())
+    owner_of: dict[int, str] = {}
+    for consumer in consumers:
+        for start, end in selector.ranges_of(consumer):
+            for slot in range(start, end + 1):
+                assert slot not in owner_of, f"slot {slot} owned twice"
+                owner_of[slot] = consumer.name
+    assert len(owner_of) == HASH_RANGE_SIZE
+    for slot in range(0, HASH_RANGE_SIZE, 97):
+        chosen = selector.select(slot)
+        assert chosen is not None and owner_of[slot] == chosen.name
+
+
+async def test_consumer_stats_show_the_key_hash_ranges() -> None:
+    topic = await MemoryBroker().topic(TOPIC)
+    sticky = KeySharedSettings(KeySharedMode.STICKY, ((0, 99), (200, 299), (100, 150)))
+    await subscribe(topic, ConsumerSide(), "c1", sub_type=KEY_SHARED, key_shared=sticky)
+    subscriptions = topic.stats()["subscriptions"]
+    assert isinstance(subscriptions, dict)
+    (stats,) = subscriptions["sub"]["consumers"]
+    assert stats["keyHashRanges"] == ["[0, 150]", "[200, 299]"]
