@@ -19,7 +19,7 @@ import pulsar
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench import spark_sink
+from bench import spark_connectors
 from bench.key_dedup import key_dedup_rows
 from dedup_broker.devservers import provide_kafka
 from dedup_broker.testing.broker_process import BrokerProcess
@@ -143,7 +143,7 @@ def main() -> None:
                         )
                     )
         key_rows = key_dedup_rows(kafka.bootstrap_servers, args.messages, args.size)
-        spark_sink.run(bootstrap, args.messages, args.size)
+        spark_connectors.run(bootstrap, args.messages, args.size)
     finally:
         kafka.stop()
     base = rows[0][1]["msgs_per_s"]
