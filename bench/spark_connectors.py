@@ -22,16 +22,15 @@ best of the three counts. Alone: ``python -m bench.spark_connectors [--rows N --
 from __future__ import annotations
 
 import argparse
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from bench.brokers import bench_broker
 from bench.spark_kafka_connector import connector_jars
 from connectors.datasource import FORMAT, register
 from connectors.local_spark import local_session
@@ -54,12 +53,7 @@ def run(bootstrap: str, rows: int, size: int, partitions: int = 2) -> None:
         extra={"spark.jars": ",".join(str(j) for j in jars)},
     )
     register(spark)
-    broker = BrokerProcess(
-        bootstrap,
-        cluster_name=f"bench-spark-{uuid.uuid4().hex[:6]}",
-        settings={"broker_deduplication_enabled": True},
-        log_dir=Path(tempfile.mkdtemp(prefix="bench-spark-")),
-    )
+    broker = bench_broker(bootstrap, "spark", broker_deduplication_enabled=True)
     with broker:
         paths = _Paths(spark, bootstrap, broker)
         data = _rows(spark, rows, size, partitions).cache()
