@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import pulsar
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench import spark_sink
+from bench import spark_connectors
+from bench.brokers import bench_broker
 from bench.key_dedup import key_dedup_rows
 from dedup_broker.devservers import provide_kafka
-from dedup_broker.testing.broker_process import BrokerProcess
 
 
 def direct_kafka(bootstrap: str, count: int, size: int) -> dict[str, float]:
@@ -119,12 +117,7 @@ def main() -> None:
         bootstrap = kafka.bootstrap_servers
         rows.append(("direct Kafka (baseline)", direct_kafka(bootstrap, args.messages, args.size)))
         for dedup in (False, True):
-            broker = BrokerProcess(
-                bootstrap,
-                cluster_name=f"bench-{uuid.uuid4().hex[:6]}",
-                settings={"broker_deduplication_enabled": dedup},
-                log_dir=Path(tempfile.mkdtemp(prefix="bench-")),
-            )
+            broker = bench_broker(bootstrap, "client", broker_deduplication_enabled=dedup)
             with broker:
                 label = "dedup on" if dedup else "dedup off"
                 rows.append(
@@ -143,7 +136,7 @@ def main() -> None:
                         )
                     )
         key_rows = key_dedup_rows(kafka.bootstrap_servers, args.messages, args.size)
-        spark_sink.run(bootstrap, args.messages, args.size)
+        spark_connectors.run(bootstrap, args.messages, args.size)
     finally:
         kafka.stop()
     base = rows[0][1]["msgs_per_s"]

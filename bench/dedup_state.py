@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 import threading
 import time
 import uuid
@@ -28,6 +27,7 @@ from typing import Any
 
 import pulsar
 
+from bench.brokers import bench_broker
 from dedup_broker.devservers import provide_kafka
 from dedup_broker.testing.admin_http import http_request
 from dedup_broker.testing.broker_process import BrokerProcess
@@ -37,11 +37,8 @@ QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
 
 
 def _broker(bootstrap: str, **settings: Any) -> BrokerProcess:
-    return BrokerProcess(
-        bootstrap,
-        cluster_name=f"bench-{uuid.uuid4().hex[:6]}",
-        settings={"broker_deduplication_enabled": True} | settings,
-        log_dir=Path(tempfile.mkdtemp(prefix="bench-")),
+    return bench_broker(
+        bootstrap, "dedup-state", **({"broker_deduplication_enabled": True} | settings)
     )
 
 

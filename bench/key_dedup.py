@@ -9,14 +9,13 @@ broker's own counter.
 from __future__ import annotations
 
 import json
-import tempfile
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import pulsar
 
+from bench.brokers import bench_broker
 from dedup_broker.devservers import provide_redis
 from dedup_broker.testing.admin_http import http_request
 from dedup_broker.testing.broker_process import BrokerProcess
@@ -64,12 +63,7 @@ def _round_trips(broker: BrokerProcess) -> int:
 def key_dedup_rows(bootstrap: str, count: int, size: int) -> list[tuple[str, float]]:
     """(label, figure) rows: msgs/s off and on, their ratio, Redis round trips/message."""
     redis = provide_redis()
-    broker = BrokerProcess(
-        bootstrap,
-        cluster_name=f"bench-kd-{uuid.uuid4().hex[:6]}",
-        settings={"redis_url": redis.url},
-        log_dir=Path(tempfile.mkdtemp(prefix="bench-kd-")),
-    )
+    broker = bench_broker(bootstrap, "kd", redis_url=redis.url)
     events = make_events(count * 4 // 5, count // 5, seed=5)
     try:
         with broker:

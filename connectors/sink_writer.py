@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -64,10 +63,16 @@ class PartitionResult:
 
 
 class _Acks:
-    """Counts acknowledgements from the client's callback thread."""
+    """Counts acknowledgements from the client's callback thread.
+
+    The callback runs once per message under the GIL; it only counts, and wakes the task
+    only once every message sent is acknowledged and the task waits for that.
+    """
 
     def __init__(self) -> None:
-        self._done = threading.Condition()
+        self._lock = threading.Lock()
+        self._all_acked = threading.Event()
+        self._waiting = False
         self.sent = 0
         self.acked = 0
         self.stored = 0
@@ -75,7 +80,7 @@ class _Acks:
         self.errors: list[str] = []
 
     def callback(self, result: pulsar.Result, message_id: pulsar.MessageId) -> None:
-        with self._done:
+        with self._lock:
             self.acked += 1
             if result != pulsar.Result.Ok:
                 self.errors.append(str(result))
@@ -83,17 +88,16 @@ class _Acks:
                 self.duplicates += 1
             else:
                 self.stored += 1
-            self._done.notify_all()
+            if self._waiting and self.acked >= self.sent:
+                self._all_acked.set()
 
     def wait_all(self, timeout: float | None) -> bool:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._done:
-            while self.acked < self.sent:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._done.wait(remaining if remaining is not None else 5.0)
-        return True
+        """Wait for every message sent so far (called once, after the last send)."""
+        with self._lock:
+            if self.acked >= self.sent:
+                return True
+            self._waiting = True
+        return self._all_acked.wait(timeout)
 
 
 @dataclass

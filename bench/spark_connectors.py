@@ -1,0 +1,240 @@
+"""``make bench``, Spark part: the connectors next to Spark's own Kafka connector.
+
+Sinks: the same cached DataFrame is written, in one run on the same Kafka, by
+
+- Spark's own Kafka sink (``spark-sql-kafka-0-10``, at-least-once) into a one-partition
+  Kafka topic: the baseline;
+- ``PulsarSink`` (``foreachBatch``'s sink) in sequence mode through the broker with
+  deduplication on, into a non-partitioned topic (one Kafka ledger topic);
+- the Data Source sink, ``df.write.format("dedup-broker")``, the same way;
+- each of the two replaying its last batch (every row already stored: nothing is sent).
+
+Sources: the same number of records of the same size is read, with one Spark task each,
+
+- by Spark's Kafka source, ``spark.read.format("kafka")``, from a one-partition Kafka topic
+  written directly with confluent-kafka: the baseline;
+- by ``spark.read.format("dedup-broker")`` from the topic the Data Source sink wrote.
+
+Every path is warmed up first (JVM classes, Python workers), then timed three times; the
+best of the three counts. Alone: ``python -m bench.spark_connectors [--rows N --size B]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from bench.brokers import bench_broker
+from bench.spark_kafka_connector import connector_jars
+from connectors.datasource import FORMAT, register
+from connectors.local_spark import local_session
+from connectors.sink import PulsarSink
+from dedup_broker.devservers import provide_kafka
+from dedup_broker.testing.broker_process import BrokerProcess
+
+WARM_UP_ROWS = 2_000
+RUNS = 3
+
+
+def run(bootstrap: str, rows: int, size: int, partitions: int = 2) -> None:
+    """Measure and print the Spark tables."""
+    import pyspark
+
+    jars = connector_jars(pyspark.__version__)
+    spark = local_session(
+        f"local[{partitions}]",
+        "dedup-broker-bench",
+        extra={"spark.jars": ",".join(str(j) for j in jars)},
+    )
+    register(spark)
+    broker = bench_broker(bootstrap, "spark", broker_deduplication_enabled=True)
+    with broker:
+        paths = _Paths(spark, bootstrap, broker)
+        data = _rows(spark, rows, size, partitions).cache()
+        data.count()
+        warm = _rows(spark, WARM_UP_ROWS, size, partitions)
+        sinks = [
+            ("Spark Kafka sink (at-least-once, baseline)", paths.kafka_write),
+            ("PulsarSink via the broker (dedup on)", paths.pulsar_sink_write),
+            ("PulsarSink replaying the same batch", paths.pulsar_sink_replay),
+            ('format("dedup-broker") sink (dedup on)', paths.datasource_write),
+            ('format("dedup-broker") replaying the batch', paths.datasource_replay),
+        ]
+        sink_seconds = [(label, _best(write, (warm,), (data,))) for label, write in sinks]
+        data.unpersist()
+
+        kafka_topic = paths.kafka_fill(rows, size)
+        warm_kafka = paths.kafka_fill(WARM_UP_ROWS, size)
+        broker_topic = paths.last_datasource_topic
+        warm_broker = paths.datasource_fill(warm)
+        source_seconds = [
+            (
+                "Spark Kafka source (baseline)",
+                _best(paths.kafka_read, (warm_kafka, WARM_UP_ROWS), (kafka_topic, rows)),
+            ),
+            (
+                'format("dedup-broker") source',
+                _best(paths.datasource_read, (warm_broker, WARM_UP_ROWS), (broker_topic, rows)),
+            ),
+        ]
+    spark.stop()
+
+    connector = next(j.name for j in jars if j.name.startswith("spark-sql-kafka"))
+    print(f"\nSpark local[{partitions}], {rows} rows of {size} bytes ({connector}), best of {RUNS}")
+    _table(f"sinks, {partitions} Spark partitions", rows, sink_seconds)
+    _table("sources, one topic partition (one Spark task)", rows, source_seconds)
+
+
+def _best(measure: Callable[..., float], warm_up: tuple[Any, ...], timed: tuple[Any, ...]) -> float:
+    """Seconds of the fastest of ``RUNS`` calls with ``timed``, after one with ``warm_up``."""
+    measure(*warm_up)
+    return min(measure(*timed) for _ in range(RUNS))
+
+
+def _table(title: str, rows: int, seconds: list[tuple[str, float]]) -> None:
+    base = rows / seconds[0][1]
+    print(f"\n{title:48} {'rows/s':>10} {'ratio':>6}")
+    for label, took in seconds:
+        print(f"{label:48} {rows / took:10.0f} {rows / took / base:6.2f}")
+
+
+def _rows(spark: Any, count: int, size: int, partitions: int) -> Any:
+    from pyspark.sql import functions as f
+
+    return spark.range(0, count, numPartitions=partitions).select(
+        f.rpad(f.col("id").cast("string"), size, "x").alias("value")
+    )
+
+
+def _topic() -> str:
+    return f"persistent://public/default/bench-spark-{uuid.uuid4().hex[:8]}"
+
+
+class _Paths:
+    """The timed operations; each returns its seconds."""
+
+    def __init__(self, spark: Any, bootstrap: str, broker: BrokerProcess) -> None:
+        self.spark = spark
+        self.bootstrap = bootstrap
+        self.broker = broker
+        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.last_sink_topic = ""
+        self.last_datasource_topic = ""
+
+    def _kafka_topic(self) -> str:
+        topic = f"bench-spark-kafka-{uuid.uuid4().hex[:8]}"
+        self.admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+        return topic
+
+    # --- sinks ---------------------------------------------------------------------------
+    def kafka_write(self, data: Any) -> float:
+        topic = self._kafka_topic()
+        started = time.perf_counter()
+        (
+            data.write.format("kafka")
+            .option("kafka.bootstrap.servers", self.bootstrap)
+            .option("kafka.acks", "all")
+            .option("topic", topic)
+            .save()
+        )
+        return time.perf_counter() - started
+
+    def pulsar_sink_write(self, data: Any) -> float:
+        self.last_sink_topic = _topic()
+        return self.pulsar_sink_replay(data)
+
+    def pulsar_sink_replay(self, data: Any) -> float:
+        sink = PulsarSink(self.broker.service_url, self.last_sink_topic, name="bench")
+        started = time.perf_counter()
+        sink.write(data, 0)
+        return time.perf_counter() - started
+
+    def datasource_write(self, data: Any) -> float:
+        self.last_datasource_topic = _topic()
+        return self.datasource_replay(data)
+
+    def datasource_replay(self, data: Any) -> float:
+        started = time.perf_counter()
+        (
+            data.write.format(FORMAT)
+            .option("serviceUrl", self.broker.service_url)
+            .option("topic", self.last_datasource_topic)
+            .option("name", "bench")
+            .option("batchId", 0)
+            .mode("append")
+            .save()
+        )
+        return time.perf_counter() - started
+
+    # --- sources -------------------------------------------------------------------------
+    def kafka_fill(self, count: int, size: int) -> str:
+        """A one-partition Kafka topic of ``count`` records of ``size`` bytes."""
+        topic = self._kafka_topic()
+        producer = Producer(
+            {"bootstrap.servers": self.bootstrap, "linger.ms": 5, "enable.idempotence": True}
+        )
+        for i in range(count):
+            value = str(i).encode().ljust(size, b"x")
+            while True:
+                try:
+                    producer.produce(topic, value)
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+        assert producer.flush(60) == 0, "records of the Kafka source's topic not delivered"
+        return topic
+
+    def datasource_fill(self, data: Any) -> str:
+        self.datasource_write(data)
+        return self.last_datasource_topic
+
+    def kafka_read(self, topic: str, count: int) -> float:
+        reader = (
+            self.spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", self.bootstrap)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+        )
+        return _timed_read(reader, count)
+
+    def datasource_read(self, topic: str, count: int) -> float:
+        reader = (
+            self.spark.read.format(FORMAT)
+            .option("serviceUrl", self.broker.service_url)
+            .option("adminUrl", self.broker.http_url)
+            .option("topic", topic)
+        )
+        return _timed_read(reader, count)
+
+
+def _timed_read(reader: Any, count: int) -> float:
+    """Load and read every row's value; fails unless there were ``count`` rows."""
+    from pyspark.sql import functions as f
+
+    started = time.perf_counter()
+    found = reader.load().agg(f.count("*"), f.sum(f.length("value"))).collect()[0][0]
+    took = time.perf_counter() - started
+    assert found == count, f"read {found} rows, expected {count}"
+    return took
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.spark_connectors")
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--size", type=int, default=100)
+    args = parser.parse_args()
+    kafka = provide_kafka()
+    try:
+        run(kafka.bootstrap_servers, args.rows, args.size)
+    finally:
+        kafka.stop()
+
+
+if __name__ == "__main__":
+    main()
