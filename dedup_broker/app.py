@@ -10,12 +10,14 @@ import asyncio
 import logging
 import signal
 import time
+import tracemalloc
 import uuid
 from collections.abc import Callable
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from dedup_broker.allocations import AllocationReports
 from dedup_broker.cluster.listeners import AdvertisedListeners, parse_advertised_listeners
 from dedup_broker.cluster.membership import BrokerAddress, owners_topic
 from dedup_broker.cluster.routes import cluster_routes, redirect_middleware
@@ -280,6 +282,8 @@ class BrokerApp:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        if tracemalloc.is_tracing():  # PYTHONTRACEMALLOC: allocation reports on SIGUSR1
+            loop.add_signal_handler(signal.SIGUSR1, AllocationReports().report)
         await self.start()
         try:
             await stop.wait()

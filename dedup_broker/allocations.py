@@ -1,0 +1,43 @@
+"""Allocation reports for memory investigations, off unless Python traces allocations.
+
+Start the broker with ``PYTHONTRACEMALLOC=1`` (or ``=N`` for N frames per allocation)
+and send it SIGUSR1: the first signal logs where the live memory was allocated (the
+largest source lines); every later one logs what grew or shrank since the previous
+signal. Without ``PYTHONTRACEMALLOC`` nothing is installed and nothing is traced.
+"""
+
+from __future__ import annotations
+
+import logging
+import tracemalloc
+
+log = logging.getLogger(__name__)
+
+TOP_LINES = 15
+
+
+class AllocationReports:
+    def __init__(self, top: int = TOP_LINES) -> None:
+        self.top = top
+        self._previous: tracemalloc.Snapshot | None = None
+
+    def report(self) -> None:
+        snapshot = tracemalloc.take_snapshot().filter_traces(
+            [tracemalloc.Filter(False, tracemalloc.__file__)]
+        )
+        traced, peak = tracemalloc.get_traced_memory()
+        if self._previous is None:
+            lines = [str(s) for s in snapshot.statistics("lineno")[: self.top]]
+            what = "largest"
+        else:
+            diff = snapshot.compare_to(self._previous, "lineno")
+            lines = [str(s) for s in diff[: self.top]]
+            what = "growth since the previous report"
+        self._previous = snapshot
+        log.info(
+            "tracemalloc: %.1f MiB traced (peak %.1f MiB); %s:\n  %s",
+            traced / 2**20,
+            peak / 2**20,
+            what,
+            "\n  ".join(lines),
+        )
