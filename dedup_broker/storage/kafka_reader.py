@@ -55,7 +55,7 @@ class _PooledConsumer:
     known_topics: set[str] = field(default_factory=set)
 
 
-def _headers(msg: Message) -> tuple[tuple[str, bytes], ...]:
+def record_headers(msg: Message) -> tuple[tuple[str, bytes], ...]:
     headers = msg.headers() or ()
     pairs = headers.items() if isinstance(headers, dict) else headers
     return tuple((name, value) for name, value in pairs if isinstance(value, bytes))
@@ -280,7 +280,7 @@ class KafkaReader:
                             msg.key(),
                             value,
                             msg.timestamp()[1],
-                            _headers(msg),
+                            record_headers(msg),
                         )
                     )
                     next_offset = offset + 1

@@ -13,11 +13,14 @@ single order of writes.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Protocol
 
 from dedup_broker.storage.kafka_admin import KafkaAdmin
 from dedup_broker.storage.kafka_producer import SharedProducer
-from dedup_broker.storage.kafka_reader import KafkaReader
+from dedup_broker.storage.kafka_reader import FetchedRecord, KafkaReader
+
+log = logging.getLogger(__name__)
 
 TABLE_PARTITION = 0
 
@@ -33,6 +36,13 @@ class MetadataView:
         self._offsets: dict[str, int] = {}
         self._next_offset = 0
         self._refresh_lock = asyncio.Lock()
+        self._refreshes_asked = 0
+        self._refreshes_answered = 0
+        """Refreshes asked for so far, and how many of them a finished read has covered."""
+        self.tail_wait_seconds: float | None = None
+        """Set while a :class:`TableTail` follows this table: how long a refresh waits for
+        the tail to reach the table's end before reading on its own."""
+        self._tail_moved = asyncio.Event()
 
     # --- reads ----------------------------------------------------------------------
     def get(self, key: str) -> bytes | None:
@@ -46,22 +56,68 @@ class MetadataView:
         return len(self._values)
 
     async def refresh(self) -> None:
-        """Read the topic from where this view stopped to its current end."""
+        """Bring the view to the topic's current end (its last stable offset).
+
+        Callers that ask while a refresh is under way share the next one: a refresh that
+        began after a caller asked sees everything stored before it asked, which is all
+        a refresh promises. Loading many topics at once then costs a few offset queries,
+        not one (behind a lock) per caller. With a tail following the table, a refresh
+        waits for the tail to reach the end; it reads the records itself only if the
+        tail is late.
+        """
+        self._refreshes_asked += 1
+        asked = self._refreshes_asked
         async with self._refresh_lock:
-            # The last stable offset: records of a transaction still open stay unread
-            # (and are read by a later refresh), never skipped.
-            end = await self._admin.stable_end(self.topic, TABLE_PARTITION)
-            while self._next_offset < end:
-                records = await self._reader.fetch(
-                    self.topic, self._next_offset, end, partition=TABLE_PARTITION
-                )
-                if not records:
-                    break
-                for record in records:
-                    if record.key is not None:
-                        self._apply(record.key.decode("utf-8"), record.value, record.offset)
-                self._next_offset = records[-1].offset + 1
-            self._next_offset = max(self._next_offset, end)
+            if self._refreshes_answered >= asked:
+                return
+            covered = self._refreshes_asked
+            if self.tail_wait_seconds is None or not await self._tail_reaches_end():
+                await self._read_to_end()
+            self._refreshes_answered = covered
+
+    async def _read_to_end(self) -> None:
+        # The last stable offset: records of a transaction still open stay unread
+        # (and are read by a later refresh), never skipped.
+        end = await self._admin.stable_end(self.topic, TABLE_PARTITION)
+        while self._next_offset < end:
+            records = await self._reader.fetch(
+                self.topic, self._next_offset, end, partition=TABLE_PARTITION
+            )
+            if not records:
+                break
+            for record in records:
+                if record.key is not None:
+                    self._apply(record.key.decode("utf-8"), record.value, record.offset)
+            self._next_offset = max(self._next_offset, records[-1].offset + 1)
+        self._next_offset = max(self._next_offset, end)
+
+    async def _tail_reaches_end(self) -> bool:
+        """Whether the tail got to the table's current end in time."""
+        assert self.tail_wait_seconds is not None
+        end = await self._admin.stable_end(self.topic, TABLE_PARTITION)
+        try:
+            async with asyncio.timeout(self.tail_wait_seconds):
+                while self._next_offset < end:
+                    self._tail_moved.clear()
+                    await self._tail_moved.wait()
+        except TimeoutError:
+            log.debug("%s: the tail is behind offset %d; reading it directly", self.topic, end)
+            return False
+        return True
+
+    # --- fed by a TableTail -----------------------------------------------------------
+    def tail_start(self) -> int:
+        return self._next_offset
+
+    def take_tail(self, records: list[FetchedRecord], position: int) -> None:
+        for record in records:
+            if record.key is not None:
+                self._apply(record.key.decode("utf-8"), record.value, record.offset)
+        if records:
+            position = max(position, records[-1].offset + 1)
+        if position > self._next_offset:
+            self._next_offset = position
+            self._tail_moved.set()
 
     def record_write(self, key: str, value: bytes | None, offset: int) -> None:
         """A write acknowledged at ``offset`` (made through another writer) shows now."""

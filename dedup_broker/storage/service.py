@@ -31,8 +31,12 @@ from dedup_broker.storage.metadata_table import MetadataTable
 from dedup_broker.storage.offload_fs import offload_directory, offloader_from_config
 from dedup_broker.storage.rollover import RolloverPolicy
 from dedup_broker.storage.status import LedgerStatus, LedgerType
+from dedup_broker.storage.table_tail import TableTail
 
 log = logging.getLogger(__name__)
+
+TAIL_WAIT_SECONDS = 0.5
+"""How long a metadata table's refresh waits for the tail before reading on its own."""
 
 DeleterFactory = Callable[["StorageService"], Awaitable[LedgerDeleter]]
 
@@ -95,6 +99,14 @@ class StorageService:
         self._open: dict[str, ManagedLedger] = {}
         self._name_locks: dict[str, asyncio.Lock] = {}
         self._closed = False
+        self._tail = TableTail(config, asyncio.get_running_loop())
+
+    def _follow_tables(self) -> None:
+        """From here on a refresh of a table asks Kafka for its end and waits for the tail."""
+        tables = [self._managed_ledger_infos, self._cursor_infos, self.policies]
+        self._tail.follow(tables)
+        for table in tables:
+            table.tail_wait_seconds = TAIL_WAIT_SECONDS
 
     @classmethod
     async def start(
@@ -122,7 +134,9 @@ class StorageService:
             if deleter_factory is not None:
                 deleter = await deleter_factory(service)
                 service._ctx = dataclasses.replace(service._ctx, deleter=deleter)
+            service._follow_tables()
         except BaseException:
+            await asyncio.to_thread(service._tail.close)
             await producer.close()
             await asyncio.to_thread(reader.close)
             raise
@@ -154,6 +168,7 @@ class StorageService:
         for result in results:
             if isinstance(result, BaseException):
                 log.warning("closing a managed ledger failed: %s", result)
+        await asyncio.to_thread(self._tail.close)
         await self._producer.close(_remaining(deadline))
         await asyncio.to_thread(self._reader.close)
 
