@@ -44,9 +44,9 @@ from dedup_broker.storage.deletion import Retention
 from dedup_broker.storage.kafka_reader import FetchedRecord
 from dedup_broker.storage.ledger_list import LedgerList
 from dedup_broker.storage.ledger_store import now_ms
-from dedup_broker.storage.managed_ledger import CLOSED, FENCED, OPEN
 from dedup_broker.storage.position import Entry, EntryVisitor, LedgerInfo, Position
 from dedup_broker.storage.rollover import RolloverPolicy
+from dedup_broker.storage.status import CLOSED, FENCED, OPEN
 from dedup_broker.testing.memory_table import MemoryTable
 
 if TYPE_CHECKING:
