@@ -11,6 +11,9 @@ flight makes a repeat wait for that write's outcome (the repeat's own outcome is
 only once that write settled). After a restart (or when Redis lost
 its data) the log is the source of truth: the entries of the last window are read back
 and their keys written to Redis before this topic accepts any message.
+
+A group's keys and their claim are ``claims.py``; a queued SEND, the errors it may be
+answered with and how its answer waits for earlier writes ``sends.py``.
 """
 
 from __future__ import annotations
@@ -20,19 +23,23 @@ import contextlib
 import logging
 import uuid
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from dedup_broker.domain.outcomes import (
-    DUPLICATE,
-    PublishOutcome,
-    PublishResult,
-    PublishStatus,
-)
-from dedup_broker.errors import BrokerError, ManagedLedgerClosedError, ProtocolError, RetriableError
+from dedup_broker.domain.outcomes import DUPLICATE, PublishOutcome, PublishResult, PublishStatus
+from dedup_broker.errors import BrokerError, ProtocolError, RetriableError
 from dedup_broker.key_dedup import recovery
-from dedup_broker.key_dedup.store import KeyStoreUnavailableError, ScopeLostError
+from dedup_broker.key_dedup.claims import GroupKeys, ScopeRebuildingError
+from dedup_broker.key_dedup.sends import (
+    AppendChecked,
+    KeyDedupNotReadyError,
+    PreparedSend,
+    ProducerGoneError,
+    QueuedSend,
+    complete_after,
+    highest_sequence_id,
+    topic_closed,
+)
+from dedup_broker.key_dedup.store import KeyStoreUnavailableError
 from dedup_broker.key_dedup.window import (
     KeyDedupPolicy,
     KeyState,
@@ -44,9 +51,7 @@ from dedup_broker.key_dedup.window import (
     verdicts,
 )
 from dedup_broker.protocol import pulsar_api_pb2 as pb
-from dedup_broker.protocol.batch import SingleMessage
 from dedup_broker.protocol.batch_rewrite import rewrite_batch
-from dedup_broker.protocol.commands import as_signed64
 from dedup_broker.storage.position import Position
 
 if TYPE_CHECKING:
@@ -62,54 +67,6 @@ GROUP_MAX_SENDS = 256
 """SENDs decided together (one Redis round trip for all their new keys)."""
 READY_WAIT_SECONDS = 5.0
 REPLAY_CHUNK = 500
-
-
-class KeyDedupNotReadyError(RetriableError):
-    """Key deduplication cannot decide now (Redis unreachable, window being rebuilt)."""
-
-
-class _ScopeLostError(KeyDedupNotReadyError):
-    pass
-
-
-class RepeatOfLostWriteError(RetriableError):
-    """A message was dropped as a repeat of a write that then failed: resend it."""
-
-
-class ProducerGoneError(RetriableError):
-    """The producer closed before its SEND was decided; its client resends elsewhere."""
-
-
-AppendChecked = Callable[
-    ["Producer", pb.CommandSend, bytes, pb.MessageMetadata, int], PublishResult
-]
-"""The topic's publish path after key deduplication (PIP-6 verdict, then the append)."""
-
-
-@dataclass(eq=False)
-class _Send:
-    producer: Producer
-    send: pb.CommandSend
-    entry: bytes
-    metadata: pb.MessageMetadata
-    result: PublishResult = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
-
-    @property
-    def answered(self) -> bool:
-        return self.result.done()
-
-    def finish(self, outcome: PublishOutcome) -> None:
-        if not self.result.done():
-            self.result.set_result(outcome)
-
-
-@dataclass(eq=False)
-class _Prepared:
-    item: _Send
-    messages: list[SingleMessage] | None
-    keys: list[bytes | None]
 
 
 def parse_position(text: str) -> Position:
@@ -134,7 +91,7 @@ class TopicKeyDedup:
         self.scope: KeyScope | None = None
         self.load_id = uuid.uuid4().hex[:12]
         self.owner = f"{self.load_id}:{ledger.name}".encode()
-        self._queue: deque[_Send] = deque()
+        self._queue: deque[QueuedSend] = deque()
         self._wake = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
         self._busy = False
@@ -219,7 +176,7 @@ class TopicKeyDedup:
         entry: bytes,
         metadata: pb.MessageMetadata,
     ) -> PublishResult:
-        item = _Send(producer, send, entry, metadata)
+        item = QueuedSend(producer, send, entry, metadata)
         self._queue.append(item)
         if self._worker is None or self._worker.done():
             self._worker = asyncio.get_running_loop().create_task(self._run())
@@ -232,7 +189,7 @@ class TopicKeyDedup:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            group: list[_Send] = []
+            group: list[QueuedSend] = []
             while self._queue and len(group) < GROUP_MAX_SENDS:
                 group.append(self._queue.popleft())
             self._busy = True
@@ -240,7 +197,7 @@ class TopicKeyDedup:
                 await self._process(group)
             except asyncio.CancelledError:
                 for item in group:
-                    item.finish(PublishOutcome.failed(_topic_closed()))
+                    item.finish(PublishOutcome.failed(topic_closed()))
                 raise
             except Exception as exc:  # keep the topic serving; answer what is left
                 log.exception("%s: key deduplication failed on a group", self.name)
@@ -250,13 +207,13 @@ class TopicKeyDedup:
             finally:
                 self._busy = False
 
-    async def _process(self, group: list[_Send]) -> None:
+    async def _process(self, group: list[QueuedSend]) -> None:
         policy, scope = self.policy, self.scope
         if policy is None or scope is None:
             for item in group:
                 self._append(item, item.entry, item.metadata, [], None, [])
             return
-        prepared: list[_Prepared] = []
+        prepared: list[PreparedSend] = []
         for item in group:
             if item.producer.closed:  # the client resends it on its new connection
                 item.finish(PublishOutcome.failed(ProducerGoneError("the producer closed")))
@@ -267,7 +224,7 @@ class TopicKeyDedup:
                 self._error(item, exc)
                 continue
             keys = [message_key(policy.key_source, m) for m in messages] if messages else []
-            prepared.append(_Prepared(item, messages, keys))
+            prepared.append(PreparedSend(item, messages, keys))
         if not prepared:
             return
         accept = policy.on_redis_unavailable is OnRedisUnavailable.ACCEPT
@@ -275,19 +232,17 @@ class TopicKeyDedup:
             for p in prepared:
                 self._error(p.item, KeyDedupNotReadyError("key deduplication is recovering"))
             return
-        states: dict[bytes, KeyState] = {}
-        futures: dict[bytes, asyncio.Future[bool]] = {}
-        owned: set[bytes] = set()
+        claims = GroupKeys(scope, policy, self.service, self.owner)
         key_lists = [p.keys for p in prepared]
         try:
             try:
-                await self._lookup(scope, policy, key_lists, states, futures, owned)
-            except _ScopeLostError:
+                await claims.lookup(key_lists)
+            except ScopeRebuildingError:
                 # Rebuilding from the log takes moments: wait for it rather than fail.
-                states.clear()
+                claims.states.clear()
                 if not await self._wait_ready():
                     raise KeyDedupNotReadyError("the key window is being rebuilt") from None
-                await self._lookup(scope, policy, key_lists, states, futures, owned)
+                await claims.lookup(key_lists)
         except BrokerError as exc:
             for p in prepared:
                 self._error(p.item, exc)
@@ -295,9 +250,9 @@ class TopicKeyDedup:
         used: set[bytes] = set()
         try:
             for p in prepared:
-                await self._decide(scope, policy, p, states, futures, owned, used)
+                await self._decide(claims, p, used)
         finally:
-            self._release([k for k in owned if k not in used])
+            self._release([k for k in claims.owned if k not in used])
 
     async def _wait_ready(self) -> bool:
         """Both this topic's replay and the scope (marker, rebuild) done, within a bound."""
@@ -313,101 +268,14 @@ class TopicKeyDedup:
             await asyncio.wait_for(both(), READY_WAIT_SECONDS)
         return self._ready.is_set() and scope.ready.is_set()
 
-    async def _lookup(
-        self,
-        scope: KeyScope,
-        policy: KeyDedupPolicy,
-        key_lists: list[list[bytes | None]],
-        states: dict[bytes, KeyState],
-        futures: dict[bytes, asyncio.Future[bool]],
-        owned: set[bytes],
-    ) -> None:
-        """States of the group's keys: from local memory first, the rest from one claim."""
-        now = now_ms()
-        ask: list[bytes] = []
-        for keys in key_lists:
-            for key in keys:
-                if key is None or key in states:
-                    continue
-                if scope.cache.stored(key, now, policy.window_ms):
-                    states[key] = KeyState.STORED
-                    continue
-                future = scope.in_flight.get(key)
-                if future is not None:
-                    states[key] = KeyState.IN_FLIGHT
-                    futures[key] = future
-                    continue
-                states[key] = KeyState.NEW
-                ask.append(key)
-        await self._claim(scope, policy, ask, states, futures, owned)
-
-    async def _claim(
-        self,
-        scope: KeyScope,
-        policy: KeyDedupPolicy,
-        ask: list[bytes],
-        states: dict[bytes, KeyState],
-        futures: dict[bytes, asyncio.Future[bool]],
-        owned: set[bytes],
-    ) -> None:
-        if not ask:
-            return
-        loop = asyncio.get_running_loop()
-        for key in ask:  # other topics of the scope wait on us from now on
-            scope.in_flight.claim(key, loop)
-        service = self.service
-        try:
-            answers = await service.store.claim(
-                scope.keys, ask, now_ms(), policy.window_ms, self.owner, service.pending_ttl_ms
-            )
-        except ScopeLostError:
-            for key in ask:
-                scope.in_flight.settle(key, False)
-            scope.lost()
-            raise _ScopeLostError("Redis lost the key window; it is being rebuilt") from None
-        except KeyStoreUnavailableError:
-            if policy.on_redis_unavailable is OnRedisUnavailable.ACCEPT:
-                service.accepted_without_redis += len(ask)
-                owned.update(ask)
-                return
-            for key in ask:
-                scope.in_flight.settle(key, False)
-            raise
-        for key, answer in zip(ask, answers, strict=True):
-            if answer == b"":
-                owned.add(key)
-            elif answer.startswith(b"t:"):
-                states[key] = KeyState.STORED
-                scope.cache.add(key, int(answer[2:]))
-                scope.in_flight.settle(key, True)
-            elif answer[2:] == self.owner or (
-                service.stale_owner(answer[2:])
-                and await service.store.take_over(
-                    scope.keys, key, answer, self.owner, service.pending_ttl_ms
-                )
-            ):
-                owned.add(key)
-            else:  # another broker's write holds it: its outcome cannot be awaited here
-                states[key] = KeyState.IN_FLIGHT
-                futures.pop(key, None)
-                scope.in_flight.settle(key, False)
-
-    async def _decide(
-        self,
-        scope: KeyScope,
-        policy: KeyDedupPolicy,
-        p: _Prepared,
-        states: dict[bytes, KeyState],
-        futures: dict[bytes, asyncio.Future[bool]],
-        owned: set[bytes],
-        used: set[bytes],
-    ) -> None:
+    async def _decide(self, claims: GroupKeys, p: PreparedSend, used: set[bytes]) -> None:
         """One SEND: drop its repeats, append the rest, answer in the producer's order.
 
         A key held by a write of this broker still in flight is dropped at once, on the
         condition that write succeeds: the answer waits for it (and becomes a retriable
         error if it failed), but the topic's later SENDs do not.
         """
+        scope, states, futures = claims.scope, claims.states, claims.futures
         item = p.item
         if item.producer.closed:
             item.finish(PublishOutcome.failed(ProducerGoneError("the producer closed")))
@@ -421,7 +289,7 @@ class TopicKeyDedup:
             dict.fromkeys(k for k in p.keys if k is not None and k in futures and futures[k].done())
         )
         if settled:
-            await self._settled(scope, policy, settled, states, futures, owned)
+            await claims.settle(settled)
         result = verdicts(p.keys, states)
         after: list[asyncio.Future[bool]] = []
         for key, verdict in zip(p.keys, result, strict=True):
@@ -444,7 +312,7 @@ class TopicKeyDedup:
             return
         entry, metadata = item.entry, item.metadata
         if dropped:
-            highest = _highest(item.send, p.messages)
+            highest = highest_sequence_id(item.send, p.messages)
             metadata, entry = rewrite_batch(metadata, p.messages, keep, highest)
         if self._append(item, entry, metadata, kept_keys, scope, after):
             used.update(kept_keys)
@@ -455,32 +323,9 @@ class TopicKeyDedup:
                     futures[key] = future
             scope.kept += len(keep) - dropped
 
-    async def _settled(
-        self,
-        scope: KeyScope,
-        policy: KeyDedupPolicy,
-        keys: list[bytes],
-        states: dict[bytes, KeyState],
-        futures: dict[bytes, asyncio.Future[bool]],
-        owned: set[bytes],
-    ) -> None:
-        """Keys whose writes settled since the lookup: stored, or to be claimed anew."""
-        again: list[bytes] = []
-        for key in keys:
-            future = futures.pop(key)
-            if not future.cancelled() and future.result():
-                states[key] = KeyState.STORED
-            elif key in scope.in_flight:
-                states[key] = KeyState.IN_FLIGHT
-                futures[key] = scope.in_flight.get(key)  # type: ignore[assignment]
-            else:
-                states[key] = KeyState.NEW
-                again.append(key)
-        await self._claim(scope, policy, again, states, futures, owned)
-
     def _append(
         self,
-        item: _Send,
+        item: QueuedSend,
         entry: bytes,
         metadata: pb.MessageMetadata,
         keys: list[bytes],
@@ -490,7 +335,7 @@ class TopicKeyDedup:
         """Hand the (rewritten) entry to the topic; False if nothing was appended."""
         anchor = metadata.publish_time or now_ms()
         result = self._append_checked(item.producer, item.send, entry, metadata, anchor)
-        _complete_after(result, after, item.result)
+        complete_after(result, after, item.result)
         if result.done() and result.result().status is not PublishStatus.STORED:
             return False
         if scope is not None:
@@ -507,13 +352,13 @@ class TopicKeyDedup:
             result.add_done_callback(written)
         return True
 
-    def _duplicate(self, item: _Send, after: list[asyncio.Future[bool]]) -> None:
+    def _duplicate(self, item: QueuedSend, after: list[asyncio.Future[bool]]) -> None:
         """Every message was a repeat: accepted, not stored."""
         done: PublishResult = asyncio.get_running_loop().create_future()
         done.set_result(DUPLICATE)
-        _complete_after(done, after, item.result)
+        complete_after(done, after, item.result)
 
-    def _error(self, item: _Send, exc: BaseException) -> None:
+    def _error(self, item: QueuedSend, exc: BaseException) -> None:
         self.errors += 1
         log.debug("%s: SEND %d not accepted: %s", self.name, item.send.sequence_id, exc)
         item.finish(PublishOutcome.failed(exc))
@@ -572,7 +417,7 @@ class TopicKeyDedup:
         if self._worker is not None:
             self._worker.cancel()
         while self._queue:
-            self._queue.popleft().finish(PublishOutcome.failed(_topic_closed()))
+            self._queue.popleft().finish(PublishOutcome.failed(topic_closed()))
         scope = self.scope
         if scope is not None:
             for keys in self._failed:  # outcome unknown: the next load replays the log
@@ -591,48 +436,3 @@ class TopicKeyDedup:
             "errors": self.errors,
             **self.scope.stats(),
         }
-
-
-def _topic_closed() -> ManagedLedgerClosedError:
-    return ManagedLedgerClosedError("the topic closed before the message was decided")
-
-
-def _complete_after(
-    result: PublishResult, after: list[asyncio.Future[bool]], target: PublishResult
-) -> None:
-    """``target`` gets ``result``'s outcome once every write in ``after`` settled; a stored
-    or duplicate outcome becomes a retriable failure if any of those writes was lost."""
-
-    def finish() -> None:
-        outcome = result.result()
-        lost = any(f.cancelled() or not f.result() for f in after)
-        if lost and outcome.status in (PublishStatus.STORED, PublishStatus.DUPLICATE):
-            outcome = PublishOutcome.failed(
-                RepeatOfLostWriteError(
-                    "a message of this batch was dropped as a repeat of a write that then "
-                    "failed; resend"
-                )
-            )
-        if not target.done():
-            target.set_result(outcome)
-
-    waiting: list[asyncio.Future[Any]] = [result, *(f for f in after if not f.done())]
-    remaining = len(waiting)
-
-    def one_done(_: asyncio.Future[Any]) -> None:
-        nonlocal remaining
-        remaining -= 1
-        if remaining == 0:
-            finish()
-
-    for future in waiting:
-        future.add_done_callback(one_done)
-
-
-def _highest(send: pb.CommandSend, messages: list[SingleMessage]) -> int | None:
-    """The highest sequence id the SEND covers, kept by the rewritten entry."""
-    lowest = as_signed64(send.sequence_id)
-    if send.HasField("highest_sequence_id") and as_signed64(send.highest_sequence_id) >= lowest:
-        return as_signed64(send.highest_sequence_id)
-    ids = [m.metadata.sequence_id for m in messages if m.metadata.HasField("sequence_id")]
-    return max([lowest, *ids]) if ids else lowest + len(messages) - 1

@@ -2,7 +2,9 @@
 
 Everything here answers from the in-memory ledger list or reads through the entry reader
 (cache, Kafka, tiered storage); the write side (appends, rollover, failures, the
-metadata record) is ``managed_ledger.py``, which extends this class.
+metadata record) is ``managed_ledger.py``, which extends this class and the write side's
+own base classes (``ledger_rollover.py``, ``ledger_recovery.py``,
+``ledger_list_updates.py``).
 """
 
 from __future__ import annotations

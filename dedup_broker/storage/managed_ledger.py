@@ -16,16 +16,18 @@ Before each such write the stored record is compared with the last one this inst
 wrote: if another broker changed it, this instance stops ("Closed") instead of
 overwriting the newer state.
 
-Opening (the stored list after a crash) is ``ledger_opening.py``; the read side
-(positions, reads, cursors) is ``ledger_view.py``; trimming is ``trimmer.py``, offloading
-to tiered storage ``offload_manager.py``.
+Opening (the stored list after a crash) is ``ledger_opening.py``; rolling over
+``ledger_rollover.py``; the recovery after a failed write ``ledger_recovery.py``; storing
+the list, and the changes trimming, offloading and properties make to it,
+``ledger_list_updates.py``; the read side (positions, reads, cursors) is
+``ledger_view.py``; trimming is ``trimmer.py``, offloading to tiered storage
+``offload_manager.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from collections import deque
@@ -37,7 +39,6 @@ from confluent_kafka import KafkaError
 from dedup_broker.errors import (
     LedgerFencedError,
     ManagedLedgerClosedError,
-    ManagedLedgerFencedError,
     OwnershipLostError,
     StorageError,
 )
@@ -50,20 +51,19 @@ from dedup_broker.storage.fencing import WriteFence
 from dedup_broker.storage.info_store import LedgerInfoWriter
 from dedup_broker.storage.kafka_producer import storage_error
 from dedup_broker.storage.ledger_list import LedgerList
+from dedup_broker.storage.ledger_list_updates import LedgerListUpdates
 from dedup_broker.storage.ledger_opening import open_ledger_list
+from dedup_broker.storage.ledger_recovery import LedgerRecovery
+from dedup_broker.storage.ledger_rollover import LedgerRollover
 from dedup_broker.storage.ledger_store import FIRST_ENTRY_OFFSET, now_ms
 from dedup_broker.storage.ledger_view import ManagedLedgerView
 from dedup_broker.storage.metadata_table import Table, WritesThrough
 from dedup_broker.storage.offload_manager import LedgerOffloads
-from dedup_broker.storage.position import Entry, LedgerInfo, OffloadInfo, Position
-from dedup_broker.storage.status import LedgerStatus, LedgerType
+from dedup_broker.storage.position import Entry, LedgerInfo, Position
+from dedup_broker.storage.status import CLOSED, FENCED, OPEN
 from dedup_broker.storage.trimmer import LedgerTrimmer
 
 log = logging.getLogger(__name__)
-
-OPEN, FENCED, CLOSED = "Open", "Fenced", "Closed"
-__all__ = ["CLOSED", "FENCED", "OPEN", "ManagedLedger"]
-_RETRY_MIN_S, _RETRY_MAX_S = 0.1, 5.0
 
 
 @dataclass(slots=True, eq=False)
@@ -86,7 +86,7 @@ class _Append:
         self.ledger._on_delivered(self, error, offset)
 
 
-class ManagedLedger(ManagedLedgerView):
+class ManagedLedger(LedgerRollover, LedgerRecovery, LedgerListUpdates, ManagedLedgerView):
     def __init__(
         self,
         name: str,
@@ -186,88 +186,10 @@ class ManagedLedger(ManagedLedgerView):
         self._ledger_started = time.monotonic()
         self._arm_rollover_timer()
 
-    # --- metadata record ------------------------------------------------------------
-    async def _write_info(
-        self, ledgers: list[LedgerInfo], properties: dict[str, str] | None = None
-    ) -> None:
-        # Trimmed ledgers never come back, and the offload state in memory wins, whatever
-        # list a caller computed before.
-        ledgers = [
-            dataclasses.replace(info, offload=self._ledgers.offload_of(info.ledger_id))
-            if self._ledgers.count(info.ledger_id) is not None
-            else info
-            for info in ledgers
-            if info.ledger_id not in self._trimmed
-        ]
-        props = self._properties if properties is None else properties
-        await self._info.write(ledgers, props)
-
-    @property
-    def properties(self) -> dict[str, str]:
-        return dict(self._properties)
-
     # --- trimming -------------------------------------------------------------------
-    def is_writable_state(self) -> bool:
-        return self._state == OPEN and not self._closing
-
-    def durable_mark_deletes(self) -> list[Position]:
-        """Mark-delete positions of every durable cursor, opened here or only stored."""
-        return self._cursors.durable_mark_deletes()
-
     def _cursor_moved(self) -> None:
         if self.retention is not None and self.is_writable_state():
             self.trimmer.trim_soon()
-
-    async def trim_consumed_ledgers(self, retention: Retention | None = None) -> list[int]:
-        """Delete the ledgers every durable cursor passed and retention lets go."""
-        return await self.trimmer.trim(retention)
-
-    async def remove_ledgers(self, ledger_ids: set[int]) -> None:
-        """Drop ledgers (their deletion is secured) from the list and store it."""
-        current = self._ledgers.current
-        if current is not None and current.ledger_id in ledger_ids:
-            raise ValueError(f"{self.name}: the current ledger cannot be removed")
-        async with self._list_lock:
-            self._trimmed |= ledger_ids
-            self._ledgers.remove(ledger_ids)
-            self._ctx.cache.invalidate_ledgers(list(ledger_ids))
-            await self._write_info(self._ledgers.infos())
-
-    async def update_offloads(self, changes: dict[int, OffloadInfo | None]) -> None:
-        """Record (or clear) tiered-storage copies of listed ledgers and store the list."""
-        async with self._list_lock:
-            for ledger_id, offload in changes.items():
-                if self._ledgers.count(ledger_id) is not None:
-                    self._ledgers.set_offload(ledger_id, offload)
-            await self._write_info(self._ledgers.infos())
-
-    def stored_views(self) -> list[list[LedgerInfo]]:
-        """The ledger lists that may be the stored one."""
-        return self._info.stored_views()
-
-    def trimmed(self, ledger_id: int) -> bool:
-        return ledger_id in self._trimmed
-
-    async def store_trimmed_removal(self) -> None:
-        """Write the list again if a removal of trimmed ledgers (or another change) was not
-        stored."""
-        async with self._list_lock:
-            if self._trimmed & self._info.stored_ids() or self._info.unknown is not None:
-                await self._write_info(self._ledgers.infos())
-
-    def ledger_status(
-        self, ledger_id: int, ledger_type: LedgerType = LedgerType.LEDGER, uid: str = ""
-    ) -> LedgerStatus:
-        """IN_USE (listed), PENDING (leaving the list, not stored yet) or DELETABLE, for
-        the Kafka copy (``LEDGER``) or the tiered-storage copy ``uid`` (``OFFLOAD_LEDGER``)."""
-        return self.trimmer.status(ledger_id, ledger_type, uid)
-
-    async def set_properties(self, properties: dict[str, str]) -> None:
-        """Replace the managed ledger's properties (stored with its ledger list)."""
-        self._check_open()
-        async with self._list_lock:
-            await self._write_info(self._ledgers.infos(), dict(properties))
-            self._properties = dict(properties)
 
     # --- appending ------------------------------------------------------------------
     @property
@@ -430,143 +352,6 @@ class ManagedLedger(ManagedLedgerView):
         log.warning("%s fenced after a failed write: %s", self.name, error)
         if not self._closing:
             self._recovery_task = self._loop.create_task(self._recover(told))
-
-    async def _recover(self, told: Position) -> None:
-        delay = _RETRY_MIN_S
-        await self._drained.wait()
-        closed: LedgerInfo | None = None
-        new_id: int | None = None
-        current_id = self._ledgers.last_id
-        fenced: ManagedLedgerFencedError | None = None
-        async with self._list_lock:
-            while True:
-                try:
-                    if closed is None:
-                        closed = await self._ctx.ledgers.close_at_true_end(current_id)
-                    if new_id is None:
-                        new_id = await self._ctx.ledgers.create(self.name)
-                    infos = [*self._ledgers.infos()[:-1], closed, LedgerInfo(new_id, -1, 0, 0)]
-                    await self._write_info(infos)
-                    self._apply_recovery(closed, new_id)
-                    break
-                except ManagedLedgerFencedError as exc:
-                    fenced = exc
-                    break
-                except Exception as exc:
-                    log.warning("%s: recovery failed, retrying in %.1fs: %s", self.name, delay, exc)
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, _RETRY_MAX_S)
-        if fenced is not None:
-            await self._shutdown(fenced)
-            return
-        self._after_recovery(told)
-
-    def _apply_recovery(self, closed: LedgerInfo, new_id: int) -> None:
-        current_id = self._ledgers.last_id
-        confirmed = self._ledgers.current_entries
-        if closed.entries < confirmed:
-            log.error(
-                "%s: Kafka holds %d entries of ledger %d, %d were acknowledged",
-                self.name,
-                closed.entries,
-                current_id,
-                confirmed,
-            )
-        self.entries_added += max(closed.entries - confirmed, 0)
-        self._ledgers.close_current(closed.entries, closed.size, closed.timestamp_ms)
-        self._ledgers.add_open_ledger(new_id)
-        self._last_confirmed = self._ledgers.last_confirmed()
-        self._start_ledger(new_id)
-
-    def _after_recovery(self, told: Position) -> None:
-        self._recovery_task = None
-        self._state = OPEN
-        self._writable.set()
-        truth = self._last_confirmed
-        log.info("%s writable again: told up to %s, stored up to %s", self.name, told, truth)
-        if truth != told:
-            self._schedule_notify()
-        if self.on_write_failure_resolved is not None:
-            try:
-                self.on_write_failure_resolved(told, truth)
-            except Exception:
-                log.exception("%s: on_write_failure_resolved failed", self.name)
-
-    async def wait_writable(self) -> None:
-        """Return once the managed ledger is not Fenced."""
-        await self._writable.wait()
-
-    # --- rollover -------------------------------------------------------------------
-    def _age_ms(self) -> float:
-        return (time.monotonic() - self._ledger_started) * 1000
-
-    def _rollover_due(self) -> bool:
-        return self._ctx.rollover.should_rollover(
-            self._next_entry_id, self._produced_size, self._age_ms()
-        )
-
-    def _arm_rollover_timer(self) -> None:
-        self._cancel_rollover_timer()
-        wait_ms = self._ctx.rollover.next_check_in_ms(self._age_ms())
-        if wait_ms is not None:
-            self._rollover_timer = self._loop.call_later(wait_ms / 1000, self._on_rollover_timer)
-
-    def _cancel_rollover_timer(self) -> None:
-        if self._rollover_timer is not None:
-            self._rollover_timer.cancel()
-            self._rollover_timer = None
-
-    def _on_rollover_timer(self) -> None:
-        self._rollover_timer = None
-        if self._state != OPEN or self._closing or self._rolling:
-            return
-        if self._rollover_due():
-            self._begin_rollover()
-        else:
-            self._arm_rollover_timer()
-
-    def _begin_rollover(self) -> None:
-        self._rolling = True
-        self._cancel_rollover_timer()
-        if not self._inflight and self._roll_task is None:
-            self._roll_task = self._loop.create_task(self._roll())
-
-    async def _roll(self) -> None:
-        """Close the current ledger (everything in it is acknowledged) and open the next."""
-        try:
-            new_id = await self._ctx.ledgers.create(self.name)
-            async with self._list_lock:
-                closed = LedgerInfo(
-                    self._ledgers.last_id,
-                    self._ledgers.current_entries,
-                    self._ledgers.current_size,
-                    now_ms(),
-                )
-                await self._write_info(
-                    [*self._ledgers.infos()[:-1], closed, LedgerInfo(new_id, -1, 0, 0)]
-                )
-                self._ledgers.close_current(closed.entries, closed.size, closed.timestamp_ms)
-                self._ledgers.add_open_ledger(new_id)
-                self._start_ledger(new_id)
-        except ManagedLedgerFencedError as exc:
-            self._roll_task = None
-            await self._shutdown(exc)
-            return
-        except Exception as exc:
-            self._roll_task = None
-            self._fence(exc)
-            return
-        self._roll_task = None
-        self._rolling = False
-        log.debug("%s rolled over to ledger %d", self.name, new_id)
-        if self.retention is not None:
-            self.trimmer.trim_soon()
-        self.offloads.check_soon()
-        while self._queued and self._state == OPEN and not self._rolling:
-            if self._rollover_due():
-                self._begin_rollover()
-                break
-            self._send(self._queued.popleft())
 
     # --- closing --------------------------------------------------------------------
     def _check_open(self) -> None:

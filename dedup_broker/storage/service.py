@@ -26,11 +26,11 @@ from dedup_broker.storage.kafka_admin import KafkaAdmin
 from dedup_broker.storage.kafka_producer import SharedProducer, max_record_bytes
 from dedup_broker.storage.kafka_reader import KafkaReader
 from dedup_broker.storage.ledger_store import LedgerStore
-from dedup_broker.storage.managed_ledger import CLOSED, ManagedLedger
+from dedup_broker.storage.managed_ledger import ManagedLedger
 from dedup_broker.storage.metadata_table import MetadataTable
 from dedup_broker.storage.offload_fs import offload_directory, offloader_from_config
 from dedup_broker.storage.rollover import RolloverPolicy
-from dedup_broker.storage.status import LedgerStatus, LedgerType
+from dedup_broker.storage.status import CLOSED, LedgerStatus, LedgerType
 from dedup_broker.storage.table_tail import TableTail
 
 log = logging.getLogger(__name__)

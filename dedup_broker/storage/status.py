@@ -1,5 +1,8 @@
 """Values the storage layer answers with about ledgers; their strings are wire values.
 
+A managed ledger's state (``ManagedLedger.state``, shown in topic stats) is one of
+``OPEN``, ``FENCED`` (recovering from a failed write) or ``CLOSED``.
+
 A deletion worker asks a broker whether it may delete a copy of a ledger (HTTP JSON
 ``"status": "in-use"``) and names which copy (``LEDGER`` or ``OFFLOAD_LEDGER``, Pulsar's
 ``LedgerType`` names, also in the deletion intents).
@@ -8,6 +11,8 @@ A deletion worker asks a broker whether it may delete a copy of a ledger (HTTP J
 from __future__ import annotations
 
 import enum
+
+OPEN, FENCED, CLOSED = "Open", "Fenced", "Closed"
 
 
 class LedgerStatus(enum.StrEnum):

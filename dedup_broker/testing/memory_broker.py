@@ -36,7 +36,8 @@ from dedup_broker.session.connection import ClientConnection
 from dedup_broker.session.listener import Listener
 from dedup_broker.session.metrics import SessionMetrics
 from dedup_broker.testing import client_commands
-from dedup_broker.testing.memory_storage import MemoryLedger, MemoryStorage
+from dedup_broker.testing.memory_ledger import MemoryLedger
+from dedup_broker.testing.memory_storage import MemoryStorage
 
 SETTLE_ROUNDS = 200
 

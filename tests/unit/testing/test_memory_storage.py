@@ -15,7 +15,8 @@ from dedup_broker.storage.metadata_table import MetadataTable
 from dedup_broker.storage.position import Position
 from dedup_broker.storage.service import StorageService
 from dedup_broker.testing.memory_broker import settle
-from dedup_broker.testing.memory_storage import MemoryLedger, MemoryStorage
+from dedup_broker.testing.memory_ledger import MemoryLedger
+from dedup_broker.testing.memory_storage import MemoryStorage
 from dedup_broker.testing.memory_table import MemoryTable
 
 # What the domain, the session and the feature rooms call (found with git grep).

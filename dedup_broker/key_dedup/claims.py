@@ -1,0 +1,121 @@
+"""The keys of one group of SENDs: their states from local memory first, the rest from one
+claim (one Redis round trip for the whole group).
+
+A NEW key the claim answers with nothing is this broker's now (``owned``) until its write
+settles or the topic releases it. A key another write of this broker holds can be awaited
+(``futures``); one another broker's write holds cannot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from dedup_broker.key_dedup.sends import KeyDedupNotReadyError
+from dedup_broker.key_dedup.store import KeyStoreUnavailableError, ScopeLostError
+from dedup_broker.key_dedup.window import KeyDedupPolicy, KeyState, OnRedisUnavailable, now_ms
+
+if TYPE_CHECKING:
+    from dedup_broker.key_dedup.scope import KeyScope
+    from dedup_broker.key_dedup.service import KeyDedupService
+
+
+class ScopeRebuildingError(KeyDedupNotReadyError):
+    """Redis lost the key window during a claim; it is being rebuilt from the log."""
+
+
+@dataclass(eq=False)
+class GroupKeys:
+    scope: KeyScope
+    policy: KeyDedupPolicy
+    service: KeyDedupService
+    owner: bytes
+    """This topic load's claim owner (in Redis)."""
+    states: dict[bytes, KeyState] = field(default_factory=dict)
+    futures: dict[bytes, asyncio.Future[bool]] = field(default_factory=dict)
+    """Keys held by a write of this broker in flight: that write's outcome."""
+    owned: set[bytes] = field(default_factory=set)
+    """Keys claimed by this group."""
+
+    async def lookup(self, key_lists: list[list[bytes | None]]) -> None:
+        """States of the group's keys: from local memory first, the rest from one claim."""
+        scope, policy, states, futures = self.scope, self.policy, self.states, self.futures
+        now = now_ms()
+        ask: list[bytes] = []
+        for keys in key_lists:
+            for key in keys:
+                if key is None or key in states:
+                    continue
+                if scope.cache.stored(key, now, policy.window_ms):
+                    states[key] = KeyState.STORED
+                    continue
+                future = scope.in_flight.get(key)
+                if future is not None:
+                    states[key] = KeyState.IN_FLIGHT
+                    futures[key] = future
+                    continue
+                states[key] = KeyState.NEW
+                ask.append(key)
+        await self.claim(ask)
+
+    async def claim(self, ask: list[bytes]) -> None:
+        if not ask:
+            return
+        scope, policy, states, futures = self.scope, self.policy, self.states, self.futures
+        owned = self.owned
+        loop = asyncio.get_running_loop()
+        for key in ask:  # other topics of the scope wait on us from now on
+            scope.in_flight.claim(key, loop)
+        service = self.service
+        try:
+            answers = await service.store.claim(
+                scope.keys, ask, now_ms(), policy.window_ms, self.owner, service.pending_ttl_ms
+            )
+        except ScopeLostError:
+            for key in ask:
+                scope.in_flight.settle(key, False)
+            scope.lost()
+            raise ScopeRebuildingError("Redis lost the key window; it is being rebuilt") from None
+        except KeyStoreUnavailableError:
+            if policy.on_redis_unavailable is OnRedisUnavailable.ACCEPT:
+                service.accepted_without_redis += len(ask)
+                owned.update(ask)
+                return
+            for key in ask:
+                scope.in_flight.settle(key, False)
+            raise
+        for key, answer in zip(ask, answers, strict=True):
+            if answer == b"":
+                owned.add(key)
+            elif answer.startswith(b"t:"):
+                states[key] = KeyState.STORED
+                scope.cache.add(key, int(answer[2:]))
+                scope.in_flight.settle(key, True)
+            elif answer[2:] == self.owner or (
+                service.stale_owner(answer[2:])
+                and await service.store.take_over(
+                    scope.keys, key, answer, self.owner, service.pending_ttl_ms
+                )
+            ):
+                owned.add(key)
+            else:  # another broker's write holds it: its outcome cannot be awaited here
+                states[key] = KeyState.IN_FLIGHT
+                futures.pop(key, None)
+                scope.in_flight.settle(key, False)
+
+    async def settle(self, keys: list[bytes]) -> None:
+        """Keys whose writes settled since the lookup: stored, or to be claimed anew."""
+        scope, states, futures = self.scope, self.states, self.futures
+        again: list[bytes] = []
+        for key in keys:
+            future = futures.pop(key)
+            if not future.cancelled() and future.result():
+                states[key] = KeyState.STORED
+            elif key in scope.in_flight:
+                states[key] = KeyState.IN_FLIGHT
+                futures[key] = scope.in_flight.get(key)  # type: ignore[assignment]
+            else:
+                states[key] = KeyState.NEW
+                again.append(key)
+        await self.claim(again)

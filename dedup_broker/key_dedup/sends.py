@@ -1,0 +1,107 @@
+"""A SEND on its way through key deduplication: what is queued, why it may be refused,
+and how its answer waits for the writes it depends on."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from dedup_broker.domain.outcomes import PublishOutcome, PublishResult, PublishStatus
+from dedup_broker.errors import ManagedLedgerClosedError, RetriableError
+from dedup_broker.protocol import pulsar_api_pb2 as pb
+from dedup_broker.protocol.batch import SingleMessage
+from dedup_broker.protocol.commands import as_signed64
+
+if TYPE_CHECKING:
+    from dedup_broker.domain.producer import Producer
+
+
+class KeyDedupNotReadyError(RetriableError):
+    """Key deduplication cannot decide now (Redis unreachable, window being rebuilt)."""
+
+
+class RepeatOfLostWriteError(RetriableError):
+    """A message was dropped as a repeat of a write that then failed: resend it."""
+
+
+class ProducerGoneError(RetriableError):
+    """The producer closed before its SEND was decided; its client resends elsewhere."""
+
+
+AppendChecked = Callable[
+    ["Producer", pb.CommandSend, bytes, pb.MessageMetadata, int], PublishResult
+]
+"""The topic's publish path after key deduplication (PIP-6 verdict, then the append)."""
+
+
+@dataclass(eq=False)
+class QueuedSend:
+    producer: Producer
+    send: pb.CommandSend
+    entry: bytes
+    metadata: pb.MessageMetadata
+    result: PublishResult = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+    @property
+    def answered(self) -> bool:
+        return self.result.done()
+
+    def finish(self, outcome: PublishOutcome) -> None:
+        if not self.result.done():
+            self.result.set_result(outcome)
+
+
+@dataclass(eq=False)
+class PreparedSend:
+    item: QueuedSend
+    messages: list[SingleMessage] | None
+    keys: list[bytes | None]
+
+
+def topic_closed() -> ManagedLedgerClosedError:
+    return ManagedLedgerClosedError("the topic closed before the message was decided")
+
+
+def complete_after(
+    result: PublishResult, after: list[asyncio.Future[bool]], target: PublishResult
+) -> None:
+    """``target`` gets ``result``'s outcome once every write in ``after`` settled; a stored
+    or duplicate outcome becomes a retriable failure if any of those writes was lost."""
+
+    def finish() -> None:
+        outcome = result.result()
+        lost = any(f.cancelled() or not f.result() for f in after)
+        if lost and outcome.status in (PublishStatus.STORED, PublishStatus.DUPLICATE):
+            outcome = PublishOutcome.failed(
+                RepeatOfLostWriteError(
+                    "a message of this batch was dropped as a repeat of a write that then "
+                    "failed; resend"
+                )
+            )
+        if not target.done():
+            target.set_result(outcome)
+
+    waiting: list[asyncio.Future[Any]] = [result, *(f for f in after if not f.done())]
+    remaining = len(waiting)
+
+    def one_done(_: asyncio.Future[Any]) -> None:
+        nonlocal remaining
+        remaining -= 1
+        if remaining == 0:
+            finish()
+
+    for future in waiting:
+        future.add_done_callback(one_done)
+
+
+def highest_sequence_id(send: pb.CommandSend, messages: list[SingleMessage]) -> int | None:
+    """The highest sequence id the SEND covers, kept by the rewritten entry."""
+    lowest = as_signed64(send.sequence_id)
+    if send.HasField("highest_sequence_id") and as_signed64(send.highest_sequence_id) >= lowest:
+        return as_signed64(send.highest_sequence_id)
+    ids = [m.metadata.sequence_id for m in messages if m.metadata.HasField("sequence_id")]
+    return max([lowest, *ids]) if ids else lowest + len(messages) - 1
