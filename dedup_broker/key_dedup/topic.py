@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -43,6 +42,7 @@ from dedup_broker.key_dedup.window import (
     now_ms,
     verdicts,
 )
+from dedup_broker.lazy import LazyDeque, LazyEvent
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch import SingleMessage
 from dedup_broker.protocol.batch_rewrite import rewrite_batch
@@ -134,11 +134,11 @@ class TopicKeyDedup:
         self.scope: KeyScope | None = None
         self.load_id = uuid.uuid4().hex[:12]
         self.owner = f"{self.load_id}:{ledger.name}".encode()
-        self._queue: deque[_Send] = deque()
-        self._wake = asyncio.Event()
+        self._queue: LazyDeque[_Send] = LazyDeque()
+        self._wake = LazyEvent()
         self._worker: asyncio.Task[None] | None = None
         self._busy = False
-        self._ready = asyncio.Event()
+        self._ready = LazyEvent()
         self._recovering: asyncio.Task[None] | None = None
         self._failed: list[list[bytes]] = []
         self._change = asyncio.Lock()
