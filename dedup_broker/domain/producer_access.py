@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Callable, Mapping
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.names import TopicName
 from dedup_broker.domain.producer import Producer, ProducerAccessMode
 from dedup_broker.errors import PermanentError, ServiceNotReadyError
+from dedup_broker.lazy import LazyDeque
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class ProducerAccess:
         self.epoch = epoch
         """The topic epoch (``None`` until a producer first takes exclusive access)."""
         self.exclusive: Producer | None = None
-        self.waiting: deque[tuple[Producer, asyncio.Future[int]]] = deque()
+        self.waiting: LazyDeque[tuple[Producer, asyncio.Future[int]]] = LazyDeque()
 
     def admit(
         self, producer: Producer, attached: Mapping[str, Producer]

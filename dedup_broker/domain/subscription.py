@@ -77,7 +77,7 @@ class Subscription:
         self._replay: set[Position] = set()
         self._active: Consumer | None = None
         self._rr_index = 0
-        self._key_shared: KeySharedDispatcher[Consumer] = KeySharedDispatcher()
+        self._key_shared_state: KeySharedDispatcher[Consumer] | None = None
         self._task: asyncio.Task[None] | None = None
         self._again = False
         self._lock = asyncio.Lock()
@@ -90,6 +90,14 @@ class Subscription:
         self.msgs_out = 0
         self.bytes_out = 0
         self.closed = False
+
+    @property
+    def _key_shared(self) -> KeySharedDispatcher[Consumer]:
+        """Made by the first Key_Shared use: most subscriptions never need one, and an empty
+        one is about half a kilobyte."""
+        if self._key_shared_state is None:
+            self._key_shared_state = KeySharedDispatcher()
+        return self._key_shared_state
 
     # --- consumers ----------------------------------------------------------------
     def add_consumer(self, consumer: Consumer, sub_type: SubscriptionType) -> None:
@@ -109,7 +117,7 @@ class Subscription:
         self._elect_active()
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        if not detach(consumer, self.consumers, self.type, self._key_shared):
+        if not detach(consumer, self.consumers, self.type, self._key_shared_state):
             return
         returned = consumer.take_pending()
         if returned:
@@ -199,7 +207,8 @@ class Subscription:
                             break
                 self.redelivery_counts.pop(position, None)
                 self._replay.discard(position)
-                self._key_shared.forget(position)
+                if self._key_shared_state is not None:
+                    self._key_shared_state.forget(position)
             self.cursor.delete(acked)
         self.trigger()
 
@@ -235,7 +244,8 @@ class Subscription:
             del self.redelivery_counts[p]
         if self._replay:
             self._replay = {p for p in self._replay if p > position}
-        self._key_shared.forget_up_to(position)
+        if self._key_shared_state is not None:
+            self._key_shared_state.forget_up_to(position)
 
     async def _rewind(self) -> None:
         async with self._lock:
@@ -259,7 +269,8 @@ class Subscription:
             await self.cursor.reset(position)
             self._replay.clear()
             self.redelivery_counts.clear()
-            self._key_shared.clear()
+            if self._key_shared_state is not None:
+                self._key_shared_state.clear()
             self._delayed.clear()
             if self._compacted is not None:
                 self._view_next = position
@@ -480,15 +491,16 @@ def detach(
     consumer: Consumer,
     consumers: list[Consumer],
     sub_type: SubscriptionType,
-    key_shared: KeySharedDispatcher[Consumer],
+    key_shared: KeySharedDispatcher[Consumer] | None,
 ) -> bool:
     """Take the consumer off its subscription's list (and its Key_Shared slots); False
-    if it was not on it."""
+    if it was not on it. A Key_Shared consumer was added through ``key_shared``, so it
+    exists whenever it matters."""
     if consumer not in consumers:
         return False
     consumers.remove(consumer)
     consumer.closed = True
-    if sub_type == SubscriptionType.KEY_SHARED:
+    if sub_type == SubscriptionType.KEY_SHARED and key_shared is not None:
         key_shared.remove_consumer(consumer)
     return True
 

@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections import deque
 from typing import TYPE_CHECKING
 
 from dedup_broker.domain.outcomes import DUPLICATE, PublishOutcome, PublishResult, PublishStatus
@@ -50,6 +49,7 @@ from dedup_broker.key_dedup.window import (
     now_ms,
     verdicts,
 )
+from dedup_broker.lazy import LazyDeque, LazyEvent
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch_rewrite import rewrite_batch
 from dedup_broker.storage.position import Position
@@ -91,11 +91,11 @@ class TopicKeyDedup:
         self.scope: KeyScope | None = None
         self.load_id = uuid.uuid4().hex[:12]
         self.owner = f"{self.load_id}:{ledger.name}".encode()
-        self._queue: deque[QueuedSend] = deque()
-        self._wake = asyncio.Event()
+        self._queue: LazyDeque[QueuedSend] = LazyDeque()
+        self._wake = LazyEvent()
         self._worker: asyncio.Task[None] | None = None
         self._busy = False
-        self._ready = asyncio.Event()
+        self._ready = LazyEvent()
         self._recovering: asyncio.Task[None] | None = None
         self._failed: list[list[bytes]] = []
         self._change = asyncio.Lock()

@@ -17,8 +17,12 @@ class CoalescedJob:
     work a single later run already covers.
     """
 
-    def __init__(self, job: Callable[[], Awaitable[object]], what: str) -> None:
+    # Every loaded topic holds two (trimming, offloading).
+    __slots__ = ("_again", "_job", "_owner", "_task", "_what")
+
+    def __init__(self, job: Callable[[], Awaitable[object]], owner: str, what: str) -> None:
         self._job = job
+        self._owner = owner  # joined with ``what`` only to log: no string per topic
         self._what = what
         self._task: asyncio.Task[None] | None = None
         self._again = False
@@ -38,7 +42,7 @@ class CoalescedJob:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
-                    log.warning("%s failed: %s", self._what, exc)
+                    log.warning("%s: %s failed: %s", self._owner, self._what, exc)
                 if not self._again:
                     break
         finally:
@@ -51,4 +55,4 @@ class CoalescedJob:
             try:
                 await task
             except BaseException as exc:
-                log.debug("%s ended at close: %r", self._what, exc)
+                log.debug("%s: %s ended at close: %r", self._owner, self._what, exc)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from dedup_broker.errors import ManagedLedgerFencedError
+from dedup_broker.lazy import LazyEvent
 from dedup_broker.storage.context import StorageContext
 from dedup_broker.storage.ledger_list import LedgerList
 from dedup_broker.storage.position import LedgerInfo, Position
@@ -35,8 +36,8 @@ class LedgerRecovery:
     _list_lock: asyncio.Lock
     _last_confirmed: Position
     _state: str
-    _drained: asyncio.Event
-    _writable: asyncio.Event
+    _drained: LazyEvent
+    _writable: LazyEvent
     _recovery_task: asyncio.Task[None] | None
     entries_added: int
     on_write_failure_resolved: Callable[[Position, Position], None] | None

@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from dedup_broker.errors import ManagedLedgerFencedError
+from dedup_broker.lazy import LazyDeque
 from dedup_broker.storage.context import StorageContext
 from dedup_broker.storage.deletion import Retention
 from dedup_broker.storage.ledger_list import LedgerList
@@ -42,8 +42,8 @@ class LedgerRollover:
     _list_lock: asyncio.Lock
     _state: str
     _closing: bool
-    _inflight: deque[_Append]
-    _queued: deque[_Append]
+    _inflight: LazyDeque[_Append]
+    _queued: LazyDeque[_Append]
     _next_entry_id: int
     _produced_size: int
     _ledger_started: float

@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -42,6 +41,7 @@ from dedup_broker.errors import (
     OwnershipLostError,
     StorageError,
 )
+from dedup_broker.lazy import LazyDeque, LazyEvent
 from dedup_broker.storage import formats
 from dedup_broker.storage.context import StorageContext
 from dedup_broker.storage.cursor_registry import CursorRegistry
@@ -111,13 +111,11 @@ class ManagedLedger(LedgerRollover, LedgerRecovery, LedgerListUpdates, ManagedLe
         self._closing = False
         self._close_error: Exception | None = None
         # Append pipeline.
-        self._inflight: deque[_Append] = deque()
-        self._queued: deque[_Append] = deque()
+        self._inflight: LazyDeque[_Append] = LazyDeque()
+        self._queued: LazyDeque[_Append] = LazyDeque()
         self._unreported = 0
-        self._drained = asyncio.Event()
-        self._drained.set()
-        self._writable = asyncio.Event()
-        self._writable.set()
+        self._drained = LazyEvent(True)
+        self._writable = LazyEvent(True)
         self._topic = ""
         self._next_entry_id = 0
         self._produced_size = 0

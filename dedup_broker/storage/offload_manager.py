@@ -116,7 +116,7 @@ class LedgerOffloads:
         """Set by the owner: the ``offloadThresholdInSeconds`` (negative: off)."""
         self.status = NOT_RUN
         self.last_error = ""
-        self._job = CoalescedJob(self.check, f"{ledger.name}: offload housekeeping")
+        self._job = CoalescedJob(self.check, ledger.name, "offload housekeeping")
         self._timer: asyncio.TimerHandle | None = None
         self._requested: asyncio.Task[None] | None = None
 

@@ -69,7 +69,7 @@ class LedgerTrimmer:
         self._ctx = ctx
         self.lock = asyncio.Lock()
         """Held by trims and offloads alike: a ledger is never offloaded while trimmed."""
-        self._job = CoalescedJob(self.trim, f"{ledger.name}: trimming")
+        self._job = CoalescedJob(self.trim, ledger.name, "trimming")
 
     def trim_soon(self) -> None:
         """Run a trim in the background (coalescing requests)."""
