@@ -207,6 +207,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=16, help="client threads loading")
     parser.add_argument("--quick", action="store_true", help="500 of each: a smoke run")
     parser.add_argument(
+        "--kafka-heap",
+        default="2g",
+        help="-Xmx of the native Kafka started for the run (thousands of topics need more "
+        "than the test Kafka's 512m)",
+    )
+    parser.add_argument(
         "--tracemalloc",
         action="store_true",
         help="trace the broker's allocations and print where they grew (RSS then includes "
@@ -215,7 +221,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.topics, args.producers = min(args.topics, 500), min(args.producers, 500)
-    kafka = provide_kafka()
+    kafka = provide_kafka(native_heap=args.kafka_heap)
     if args.tracemalloc:  # inherited by the broker process only (Kafka runs already)
         os.environ["PYTHONTRACEMALLOC"] = "1"
     rows: list[tuple[str, dict[str, float]]] = []

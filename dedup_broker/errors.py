@@ -58,6 +58,11 @@ class StorageError(RetriableError):
     """Kafka did not complete a read or a write; the outcome may be unknown."""
 
 
+class UnknownTopicError(StorageError):
+    """Kafka does not know the topic: deleted, or created a moment ago and not yet known
+    to its partition's leader."""
+
+
 class LedgerFencedError(RetriableError):
     """The managed ledger is establishing what Kafka really stored; retry shortly."""
 

@@ -141,12 +141,17 @@ class PostgresService(_Service):
 
 
 def provide_kafka(
-    *, controllable: bool = False, environ: Mapping[str, str] | None = None
+    *,
+    controllable: bool = False,
+    environ: Mapping[str, str] | None = None,
+    native_heap: str | None = None,
 ) -> KafkaService:
-    """A running Kafka: external, else Docker, else native (always native if controllable)."""
+    """A running Kafka: external, else Docker, else native (always native if controllable).
+
+    ``native_heap`` (``-Xmx``, e.g. ``2g``) sizes a native Kafka's JVM (default 512m)."""
     env = os.environ if environ is None else environ
     if controllable:
-        return _native_kafka()
+        return _native_kafka(native_heap)
     external = env.get(KAFKA_ENV, "").strip()
     if external:
         _check_external_kafka(external)
@@ -157,7 +162,7 @@ def provide_kafka(
         KAFKA_ENV,
         _mode(env),
         docker=_docker_kafka,
-        native=_native_kafka,
+        native=lambda: _native_kafka(native_heap),
     )
 
 
@@ -252,8 +257,8 @@ def _docker_redis() -> RedisService:
     return RedisService("docker", url, container=container)
 
 
-def _native_kafka() -> KafkaService:
-    launcher = NativeKafka()
+def _native_kafka(heap: str | None = None) -> KafkaService:
+    launcher = NativeKafka() if heap is None else NativeKafka(heap=heap)
     try:
         launcher.start()
     except BaseException:

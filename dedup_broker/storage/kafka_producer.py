@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.errors import StorageError
+from dedup_broker.errors import StorageError, UnknownTopicError
 from dedup_broker.storage.kafka_logging import kafka_logger
 
 log = logging.getLogger(__name__)
@@ -43,11 +43,18 @@ def max_record_bytes(config: BrokerConfig) -> int:
     return config.max_message_size + MAX_RECORD_OVERHEAD
 
 
+_UNKNOWN_TOPIC_CODES = frozenset(
+    {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
+)
+
+
 def storage_error(what: str, error: KafkaError | BaseException) -> StorageError:
     if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
         error = error.args[0]
     if isinstance(error, KafkaError):
-        return StorageError(f"{what}: {error.str()} ({error.name()})")
+        unknown = error.code() in _UNKNOWN_TOPIC_CODES
+        kind = UnknownTopicError if unknown else StorageError
+        return kind(f"{what}: {error.str()} ({error.name()})")
     return StorageError(f"{what}: {error}")
 
 

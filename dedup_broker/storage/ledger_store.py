@@ -15,6 +15,7 @@ A ledger's life on Kafka:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterable
@@ -22,7 +23,7 @@ from collections.abc import Iterable
 from google.protobuf.message import DecodeError
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.errors import PermanentError, StorageError
+from dedup_broker.errors import PermanentError, StorageError, UnknownTopicError
 from dedup_broker.storage import formats
 from dedup_broker.storage.kafka_admin import KafkaAdmin
 from dedup_broker.storage.kafka_producer import SharedProducer, max_record_bytes
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 HEADER_OFFSET = 0
 FIRST_ENTRY_OFFSET = 1
 _MAX_ID_COLLISIONS = 10
+_HEADER_ATTEMPTS = 6
+_HEADER_RETRY_FIRST_DELAY_S = 0.1
 
 
 def now_ms() -> int:
@@ -150,17 +153,36 @@ class LedgerStore(LedgerLookup):
                     created_by=self.broker_id,
                 )
             )
-            offset = await self._producer.send(
-                topic,
-                header,
-                timestamp_ms=created,
-                headers=[(formats.LEDGER_HEADER_KEY, formats.LEDGER_HEADER_VALUE)],
-            )
+            offset = await self._write_header(ledger_id, header, created)
             if offset != HEADER_OFFSET:
                 raise StorageError(f"ledger {ledger_id}: header stored at offset {offset}")
             log.info("created ledger %d for %s", ledger_id, managed_ledger_name)
             return ledger_id
         raise StorageError(f"could not allocate a fresh ledger id for {managed_ledger_name}")
+
+    async def _write_header(self, ledger_id: int, header: bytes, created_ms: int) -> int:
+        """Write the header into the ledger's new topic; its offset.
+
+        Kafka answers CreateTopics once its controller recorded the topic; the partition's
+        leader may learn of it a moment later and until then refuses writes as to an
+        unknown topic (seen with thousands of topics on one Kafka). Such a refusal stored
+        nothing, so the header is written again after a short pause."""
+        delay = _HEADER_RETRY_FIRST_DELAY_S
+        for attempt in range(1, _HEADER_ATTEMPTS + 1):
+            try:
+                return await self._producer.send(
+                    self.topic(ledger_id),
+                    header,
+                    timestamp_ms=created_ms,
+                    headers=[(formats.LEDGER_HEADER_KEY, formats.LEDGER_HEADER_VALUE)],
+                )
+            except UnknownTopicError as exc:
+                if attempt == _HEADER_ATTEMPTS:
+                    raise
+                log.info("ledger %d: %s; writing its header again", ledger_id, exc)
+                await asyncio.sleep(delay)
+                delay *= 2
+        raise AssertionError("unreachable")
 
     # --- recovery -------------------------------------------------------------------
     async def close_at_true_end(self, ledger_id: int) -> LedgerInfo:
