@@ -67,7 +67,7 @@ bench: $(STAMP)
 	$(PY) -m bench
 	$(PY) -m bench.dedup_state
 	$(PY) -m bench.cluster
-	$(PY) -m bench.memory --topics 2000 --producers 10000
+	$(PY) -m bench.memory
 
 kafka-up: $(STAMP)
 	$(PY) -m dedup_broker.cli dev kafka-up
