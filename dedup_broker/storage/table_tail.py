@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 _BATCH = 1000
 _POLL_SECONDS = 0.05
-"""How long one consume call waits; it bounds how long closing the tail takes."""
+"""How long one poll waits for a record; it bounds how long closing the tail takes."""
 
 
 class Tailed(Protocol):
@@ -82,10 +82,11 @@ class TableTail:
 
     def _run(self, consumer: Consumer) -> None:
         partitions = [TopicPartition(topic, 0) for topic in self._tables]
+        delivered: dict[str, int] = {}
         try:
             while not self._stop.is_set():
                 try:
-                    self._poll_once(consumer, partitions)
+                    self._poll_once(consumer, partitions, delivered)
                 except Exception:  # the tables fall back to reading themselves
                     log.warning("following the metadata tables failed", exc_info=True)
                     self._stop.wait(1.0)
@@ -95,9 +96,15 @@ class TableTail:
             except Exception:
                 log.debug("closing the metadata tail's consumer failed", exc_info=True)
 
-    def _poll_once(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _poll_once(
+        self, consumer: Consumer, partitions: list[TopicPartition], delivered: dict[str, int]
+    ) -> None:
+        # poll returns with the first record; consume(.., 0) then takes what else is there
+        # (a consume with a timeout would wait for a full batch).
+        first = consumer.poll(_POLL_SECONDS)
+        batch = [] if first is None else [first, *consumer.consume(_BATCH, 0)]
         by_topic: dict[str, list[FetchedRecord]] = {}
-        for msg in consumer.consume(_BATCH, _POLL_SECONDS):
+        for msg in batch:
             error = msg.error()
             if error is not None:
                 if error.code() != KafkaError._PARTITION_EOF:
@@ -111,8 +118,13 @@ class TableTail:
                     offset, msg.key(), msg.value(), msg.timestamp()[1], record_headers(msg)
                 )
             )
-        positions = {tp.topic: tp.offset for tp in consumer.position(partitions) if tp.offset >= 0}
+        positions = {
+            tp.topic: tp.offset
+            for tp in consumer.position(partitions)
+            if tp.offset >= 0 and tp.offset != delivered.get(tp.topic)
+        }
         if by_topic or positions:
+            delivered.update(positions)
             self._loop.call_soon_threadsafe(self._deliver, by_topic, positions)
 
     def _deliver(self, by_topic: dict[str, list[FetchedRecord]], positions: dict[str, int]) -> None:
