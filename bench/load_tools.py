@@ -212,12 +212,14 @@ class PulsarPerf:
         work_dir: Path,
         producers: int = 1,
         namespace: str = "public/default",
+        extra_args: Sequence[str] = (),
     ) -> None:
         work_dir.mkdir(parents=True, exist_ok=True)
         self.conf = write_client_conf(work_dir / "client.conf", service_url, http_url)
         self.server_pids = dict(server_pids)
         self.producers = producers
         self.namespace = namespace
+        self.extra_args = tuple(extra_args)
 
     def run(self, size: int, topics: int, messages: int, rate: float | None) -> Measurement:
         run_id = uuid.uuid4().hex[:8]
@@ -233,6 +235,7 @@ class PulsarPerf:
             "-n",
             str(self.producers),
             *PULSAR_PERF_BATCHING,
+            *self.extra_args,
             "-t",
             str(topics),
             *names,

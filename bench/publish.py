@@ -8,7 +8,9 @@ limits what is measured:
 * direct Kafka: Kafka's ``ProducerPerformance`` (kafka-tools 4.1.1) with ``acks=all``,
   ``enable.idempotence=true``, ``linger.ms=5``, ``batch.size=1048576``, no compression.
   "4 topics" is one topic with 4 partitions (one generator JVM, 4 logs on the broker).
-* the broker (dedup off, dedup on: ``broker_deduplication_enabled``) on that same Kafka,
+* the broker (dedup off, dedup on: ``broker_deduplication_enabled``; and key-window
+  deduplication on, by partition key, with a Redis: pulsar-perf keys every message at
+  random, so nearly every key is new and claimed) on that same Kafka,
   and a Pulsar 4.0.7 standalone (``brokerDeduplicationEnabled`` off, on; its bookie keeps
   BookKeeper's defaults, journal fsync included): ``pulsar-perf produce`` 4.0.6 with
   full JIT, batching on (``-bm 1000 -b 5``), one producer per topic, 4 topics as 4 topics.
@@ -25,6 +27,7 @@ CPU columns show where the cycles go. Each server gets one discarded warm-up run
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -44,13 +47,17 @@ from bench.load_tools import (
     Measurement,
     PulsarPerf,
 )
-from dedup_broker.devservers import provide_kafka
+from dedup_broker.devservers import provide_kafka, provide_redis
 from dedup_broker.devservers.pulsar_standalone import PULSAR_VERSION, PulsarStandalone
+from dedup_broker.testing.admin_http import http_request
 from dedup_broker.testing.broker_process import BrokerProcess
 
 SIZES = (100, 1024)
 TOPIC_COUNTS = (1, 4)
 DIRECT = "direct Kafka"
+KEY_WINDOW = "broker, key-window"
+KEY_WINDOW_POLICY = {"enabled": True, "keySource": "partitionKey", "window": "1h"}
+RANDOM_KEYS = ("--message-key-generation-mode", "random")
 
 
 class Generator(Protocol):
@@ -125,6 +132,42 @@ def broker_generator(
 
 
 @contextmanager
+def key_window_generator(bootstrap: str, kafka_pid: int | None, work: Path) -> Iterator[Generator]:
+    """The broker with key-window deduplication on for the namespace (PIP-6 off), every
+    message keyed by pulsar-perf (random keys: nearly every key is new, so each one is
+    claimed in Redis)."""
+    log_dir = work / "broker-key-window"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    redis = provide_redis()
+    try:
+        broker = BrokerProcess(
+            bootstrap,
+            cluster_name=f"bench-publish-{uuid.uuid4().hex[:6]}",
+            settings={"broker_deduplication_enabled": False, "redis_url": redis.url},
+            log_dir=log_dir,
+        )
+        with broker:
+            assert broker.process is not None
+            status, body = http_request(
+                "POST",
+                f"{broker.http_url}/admin/v2/namespaces/public/default/keyDeduplication",
+                json.dumps(KEY_WINDOW_POLICY).encode(),
+            )
+            if status >= 300:
+                raise RuntimeError(f"setting the key-window policy failed: {status} {body!r}")
+            pids = {"broker": broker.process.pid}
+            if kafka_pid is not None:
+                pids["kafka"] = kafka_pid
+            if redis.pid is not None:
+                pids["redis"] = redis.pid
+            yield PulsarPerf(
+                broker.service_url, broker.http_url, pids, log_dir, extra_args=RANDOM_KEYS
+            )
+    finally:
+        redis.close()
+
+
+@contextmanager
 def pulsar_generator(dedup: bool, work: Path, extra: dict[str, str]) -> Iterator[Generator]:
     settings = {"brokerDeduplicationEnabled": str(dedup).lower(), **extra}
     with PulsarStandalone(settings=settings) as pulsar:
@@ -147,6 +190,7 @@ def run_all(args: argparse.Namespace, plan: Plan) -> tuple[list[Row], list[str]]
             (DIRECT, lambda: _direct(bootstrap, kafka_pid)),
             ("broker, dedup off", lambda: broker_generator(bootstrap, kafka_pid, False, work)),
             ("broker, dedup on", lambda: broker_generator(bootstrap, kafka_pid, True, work)),
+            (KEY_WINDOW, lambda: key_window_generator(bootstrap, kafka_pid, work)),
         ]
         if not args.no_pulsar:
             extra = dict(item.split("=", 1) for item in args.pulsar_setting)

@@ -64,9 +64,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 GROUP_MAX_SENDS = 256
-"""SENDs decided together (one Redis round trip for all their new keys)."""
+"""SENDs decided together (one Redis round trip for all their new keys)..."""
+GROUP_MAX_MESSAGES = 4096
+"""...and at most about this many messages: a group's messages are parsed on the event
+loop and its keys claimed in one Redis script, so an unbounded group (a client's whole
+window of 1000-message batches) would hold the loop and Redis for seconds."""
 READY_WAIT_SECONDS = 5.0
-REPLAY_CHUNK = 500
 
 
 def parse_position(text: str) -> Position:
@@ -190,8 +193,11 @@ class TopicKeyDedup:
                 await self._wake.wait()
                 continue
             group: list[QueuedSend] = []
-            while self._queue and len(group) < GROUP_MAX_SENDS:
-                group.append(self._queue.popleft())
+            messages = 0
+            while self._queue and len(group) < GROUP_MAX_SENDS and messages < GROUP_MAX_MESSAGES:
+                item = self._queue.popleft()
+                group.append(item)
+                messages += max(item.metadata.num_messages_in_batch, 1)
             self._busy = True
             try:
                 await self._process(group)
