@@ -85,9 +85,7 @@ class MetadataView:
             )
             if not records:
                 break
-            for record in records:
-                if record.key is not None:
-                    self._apply(record.key.decode("utf-8"), record.value, record.offset)
+            self._apply_records(records)
             self._next_offset = max(self._next_offset, records[-1].offset + 1)
         self._next_offset = max(self._next_offset, end)
 
@@ -110,9 +108,7 @@ class MetadataView:
         return self._next_offset
 
     def take_tail(self, records: list[FetchedRecord], position: int) -> None:
-        for record in records:
-            if record.key is not None:
-                self._apply(record.key.decode("utf-8"), record.value, record.offset)
+        self._apply_records(records)
         if records:
             position = max(position, records[-1].offset + 1)
         if position > self._next_offset:
@@ -122,6 +118,11 @@ class MetadataView:
     def record_write(self, key: str, value: bytes | None, offset: int) -> None:
         """A write acknowledged at ``offset`` (made through another writer) shows now."""
         self._apply(key, value, offset)
+
+    def _apply_records(self, records: list[FetchedRecord]) -> None:
+        for record in records:
+            if record.key is not None:
+                self._apply(record.key.decode("utf-8"), record.value, record.offset)
 
     def _apply(self, key: str, value: bytes | None, offset: int) -> None:
         if offset <= self._offsets.get(key, -1):
