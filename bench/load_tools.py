@@ -34,6 +34,10 @@ KAFKA_PRODUCER_PROPS: dict[str, str] = {
 }
 # pulsar-perf: batching on, at most 1000 messages or a 5 ms window per batch (as linger.ms).
 PULSAR_PERF_BATCHING = ("-bm", "1000", "-b", "5")
+# pulsar-perf sets no bound on messages awaiting their receipt; against a server slower
+# than the tool that queue grows until the tool runs out of heap. 64 MiB is the Java
+# client's own default memory limit.
+PULSAR_PERF_MEMORY_LIMIT = ("-ml", "64M")
 # pulsar-perf treats no rate as 100 msg/s and refuses 0: "unlimited" is a rate never reached.
 UNLIMITED_RATE = 100_000_000
 GENERATOR_HEAP = "1g"
@@ -235,6 +239,7 @@ class PulsarPerf:
             "-n",
             str(self.producers),
             *PULSAR_PERF_BATCHING,
+            *PULSAR_PERF_MEMORY_LIMIT,
             *self.extra_args,
             "-t",
             str(topics),

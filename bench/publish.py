@@ -13,7 +13,9 @@ limits what is measured:
   random, so nearly every key is new and claimed) on that same Kafka,
   and a Pulsar 4.0.7 standalone (``brokerDeduplicationEnabled`` off, on; its bookie keeps
   BookKeeper's defaults, journal fsync included): ``pulsar-perf produce`` 4.0.6 with
-  full JIT, batching on (``-bm 1000 -b 5``), one producer per topic, 4 topics as 4 topics.
+  full JIT, batching on (``-bm 1000 -b 5``), at most 64 MiB of messages awaiting
+  their receipts (``-ml 64M``, the Java client's default), one producer per topic,
+  4 topics as 4 topics.
 
 Per row: the saturation rate (the tool's own msgs/s with no rate limit, ``--messages``
 messages) and its ratio to direct Kafka at the same size and topic count; the server's
@@ -43,6 +45,7 @@ from typing import Protocol
 from bench.load_tools import (
     KAFKA_PRODUCER_PROPS,
     PULSAR_PERF_BATCHING,
+    PULSAR_PERF_MEMORY_LIMIT,
     KafkaPerf,
     Measurement,
     PulsarPerf,
@@ -231,7 +234,7 @@ def table(rows: Sequence[Row], plan: Plan) -> str:
         + " ".join(f"{k}={v}" for k, v in KAFKA_PRODUCER_PROPS.items())
         + " (4 topics = 1 topic x 4 partitions)",
         f"broker / Pulsar {PULSAR_VERSION} standalone: pulsar-perf produce "
-        + " ".join(PULSAR_PERF_BATCHING)
+        + " ".join((*PULSAR_PERF_BATCHING, *PULSAR_PERF_MEMORY_LIMIT))
         + ", 1 producer per topic, full JIT",
         "CPU: server-side microseconds per message (utime+stime during the saturation run); "
         "gen = the load generator's; others = cores used meanwhile by processes outside "

@@ -145,10 +145,11 @@ class KeyScope:
     # --- stored keys ----------------------------------------------------------------
     def stored(self, keys: list[bytes], anchor_ms: int, ledger: str, position: str) -> None:
         """Keys of an entry Kafka acknowledged: remembered here now, in Redis soon."""
+        self.cache.add_all(keys, anchor_ms)
+        settle = self.in_flight.settle
         for key in keys:
-            self.cache.add(key, anchor_ms)
-            self.in_flight.settle(key, True)
-            self._confirm.append((key, anchor_ms))
+            settle(key, True)
+        self._confirm += [(key, anchor_ms) for key in keys]
         self._track(anchor_ms, len(keys))
         if ledger not in self._held:
             self._checkpoints[ledger] = position

@@ -22,6 +22,7 @@ import hashlib
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -44,25 +45,34 @@ for i = 2, #KEYS do
     v = false
   end
   if v then
+    out[#out + 1] = i - 2
     out[#out + 1] = v
   else
     redis.call('SET', KEYS[i], ARGV[3], 'PX', ARGV[4])
-    out[#out + 1] = ''
   end
 end
 return out
 """
+"""Claims every free key; answers (index, value) pairs for the keys it did not claim
+only, so a group of new keys costs a short reply."""
 
 CONFIRM = """
 local now = tonumber(ARGV[1])
 local keep = tonumber(ARGV[2])
 local pairs_count = tonumber(ARGV[3])
-local first = 4 + 2 * pairs_count
-for i = 3, #KEYS do
-  local anchor = tonumber(ARGV[first + i - 3])
-  local ttl = anchor + keep - now
+local run = 4 + 2 * pairs_count
+local i = 3
+while i <= #KEYS do
+  local anchor = ARGV[run]
+  local last = i + tonumber(ARGV[run + 1]) - 1
+  local ttl = tonumber(anchor) + keep - now
   if ttl < 1 then ttl = 1 end
-  redis.call('SET', KEYS[i], 't:' .. ARGV[first + i - 3], 'PX', ttl)
+  local value = 't:' .. anchor
+  for j = i, last do
+    redis.call('SET', KEYS[j], value, 'PX', ttl)
+  end
+  i = last + 1
+  run = run + 2
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 for j = 0, pairs_count - 1 do
@@ -70,6 +80,8 @@ for j = 0, pairs_count - 1 do
 end
 return 1
 """
+"""Stores keys with their anchors, given as runs (anchor, how many keys): the keys of
+one entry share its publish time."""
 
 RELEASE = """
 local n = 0
@@ -105,9 +117,13 @@ class ScopeKeys:
 
     scope_id: str
 
-    @property
+    @cached_property
     def tag(self) -> str:
         return hashlib.sha256(self.scope_id.encode()).hexdigest()[:16]
+
+    @cached_property
+    def _key_prefix(self) -> str:
+        return f"kd:{{{self.tag}}}:k:"
 
     @property
     def marker(self) -> str:
@@ -118,7 +134,7 @@ class ScopeKeys:
         return f"kd:{{{self.tag}}}:c"
 
     def key(self, digest: bytes) -> str:
-        return f"kd:{{{self.tag}}}:k:{digest.hex()}"
+        return self._key_prefix + digest.hex()
 
 
 def is_cluster_url(url: str) -> bool:
@@ -201,12 +217,16 @@ class KeyStore:
             return []
         result = await self._call(
             self._claim,
-            [scope.marker, *(scope.key(k) for k in keys)],
+            [scope.marker, *map(scope.key, keys)],
             [now_ms, window_ms, b"p:" + owner, pending_ttl_ms],
         )
         if result is None or result is False:
             raise ScopeLostError(f"Redis lost key-deduplication scope {scope.scope_id}")
-        return [bytes(v) if not isinstance(v, bytes) else v for v in result]
+        answers = [b""] * len(keys)
+        for at in range(0, len(result), 2):
+            value = result[at + 1]
+            answers[int(result[at])] = value if isinstance(value, bytes) else bytes(value)
+        return answers
 
     async def confirm(
         self,
@@ -220,11 +240,16 @@ class KeyStore:
         pairs: list[object] = []
         for field, value in checkpoints.items():
             pairs += [field, value]
+        runs: list[int] = []
+        for _, anchor in items:
+            if runs and runs[-2] == anchor:
+                runs[-1] += 1
+            else:
+                runs += [anchor, 1]
         result = await self._call(
             self._confirm,
             [scope.marker, scope.checkpoints, *(scope.key(k) for k, _ in items)],
-            [now_ms, window_ms + EXPIRY_MARGIN_MS, len(checkpoints), *pairs]
-            + [anchor for _, anchor in items],
+            [now_ms, window_ms + EXPIRY_MARGIN_MS, len(checkpoints), *pairs, *runs],
         )
         return bool(result)
 

@@ -15,6 +15,7 @@ import hashlib
 import re
 import time
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
@@ -273,12 +274,22 @@ class LocalKeyCache:
         return len(self._keys)
 
     def add(self, key: bytes, anchor_ms: int) -> None:
+        self.add_all((key,), anchor_ms)
+
+    def add_all(self, keys: Iterable[bytes], anchor_ms: int) -> None:
+        """Keys of one stored entry (one anchor), the oldest evicted past capacity."""
         if self.capacity <= 0:
             return
-        old = self._keys.pop(key, None)
-        self._keys[key] = anchor_ms if old is None else max(old, anchor_ms)
-        while len(self._keys) > self.capacity:
-            self._keys.popitem(last=False)
+        known, capacity = self._keys, self.capacity
+        for key in keys:
+            old = known.get(key)
+            if old is None:
+                known[key] = anchor_ms
+                if len(known) > capacity:
+                    known.popitem(last=False)
+            else:
+                known[key] = max(old, anchor_ms)
+                known.move_to_end(key)
 
     def stored(self, key: bytes, now_ms: int, window_ms: int) -> bool:
         anchor = self._keys.get(key)

@@ -147,6 +147,9 @@ def _single_from_entry(metadata: pb.MessageMetadata, payload: bytes) -> SingleMe
 
 def _parse_records(data: bytes, count: int) -> list[SingleMessage]:
     messages: list[SingleMessage] = []
+    append = messages.append
+    unpack = _I32.unpack_from
+    parse = pb.SingleMessageMetadata.FromString
     pos = 0
     end = len(data)
     view = memoryview(data)
@@ -154,13 +157,12 @@ def _parse_records(data: bytes, count: int) -> list[SingleMessage]:
         for index in range(count):
             if end - pos < 4:
                 raise ProtocolError(f"batch truncated before message {index} of {count}")
-            (meta_size,) = _I32.unpack_from(view, pos)
+            (meta_size,) = unpack(view, pos)
             pos += 4
             if meta_size < 0 or pos + meta_size > end:
                 raise ProtocolError(f"batch message {index}: metadata size {meta_size} overflows")
-            single = pb.SingleMessageMetadata()
-            try:
-                single.ParseFromString(bytes(view[pos : pos + meta_size]))
+            try:  # upb parses any buffer (the stubs say bytes): no copy of the metadata
+                single = parse(view[pos : pos + meta_size])  # type: ignore[arg-type]
             except DecodeError as exc:
                 raise ProtocolError(f"batch message {index}: metadata does not parse") from exc
             if not single.HasField("payload_size"):
@@ -169,7 +171,7 @@ def _parse_records(data: bytes, count: int) -> list[SingleMessage]:
             size = single.payload_size
             if size < 0 or pos + size > end:
                 raise ProtocolError(f"batch message {index}: payload size {size} overflows")
-            messages.append(SingleMessage(single, bytes(view[pos : pos + size])))
+            append(SingleMessage(single, data[pos : pos + size]))
             pos += size
     finally:
         view.release()
