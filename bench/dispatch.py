@@ -10,9 +10,11 @@ holds up to 1000 messages). Then:
 * **through the broker**: ``pulsar-perf consume`` (Java, full JIT) subscribes at
   ``Earliest`` and receives every message; the broker reads the ledgers, splits nothing
   (it dispatches entries as stored) and the client unpacks the batches.
+* **Pulsar standalone** (the peer; ``--no-pulsar`` skips it): the same fill and the same
+  ``pulsar-perf consume`` against a Pulsar standalone.
 
-Both count the topic's messages; the ratio is broker / direct. Server CPU is the broker's
-and Kafka's during each read.
+Every reader counts the topic's messages; ratios are to direct Kafka. Server CPU is the
+broker's and Kafka's (or Pulsar's) during each read.
 """
 
 from __future__ import annotations
@@ -32,10 +34,12 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from bench.load_tools import (
     PULSAR_PERF_BATCHING,
     UNLIMITED_RATE,
+    Usage,
     process_cpu_seconds,
     run_measured,
 )
 from dedup_broker.devservers import provide_kafka
+from dedup_broker.devservers.pulsar_standalone import PulsarStandalone
 from dedup_broker.devservers.pulsar_tools import run_pulsar_perf, write_client_conf
 from dedup_broker.storage.formats import ledger_topic
 from dedup_broker.storage.ledger_store import FIRST_ENTRY_OFFSET
@@ -91,10 +95,70 @@ def direct_read(bootstrap: str, topics: list[str], kafka_pid: int) -> dict[str, 
     }
 
 
+def _fill(conf: Path, topic: str, args: argparse.Namespace) -> None:
+    filled = run_pulsar_perf(
+        conf,
+        "produce",
+        "-m",
+        str(args.messages),
+        "-s",
+        str(args.size),
+        "-r",
+        str(UNLIMITED_RATE),
+        *PULSAR_PERF_BATCHING,
+        topic,
+        timeout=600,
+        full_jit=True,
+    )
+    if filled.returncode != 0:
+        raise RuntimeError(f"filling failed:\n{filled.stdout[-3000:]}")
+
+
+def _consume(
+    conf: Path, topic: str, args: argparse.Namespace, pids: dict[str, int]
+) -> tuple[int, float, Usage]:
+    """``pulsar-perf consume`` of the whole topic: (received, msgs/s, CPU meanwhile)."""
+
+    def consume() -> subprocess.CompletedProcess[str]:
+        return run_pulsar_perf(
+            conf,
+            "consume",
+            "-ss",
+            "bench",
+            "-sp",
+            "Earliest",
+            "-q",
+            "10000",
+            "-m",
+            str(args.messages),
+            topic,
+            timeout=600,
+            full_jit=True,
+        )
+
+    result, usage = run_measured(consume, pids)
+    output = result.stdout + result.stderr
+    found = _RECEIVED.findall(output)
+    if not found:
+        raise RuntimeError(f"pulsar-perf consume failed:\n{output[-3000:]}")
+    return int(found[-1][0]), float(found[-1][1]), usage
+
+
+def _pulsar_read(args: argparse.Namespace, work: Path) -> tuple[int, float, Usage]:
+    """The same fill and read against a Pulsar standalone: the peer's dispatch."""
+    with PulsarStandalone() as pulsar:
+        assert pulsar.pid is not None
+        conf = write_client_conf(work / "pulsar-client.conf", pulsar.service_url, pulsar.http_url)
+        topic = f"persistent://public/default/dispatch-{uuid.uuid4().hex[:8]}"
+        _fill(conf, topic, args)
+        return _consume(conf, topic, args, {"pulsar": pulsar.pid})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.dispatch")
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--no-pulsar", action="store_true", help="skip the Pulsar standalone")
     args = parser.parse_args()
     kafka = provide_kafka()
     work = Path(tempfile.mkdtemp(prefix="bench-dispatch-"))
@@ -110,55 +174,17 @@ def main() -> None:
             assert broker.process is not None
             conf = write_client_conf(work / "client.conf", broker.service_url, broker.http_url)
             topic = f"persistent://public/default/dispatch-{uuid.uuid4().hex[:8]}"
-            filled = run_pulsar_perf(
-                conf,
-                "produce",
-                "-m",
-                str(args.messages),
-                "-s",
-                str(args.size),
-                "-r",
-                str(UNLIMITED_RATE),
-                *PULSAR_PERF_BATCHING,
-                topic,
-                timeout=600,
-                full_jit=True,
-            )
-            if filled.returncode != 0:
-                raise RuntimeError(f"filling failed:\n{filled.stdout[-3000:]}")
+            _fill(conf, topic, args)
             ledgers = [
                 ledger_topic(broker.cluster_name, i) for i in _ledger_ids(broker.http_url, topic)
             ]
             direct = direct_read(kafka.bootstrap_servers, ledgers, kafka_pid)
-
-            def consume() -> subprocess.CompletedProcess[str]:
-                return run_pulsar_perf(
-                    conf,
-                    "consume",
-                    "-ss",
-                    "bench",
-                    "-sp",
-                    "Earliest",
-                    "-q",
-                    "10000",
-                    "-m",
-                    str(args.messages),
-                    topic,
-                    timeout=600,
-                    full_jit=True,
-                )
-
-            result, usage = run_measured(
-                consume,
-                {"broker": broker.process.pid, "kafka": kafka_pid},
+            received, per_s, usage = _consume(
+                conf, topic, args, {"broker": broker.process.pid, "kafka": kafka_pid}
             )
-            output = result.stdout + result.stderr
-            found = _RECEIVED.findall(output)
-            if not found:
-                raise RuntimeError(f"pulsar-perf consume failed:\n{output[-3000:]}")
-            received, per_s = int(found[-1][0]), float(found[-1][1])
     finally:
         kafka.stop()
+    peer = None if args.no_pulsar else _pulsar_read(args, work)
     direct_rate = args.messages / direct["seconds"]
     mb = args.messages * args.size / 1e6
     print(
@@ -176,8 +202,15 @@ def main() -> None:
         f"{per_s / direct_rate:6.2f} {1e6 * server / max(received, 1):18.2f}"
         f"  (broker {1e6 * usage.server['broker'] / max(received, 1):.2f}"
         f" + Kafka {1e6 * usage.server['kafka'] / max(received, 1):.2f};"
-        f" received {received:,})"
+        f" received {received:,}; generator {1e6 * usage.generator / max(received, 1):.2f})"
     )
+    if peer is not None:
+        got, rate, spent = peer
+        print(
+            f"{'Pulsar standalone':28} {rate:12,.0f} {rate * args.size / 1e6:8.1f} "
+            f"{rate / direct_rate:6.2f} {1e6 * spent.server['pulsar'] / max(got, 1):18.2f}"
+            f"  (received {got:,}; generator {1e6 * spent.generator / max(got, 1):.2f})"
+        )
 
 
 if __name__ == "__main__":
