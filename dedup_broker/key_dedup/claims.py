@@ -40,22 +40,24 @@ class GroupKeys:
 
     async def lookup(self, key_lists: list[list[bytes | None]]) -> None:
         """States of the group's keys: from local memory first, the rest from one claim."""
-        scope, policy, states, futures = self.scope, self.policy, self.states, self.futures
-        now = now_ms()
+        states, futures = self.states, self.futures
+        now, window = now_ms(), self.policy.window_ms
+        cached, in_flight = self.scope.cache.stored, self.scope.in_flight.get
+        stored, pending, new = KeyState.STORED, KeyState.IN_FLIGHT, KeyState.NEW
         ask: list[bytes] = []
         for keys in key_lists:
             for key in keys:
                 if key is None or key in states:
                     continue
-                if scope.cache.stored(key, now, policy.window_ms):
-                    states[key] = KeyState.STORED
+                if cached(key, now, window):
+                    states[key] = stored
                     continue
-                future = scope.in_flight.get(key)
+                future = in_flight(key)
                 if future is not None:
-                    states[key] = KeyState.IN_FLIGHT
+                    states[key] = pending
                     futures[key] = future
                     continue
-                states[key] = KeyState.NEW
+                states[key] = new
                 ask.append(key)
         await self.claim(ask)
 
@@ -64,17 +66,15 @@ class GroupKeys:
             return
         scope, policy, states, futures = self.scope, self.policy, self.states, self.futures
         owned = self.owned
-        loop = asyncio.get_running_loop()
-        for key in ask:  # other topics of the scope wait on us from now on
-            scope.in_flight.claim(key, loop)
+        # Other topics of the scope wait on us from now on.
+        scope.in_flight.claim_all(ask, asyncio.get_running_loop())
         service = self.service
         try:
             answers = await service.store.claim(
                 scope.keys, ask, now_ms(), policy.window_ms, self.owner, service.pending_ttl_ms
             )
         except ScopeLostError:
-            for key in ask:
-                scope.in_flight.settle(key, False)
+            scope.in_flight.settle_all(ask, False)
             scope.lost()
             raise ScopeRebuildingError("Redis lost the key window; it is being rebuilt") from None
         except KeyStoreUnavailableError:
@@ -82,8 +82,7 @@ class GroupKeys:
                 service.accepted_without_redis += len(ask)
                 owned.update(ask)
                 return
-            for key in ask:
-                scope.in_flight.settle(key, False)
+            scope.in_flight.settle_all(ask, False)
             raise
         for key, answer in zip(ask, answers, strict=True):
             if answer == b"":

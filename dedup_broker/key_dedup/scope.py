@@ -146,9 +146,7 @@ class KeyScope:
     def stored(self, keys: list[bytes], anchor_ms: int, ledger: str, position: str) -> None:
         """Keys of an entry Kafka acknowledged: remembered here now, in Redis soon."""
         self.cache.add_all(keys, anchor_ms)
-        settle = self.in_flight.settle
-        for key in keys:
-            settle(key, True)
+        self.in_flight.settle_all(keys, True)
         self._confirm += [(key, anchor_ms) for key in keys]
         self._track(anchor_ms, len(keys))
         if ledger not in self._held:

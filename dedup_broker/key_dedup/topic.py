@@ -45,7 +45,7 @@ from dedup_broker.key_dedup.window import (
     MessageVerdict,
     OnRedisUnavailable,
     entry_messages,
-    message_key,
+    message_keys,
     now_ms,
     verdicts,
 )
@@ -70,6 +70,7 @@ GROUP_MAX_MESSAGES = 4096
 loop and its keys claimed in one Redis script, so an unbounded group (a client's whole
 window of 1000-message batches) would hold the loop and Redis for seconds."""
 READY_WAIT_SECONDS = 5.0
+_KEEP, _UNCHECKED, _WAIT = MessageVerdict.KEEP, MessageVerdict.UNCHECKED, MessageVerdict.WAIT
 
 
 def parse_position(text: str) -> Position:
@@ -229,7 +230,7 @@ class TopicKeyDedup:
             except ProtocolError as exc:
                 self._error(item, exc)
                 continue
-            keys = [message_key(policy.key_source, m) for m in messages] if messages else []
+            keys = message_keys(policy.key_source, messages) if messages else []
             prepared.append(PreparedSend(item, messages, keys))
         if not prepared:
             return
@@ -298,19 +299,26 @@ class TopicKeyDedup:
             await claims.settle(settled)
         result = verdicts(p.keys, states)
         after: list[asyncio.Future[bool]] = []
+        keep: list[bool] = []
+        kept_keys: list[bytes] = []
+        unchecked = 0
         for key, verdict in zip(p.keys, result, strict=True):
-            if verdict is MessageVerdict.WAIT and key is not None:
-                future = futures.get(key)
-                if future is None:  # held by a write another broker is making
-                    self._error(item, KeyDedupNotReadyError("an earlier copy is being written"))
-                    return
-                after.append(future)
-        keep = [v in (MessageVerdict.KEEP, MessageVerdict.UNCHECKED) for v in result]
-        kept_keys = [
-            k for k, v in zip(p.keys, result, strict=True) if v is MessageVerdict.KEEP and k
-        ]
-        dropped = keep.count(False)
-        scope.unchecked += result.count(MessageVerdict.UNCHECKED)
+            if verdict is _KEEP and key is not None:
+                keep.append(True)
+                kept_keys.append(key)
+            elif verdict is _UNCHECKED:
+                keep.append(True)
+                unchecked += 1
+            else:
+                keep.append(False)
+                if verdict is _WAIT and key is not None:
+                    future = futures.get(key)
+                    if future is None:  # held by a write another broker is making
+                        self._error(item, KeyDedupNotReadyError("an earlier copy is being written"))
+                        return
+                    after.append(future)
+        dropped = len(keep) - len(kept_keys) - unchecked
+        scope.unchecked += unchecked
         scope.dropped += dropped
         self.service.dropped.inc(dropped)
         if not any(keep):
@@ -322,9 +330,10 @@ class TopicKeyDedup:
             metadata, entry = rewrite_batch(metadata, p.messages, keep, highest)
         if self._append(item, entry, metadata, kept_keys, scope, after):
             used.update(kept_keys)
+            in_flight = scope.in_flight.get
             for key in kept_keys:
                 states[key] = KeyState.IN_FLIGHT
-                future = scope.in_flight.get(key)
+                future = in_flight(key)
                 if future is not None:
                     futures[key] = future
             scope.kept += len(keep) - dropped
@@ -374,8 +383,7 @@ class TopicKeyDedup:
         scope = self.scope
         if not keys or scope is None:
             return
-        for key in keys:
-            scope.in_flight.settle(key, False)
+        scope.in_flight.settle_all(keys, False)
         store = self.service.store
 
         async def release() -> None:
@@ -427,8 +435,7 @@ class TopicKeyDedup:
         scope = self.scope
         if scope is not None:
             for keys in self._failed:  # outcome unknown: the next load replays the log
-                for key in keys:
-                    scope.in_flight.settle(key, False)
+                scope.in_flight.settle_all(keys, False)
             self._failed = []
             self._detach()
 

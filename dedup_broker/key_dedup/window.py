@@ -186,6 +186,24 @@ def message_key(source: KeySource, message: SingleMessage) -> bytes | None:
     return None
 
 
+def message_keys(source: KeySource, messages: list[SingleMessage]) -> list[bytes | None]:
+    """``message_key`` of every message of an entry, the key source decided once."""
+    sha256 = hashlib.sha256
+    if source.kind is KeySourceKind.CONTENT:
+        return [sha256(m.payload).digest()[:KEY_BYTES] for m in messages]
+    keys: list[bytes | None] = []
+    append = keys.append
+    if source.kind is KeySourceKind.PARTITION_KEY:
+        for message in messages:
+            meta = message.metadata
+            if meta.HasField("partition_key") and not meta.null_partition_key:
+                append(sha256(b"k" + meta.partition_key.encode("utf-8")).digest()[:KEY_BYTES])
+            else:
+                append(None)
+        return keys
+    return [message_key(source, m) for m in messages]
+
+
 def checkable(metadata: pb.MessageMetadata) -> bool:
     """Entries whose messages can be keyed: not encrypted, not a chunk of a larger message."""
     if metadata.encryption_keys:
@@ -331,10 +349,24 @@ class InFlightKeys:
             self._keys[key] = future
         return future
 
+    def claim_all(self, keys: Iterable[bytes], loop: asyncio.AbstractEventLoop) -> None:
+        """``claim`` for each of ``keys`` (the futures are fetched with ``get``)."""
+        known, new_future = self._keys, loop.create_future
+        for key in keys:
+            if key not in known:
+                known[key] = new_future()
+
     def settle(self, key: bytes, stored: bool) -> None:
         future = self._keys.pop(key, None)
         if future is not None and not future.done():
             future.set_result(stored)
+
+    def settle_all(self, keys: Iterable[bytes], stored: bool) -> None:
+        pop = self._keys.pop
+        for key in keys:
+            future = pop(key, None)
+            if future is not None and not future.done():
+                future.set_result(stored)
 
     def keys(self) -> list[bytes]:
         return list(self._keys)

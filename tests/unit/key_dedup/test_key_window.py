@@ -21,6 +21,7 @@ from dedup_broker.key_dedup.window import (
     Scope,
     format_window,
     message_key,
+    message_keys,
     parse_window,
     stored_keys,
     verdicts,
@@ -107,6 +108,21 @@ def test_keys_come_from_content_partition_key_or_a_property() -> None:
     assert message_key(by_key, _message(b"x")) is None
     # A partition key and a property with the same text are different keys.
     assert message_key(by_key, _message(b"", key="e1")) != message_key(by_prop, a)
+
+
+def test_keys_of_a_whole_entry_match_the_keys_of_each_message() -> None:
+    null_key = _message(b"n", key="k1")
+    null_key.metadata.null_partition_key = True
+    messages = [
+        _message(b"same", key="k1", event="e1"),
+        _message(b"same", event="e2"),
+        _message(b"other", key="k2"),
+        null_key,
+    ]
+    for text in ("content", "partitionKey", "property:event"):
+        source = KeySource.parse(text)
+        assert message_keys(source, messages) == [message_key(source, m) for m in messages]
+    assert message_keys(KeySource.parse("partitionKey"), messages)[1::2] == [None, None]
 
 
 def test_stored_keys_read_a_whole_batch_entry() -> None:
