@@ -12,7 +12,6 @@ the partitioned topic, not with one of its partitions).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import json
@@ -25,6 +24,7 @@ from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.names import TopicName
 from dedup_broker.domain.policies import Policies
 from dedup_broker.errors import ConfigError
+from dedup_broker.name_locks import NameLocks
 from dedup_broker.schema.compatibility import (
     CompatibilityStrategy,
     IncompatibleSchemaError,
@@ -100,7 +100,7 @@ class SchemaRegistry:
         self.policies = policies
         self.default_strategy = default_strategy(config)
         self._clock = clock
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks = NameLocks()
 
     # --- strategies -------------------------------------------------------------------
     def namespace_strategy(self, namespace: str) -> CompatibilityStrategy | None:
@@ -181,9 +181,6 @@ class SchemaRegistry:
         return True
 
     # --- writes -----------------------------------------------------------------------
-    def _lock(self, topic: TopicName) -> asyncio.Lock:
-        return self._locks.setdefault(self._prefix(topic), asyncio.Lock())
-
     async def register(
         self, topic: TopicName, schema: SchemaInfo, *, auto_update: bool = True
     ) -> StoredSchema:
@@ -191,7 +188,7 @@ class SchemaRegistry:
         new version if compatible (``IncompatibleSchemaError`` otherwise). With
         ``auto_update`` off, a topic that has a schema takes no new one."""
         validate(schema)
-        async with self._lock(topic):
+        async with self._locks.hold(self._prefix(topic)):
             found = self.find(topic, schema)
             if found is not None:
                 return found
@@ -222,7 +219,7 @@ class SchemaRegistry:
 
     async def delete(self, topic: TopicName) -> int | None:
         """Remove every version; the last version deleted (``None``: there was none)."""
-        async with self._lock(topic):
+        async with self._locks.hold(self._prefix(topic)):
             await self.policies.table.refresh()  # versions another broker added
             versions = self.versions(topic)
             if not versions:

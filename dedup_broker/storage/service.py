@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import StorageError, TopicNotFoundError
+from dedup_broker.name_locks import NameLocks
 from dedup_broker.storage import formats
 from dedup_broker.storage.compacted_store import COMPACTED_TOPIC_PROPERTY, CompactedTopicStore
 from dedup_broker.storage.context import StorageContext
@@ -97,7 +98,7 @@ class StorageService:
             broker_id=self.broker_id,
         )
         self._open: dict[str, ManagedLedger] = {}
-        self._name_locks: dict[str, asyncio.Lock] = {}
+        self._name_locks = NameLocks()
         self._closed = False
         self._tail = TableTail(config, asyncio.get_running_loop())
 
@@ -173,9 +174,6 @@ class StorageService:
         await asyncio.to_thread(self._reader.close)
 
     # --- managed ledgers ------------------------------------------------------------
-    def _lock(self, name: str) -> asyncio.Lock:
-        return self._name_locks.setdefault(name, asyncio.Lock())
-
     def _check_running(self) -> None:
         if self._closed:
             raise StorageError("the storage service is closed")
@@ -197,7 +195,7 @@ class StorageService:
         ledger = self._open.get(name)
         if ledger is not None:
             return self._same_fence(ledger, fence)
-        async with self._lock(name):
+        async with self._name_locks.hold(name):
             ledger = self._open.get(name)
             if ledger is not None:
                 return self._same_fence(ledger, fence)
@@ -277,7 +275,7 @@ class StorageService:
         """Close ``name``; secure the deletion of its ledgers (the deleter's ``mark``),
         remove its cursors and info, then let the deleter finish."""
         self._check_running()
-        async with self._lock(name):
+        async with self._name_locks.hold(name):
             ledger = self._open.get(name)
             if ledger is not None:
                 await ledger.close()
