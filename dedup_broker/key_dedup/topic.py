@@ -321,7 +321,7 @@ class TopicKeyDedup:
         scope.unchecked += unchecked
         scope.dropped += dropped
         self.service.dropped.inc(dropped)
-        if not any(keep):
+        if dropped == len(keep):
             self._duplicate(item, after)
             return
         entry, metadata = item.entry, item.metadata
@@ -336,7 +336,7 @@ class TopicKeyDedup:
                 future = in_flight(key)
                 if future is not None:
                     futures[key] = future
-            scope.kept += len(keep) - dropped
+            scope.kept += len(kept_keys) + unchecked
 
     def _append(
         self,

@@ -173,35 +173,29 @@ def _digest(data: bytes) -> bytes:
 
 def message_key(source: KeySource, message: SingleMessage) -> bytes | None:
     """The key of one message, or None when it has none (it is then stored unchecked)."""
-    meta = message.metadata
-    if source.kind is KeySourceKind.CONTENT:
-        return _digest(message.payload)
-    if source.kind is KeySourceKind.PARTITION_KEY:
-        if not meta.HasField("partition_key") or meta.null_partition_key:
-            return None
-        return _digest(b"k" + meta.partition_key.encode("utf-8"))
-    for prop in meta.properties:
-        if prop.key == source.property_name:
-            return _digest(b"p" + prop.value.encode("utf-8"))
-    return None
+    return message_keys(source, [message])[0]
 
 
 def message_keys(source: KeySource, messages: list[SingleMessage]) -> list[bytes | None]:
-    """``message_key`` of every message of an entry, the key source decided once."""
-    sha256 = hashlib.sha256
+    """The key of every message of an entry, in order; the key source is decided once."""
     if source.kind is KeySourceKind.CONTENT:
-        return [sha256(m.payload).digest()[:KEY_BYTES] for m in messages]
-    keys: list[bytes | None] = []
-    append = keys.append
+        return [_digest(m.payload) for m in messages]
     if source.kind is KeySourceKind.PARTITION_KEY:
-        for message in messages:
-            meta = message.metadata
-            if meta.HasField("partition_key") and not meta.null_partition_key:
-                append(sha256(b"k" + meta.partition_key.encode("utf-8")).digest()[:KEY_BYTES])
-            else:
-                append(None)
-        return keys
-    return [message_key(source, m) for m in messages]
+        return [_partition_key(m.metadata) for m in messages]
+    return [_property_key(m.metadata, source.property_name) for m in messages]
+
+
+def _partition_key(meta: pb.SingleMessageMetadata) -> bytes | None:
+    if not meta.HasField("partition_key") or meta.null_partition_key:
+        return None
+    return _digest(b"k" + meta.partition_key.encode("utf-8"))
+
+
+def _property_key(meta: pb.SingleMessageMetadata, name: str) -> bytes | None:
+    for prop in meta.properties:
+        if prop.key == name:
+            return _digest(b"p" + prop.value.encode("utf-8"))
+    return None
 
 
 def checkable(metadata: pb.MessageMetadata) -> bool:
@@ -343,11 +337,8 @@ class InFlightKeys:
         return self._keys.get(key)
 
     def claim(self, key: bytes, loop: asyncio.AbstractEventLoop) -> asyncio.Future[bool]:
-        future = self._keys.get(key)
-        if future is None:
-            future = loop.create_future()
-            self._keys[key] = future
-        return future
+        self.claim_all((key,), loop)
+        return self._keys[key]
 
     def claim_all(self, keys: Iterable[bytes], loop: asyncio.AbstractEventLoop) -> None:
         """``claim`` for each of ``keys`` (the futures are fetched with ``get``)."""
@@ -357,9 +348,7 @@ class InFlightKeys:
                 known[key] = new_future()
 
     def settle(self, key: bytes, stored: bool) -> None:
-        future = self._keys.pop(key, None)
-        if future is not None and not future.done():
-            future.set_result(stored)
+        self.settle_all((key,), stored)
 
     def settle_all(self, keys: Iterable[bytes], stored: bool) -> None:
         pop = self._keys.pop
