@@ -133,7 +133,7 @@ class ConsumerCommands:
             if request.HasField("start_message_id"):
                 # As Pulsar does: the reader's start entry itself is sent, and the client
                 # drops what lies at or before its start id (batch index, exclusivity).
-                start = _start_position(request.start_message_id)
+                start = message_position(request.start_message_id)
             consumer = Consumer(
                 link=self,
                 consumer_id=request.consumer_id,
@@ -203,7 +203,7 @@ class ConsumerCommands:
         partly: list[tuple[Position, list[int]]] = []
         by_index = self.connection.config.acknowledgment_at_batch_index_level_enabled
         for message_id in ack.message_id:
-            position = Position(message_id.ledgerId, message_id.entryId)
+            position = message_position(message_id)
             if len(message_id.ack_set) and any(message_id.ack_set):
                 # Part of a batch is still unacknowledged: a cumulative ack moves up to the
                 # entry before it; what was acknowledged of the batch is kept by index.
@@ -227,7 +227,7 @@ class ConsumerCommands:
         consumer = self._consumer(request.consumer_id)
         if request.HasField("consumer_epoch"):
             consumer.epoch = request.consumer_epoch
-        positions = [Position(m.ledgerId, m.entryId) for m in request.message_ids] or None
+        positions = [message_position(m) for m in request.message_ids] or None
         consumer.subscription.on_redeliver(consumer, positions)
 
     # --- positions ----------------------------------------------------------------------
@@ -244,7 +244,7 @@ class ConsumerCommands:
         if request.HasField("message_publish_time"):
             position = await ledger.find_position_by_time(request.message_publish_time)
         elif request.HasField("message_id"):
-            position = _start_position(request.message_id)
+            position = message_position(request.message_id)
             if position.ledger_id < 0:
                 position = ledger.first_position()
             elif position.ledger_id == LATEST_LEDGER_ID:
@@ -340,8 +340,10 @@ class ConsumerCommands:
         )
 
 
-def _start_position(message_id: pb.MessageIdData) -> Position:
-    """Ids travel as uint64; ``MessageId.earliest`` is -1:-1 as Pulsar's signed longs."""
+def message_position(message_id: pb.MessageIdData) -> Position:
+    """Ids travel as uint64 but are Pulsar's signed longs: ``MessageId.earliest`` is -1:-1,
+    and a client acknowledging the entry before a ledger's first sends ``(L, -1)``; read
+    raw, that would be ``(L, 2**64 - 1)``, past every entry of ``L``."""
     return Position(
         commands.as_signed64(message_id.ledgerId), commands.as_signed64(message_id.entryId)
     )

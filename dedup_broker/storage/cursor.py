@@ -203,18 +203,32 @@ class ManagedCursor:
 
     # --- acknowledging --------------------------------------------------------------
     def mark_delete(self, p: Position, properties: dict[str, int] | None = None) -> None:
-        """Cumulative acknowledgement of everything up to ``p``."""
-        if p <= self._mark_delete:
+        """Cumulative acknowledgement of everything up to ``p``.
+
+        ``p`` is an existing entry, or ``(L, -1)``: everything before ledger ``L`` (what a
+        client sends for the entry before the first one of a ledger). Any other position
+        names an entry the ledger does not have and is ignored, so an acknowledgement never
+        moves the cursor past entries it did not name."""
+        target = self._mark_delete_target(p)
+        if target is None or target <= self._mark_delete:
             return
-        if p > self._ledger.last_confirmed:
-            log.debug("cursor %s: ignoring mark-delete beyond the last entry: %s", self.name, p)
-            return
-        self._mark_delete = p
+        self._mark_delete = target
         self.properties = dict(properties or {})
         self._ranges.remove_up_to(p)
         self._drop_passed_batch_acks()
         self._advance_over_ranges()
         self._state_changed()
+
+    def _mark_delete_target(self, p: Position) -> Position | None:
+        if p > self._ledger.last_confirmed:
+            log.debug("cursor %s: ignoring mark-delete beyond the last entry: %s", self.name, p)
+            return None
+        if self._ledger.is_valid_position(p):
+            return p
+        if p.entry_id == -1:
+            return self._ledger.previous_position(Position(p.ledger_id, 0))
+        log.warning("cursor %s: ignoring mark-delete at %s, which is no entry", self.name, p)
+        return None
 
     def _can_acknowledge(self, p: Position) -> bool:
         return (

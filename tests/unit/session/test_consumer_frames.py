@@ -231,3 +231,28 @@ async def test_a_batch_acked_in_part_keeps_its_ack_set_across_a_restart() -> Non
     cursor = restarted.broker.topics[TOPIC].subscriptions["sub"].cursor
     assert cursor.mark_delete_position == at(1)
     assert cursor.batch_acks() == {}
+
+
+async def test_a_cumulative_ack_of_the_entry_before_a_ledger_acknowledges_nothing_of_it() -> None:
+    """Clients send ``(L, -1)`` (as uint64) for the entry before the first one of ledger L:
+    it must not acknowledge the rest of L, which the consumer has not received."""
+    broker = await broker_with_messages(2)
+    broker = await broker.restarted()
+    producer = await broker.client()
+    await producer.exchange(client.producer(TOPIC, 1, 1, "p"))
+    producer.send(client.send(1, 2), BLOCKS[2])
+    await settle()
+    first, second = (info.ledger_id for info in broker.ledger(TOPIC).ledgers())
+    connection = await consumer_on(broker, 7, pb.CommandSubscribe.Exclusive)
+    await connection.exchange(client.flow(7, 1))
+    await connection.exchange(client.ack(7, [Position(first, -1)], cumulative=True))
+    await connection.exchange(client.redeliver_unacknowledged(7, [Position(first, 0)]))
+    cursor = broker.broker.topics[TOPIC].subscriptions["sub"].cursor
+    assert cursor.mark_delete_position == Position(first, -1)
+
+    await connection.exchange(client.ack(7, [Position(second, -1)], cumulative=True))
+    assert cursor.mark_delete_position == Position(first, 1)
+    restarted = await broker.restarted()
+    again = await consumer_on(restarted, 9)
+    frames = await again.exchange(client.flow(9, 10))
+    assert frames == [Frame(commands.message(9, second, 0), BLOCKS[2])]

@@ -339,3 +339,29 @@ def test_stored_batch_ack_sets_are_loaded_and_limited() -> None:
         assert len(cursor.batch_acks()) == 2
 
     run(scenario)
+
+
+def test_a_mark_delete_never_moves_past_entries_it_does_not_name() -> None:
+    """``(L, -1)`` means "before ledger L"; ids a ledger does not have are ignored (a
+    uint64 ``-1`` read raw once moved the cursor past the rest of ledger 1)."""
+
+    async def scenario() -> None:
+        ledger = FakeLedger()
+        cursor = ManagedCursor(ledger, "r", P(1, -1))
+        cursor.mark_delete(P(1, 2**64 - 1))
+        cursor.mark_delete(P(1, 3))
+        assert cursor.mark_delete_position == P(1, -1)
+        assert cursor.read_position == P(1, 0) and cursor.backlog() == 7
+        cursor.mark_delete(P(1, -1))
+        assert cursor.mark_delete_position == P(1, -1)
+        cursor.mark_delete(P(2, -1))
+        assert cursor.mark_delete_position == P(1, 2)
+        assert cursor.read_position == P(2, 0) and cursor.backlog() == 4
+        assert [e.position for e in await cursor.read_entries(10)] == [
+            P(2, 0),
+            P(2, 1),
+            P(2, 2),
+            P(2, 3),
+        ]
+
+    run(scenario)
