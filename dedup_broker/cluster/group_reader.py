@@ -69,6 +69,9 @@ class GroupReader:
                 )
             answer = json.loads(line)
             if not answer["ok"]:
+                # A client that timed out once may never recover its coordinator connection
+                # (seen after a Kafka restart): the next description starts a fresh child.
+                await self._discard(child)
                 raise ServiceNotReadyError(
                     f"cannot read the cluster's membership: {answer['error']}"
                 )

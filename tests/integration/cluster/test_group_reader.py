@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import Consumer
 
 from dedup_broker.cluster.group_reader import GroupReader
+from dedup_broker.devservers.provision import KafkaService
 from dedup_broker.errors import ServiceNotReadyError
 
 
@@ -62,6 +63,41 @@ def test_a_reader_dying_mid_request_fails_that_request_only() -> None:
             os.kill(reader.pid, signal.SIGKILL)
             with pytest.raises(ServiceNotReadyError, match="group reader exited"):
                 await pending
+        finally:
+            await reader.close()
+
+    asyncio.run(scenario())
+
+
+async def _answers_within(reader: GroupReader, seconds: float) -> list[str]:
+    """Describe until an answer (returns []) or ``seconds`` passed (returns the errors)."""
+    errors = []
+    deadline = asyncio.get_running_loop().time() + seconds
+    while asyncio.get_running_loop().time() < deadline:
+        try:
+            await reader.describe()
+            return []
+        except ServiceNotReadyError as exc:
+            errors.append(str(exc))
+            await asyncio.sleep(1.0)
+    return errors or ["no answer"]
+
+
+def test_descriptions_work_again_after_kafka_restarts(native_kafka: KafkaService) -> None:
+    """A description that failed while Kafka was down is not the end: once Kafka is back,
+    a later description answers (a client that timed out is replaced)."""
+    bootstrap = native_kafka.bootstrap_servers
+    group = f"owners-{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> None:
+        reader = GroupReader({"bootstrap.servers": bootstrap}, group, 3.0)
+        try:
+            assert await _answers_within(reader, 60) == []
+            native_kafka.stop()
+            with pytest.raises(ServiceNotReadyError):
+                await reader.describe()
+            native_kafka.start()
+            assert await _answers_within(reader, 60) == []
         finally:
             await reader.close()
 
