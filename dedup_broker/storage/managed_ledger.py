@@ -109,6 +109,7 @@ class ManagedLedger(LedgerRollover, LedgerRecovery, LedgerListUpdates, ManagedLe
         self._properties: dict[str, str] = {}
         self._state = OPEN
         self._closing = False
+        self._closed = LazyEvent(False)
         self._close_error: Exception | None = None
         # Append pipeline.
         self._inflight: LazyDeque[_Append] = LazyDeque()
@@ -193,6 +194,15 @@ class ManagedLedger(LedgerRollover, LedgerRecovery, LedgerListUpdates, ManagedLe
     @property
     def state(self) -> str:
         return self._state
+
+    @property
+    def closing(self) -> bool:
+        """Closing or closed: it takes no more clients (a reopen waits for ``closed()``)."""
+        return self._closing or self._state == CLOSED
+
+    async def closed(self) -> None:
+        """Until the close under way has finished (its end recorded, cursors stored)."""
+        await self._closed.wait()
 
     def append(self, data: bytes, timestamp_ms: int) -> asyncio.Future[Position]:
         """Queue ``data``; the future gives its position once Kafka acknowledged it."""
@@ -435,3 +445,4 @@ class ManagedLedger(LedgerRollover, LedgerRecovery, LedgerListUpdates, ManagedLe
         self._state = CLOSED
         self._writable.set()
         self._on_closed(self)
+        self._closed.set()

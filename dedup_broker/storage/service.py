@@ -193,10 +193,15 @@ class StorageService:
         if not name or formats.CURSOR_KEY_SEPARATOR in name:
             raise ValueError(f"invalid managed ledger name {name!r}")
         ledger = self._open.get(name)
-        if ledger is not None:
+        if ledger is not None and not ledger.closing:
             return self._same_fence(ledger, fence)
         async with self._name_locks.hold(name):
             ledger = self._open.get(name)
+            if ledger is not None and ledger.closing:
+                # An unload under way: a client reconnecting at once gets the ledger opened
+                # afresh after the close recorded its end, never the one being closed.
+                await ledger.closed()
+                ledger = self._open.get(name)
             if ledger is not None:
                 return self._same_fence(ledger, fence)
             self._check_running()

@@ -221,3 +221,29 @@ def test_refresh_reads_on_its_own_when_the_tail_stops(make_config: ConfigFactory
             await two.close()
 
     run(scenario)
+
+
+def test_opening_while_a_close_is_under_way_gets_a_fresh_ledger(
+    make_config: ConfigFactory,
+) -> None:
+    """A client reconnecting during an unload: it must get the ledger opened again after
+    the close, never the one being closed (whose appends and reads fail from then on)."""
+
+    async def scenario() -> None:
+        storage = await StorageService.start(make_config())
+        try:
+            old = await storage.open_managed_ledger("t")
+            appends = [old.append(b"before-%d" % i, 0) for i in range(20)]
+            closing = asyncio.create_task(old.close())
+            await asyncio.sleep(0)
+            again = await storage.open_managed_ledger("t")
+            assert again is not old and closing.done() and again.state == "Open"
+            before = [await a for a in appends]
+            after = await again.append(b"after", 0)
+            assert after > before[-1]
+            entries = await again.read_entries(again.first_position(), 100)
+            assert [e.data for e in entries] == [b"before-%d" % i for i in range(20)] + [b"after"]
+        finally:
+            await storage.close()
+
+    run(scenario)
