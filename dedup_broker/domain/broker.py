@@ -91,6 +91,9 @@ class Broker:
         self.non_persistent: dict[str, NonPersistentTopic] = {}
         """Live non-persistent topics, by name (in memory only: gone after a restart)."""
         self._loading: dict[str, asyncio.Future[Topic]] = {}
+        self._unloading: dict[str, asyncio.Future[None]] = {}
+        """Topics being closed: a use of the same name waits for the close to end, so that
+        the topic loaded next never shares the managed ledger the closing one still holds."""
         self._housekeeping: asyncio.Task[None] | None = None
         self._closing = False
         self._instance = uuid.uuid4().hex[:10]
@@ -185,10 +188,7 @@ class Broker:
         live = self.non_persistent
         keys = [k for k, t in live.items() if self.cluster.slot_of(t.name) in slots]
         leaving.extend(live.pop(key) for key in keys)
-        results = await asyncio.gather(*(t.close() for t in leaving), return_exceptions=True)
-        for topic, result in zip(leaving, results, strict=True):
-            if isinstance(result, BaseException):
-                log.warning("unloading %s: %s", topic.name, result)
+        await self._close_unloaded(leaving)
         if leaving:
             log.info("unloaded %d topics of slots %s", len(leaving), sorted(slots))
 
@@ -198,7 +198,25 @@ class Broker:
         if topic is None:
             topic = self.non_persistent.pop(str(name), None)
         if topic is not None:
-            await topic.close()
+            await self._close_unloaded([topic], raise_errors=True)
+
+    async def _close_unloaded(self, topics: list[ServedTopic], raise_errors: bool = False) -> None:
+        """Close topics taken out of the map, each name marked as unloading meanwhile."""
+        loop = asyncio.get_running_loop()
+        marks = {str(t.name): loop.create_future() for t in topics}
+        self._unloading.update(marks)
+        try:
+            results = await asyncio.gather(*(t.close() for t in topics), return_exceptions=True)
+        finally:
+            for key, mark in marks.items():
+                if self._unloading.get(key) is mark:
+                    del self._unloading[key]
+                mark.set_result(None)
+        for topic, result in zip(topics, results, strict=True):
+            if isinstance(result, BaseException):
+                if raise_errors:
+                    raise result
+                log.warning("unloading %s: %s", topic.name, result)
 
     async def refresh_listing(self) -> None:
         """In a cluster other brokers create and delete topics: read the tables afresh
@@ -365,6 +383,8 @@ class Broker:
         if not name.is_persistent:
             raise InvalidTopicNameError(f"{name} is not a persistent topic")
         key = str(name)
+        while (unloading := self._unloading.get(key)) is not None:
+            await asyncio.shield(unloading)
         topic = self.topics.get(key)
         if topic is not None:
             return topic

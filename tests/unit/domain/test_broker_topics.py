@@ -143,3 +143,31 @@ async def test_a_partitioned_topics_schemas_go_with_it_not_with_a_partition() ->
     assert len(domain.schemas.versions(name(TOPIC))) == 1
     await domain.delete_partitioned_topic(name(TOPIC))
     assert domain.schemas.versions(name(TOPIC)) == []
+
+
+async def test_a_topic_used_again_while_it_unloads_loads_after_the_close() -> None:
+    """A client reconnecting during an unload gets a topic of its own: never one that
+    shares the managed ledger the unloading topic closes at the end of its close."""
+    broker = MemoryBroker()
+    old = await broker.topic(TOPIC)
+    writer = new_producer("p")
+    old.add_producer(writer)
+    ledger = broker.ledger(TOPIC)
+    ledger.hold_appends = True
+    in_flight = asyncio.create_task(publish(old, writer, 0))
+    await settle()
+    unloading = asyncio.create_task(broker.broker.unload_topic(name(TOPIC)))
+    await settle()  # the close waits for the write in flight
+    reloading = asyncio.create_task(broker.topic(TOPIC))
+    await settle()
+    ledger.hold_appends = False
+    ledger.acknowledge_appends()
+    await in_flight
+    await unloading
+    again = await reloading
+    assert again is not old
+    assert again.managed_ledger is not old.managed_ledger
+    assert again.managed_ledger.state == "Open"
+    producer = new_producer("p")
+    again.add_producer(producer)
+    assert (await publish(again, producer, 0)).error is None

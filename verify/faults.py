@@ -1,0 +1,122 @@
+"""Faults, one at a time, from a thread: brokers killed, frozen, restarted, topics
+unloaded, Kafka restarted or frozen, Redis restarted empty."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from enum import Enum
+
+from verify.check import Fault
+from verify.environment import Admin, Servers, freeze
+from verify.history import History
+from verify.profiles import Profile
+
+log = logging.getLogger(__name__)
+
+
+class FaultKind(Enum):
+    KILL = "kill-9"
+    PAUSE = "sigstop"
+    RESTART = "restart"
+    UNLOAD = "unload"
+    KAFKA_RESTART = "kafka-restart"
+    KAFKA_PAUSE = "kafka-sigstop"
+    REDIS_RESTART = "redis-restart"
+
+
+WEIGHTS = {
+    FaultKind.KILL: 4,
+    FaultKind.PAUSE: 2,
+    FaultKind.RESTART: 1,
+    FaultKind.UNLOAD: 1,
+    FaultKind.KAFKA_RESTART: 1,
+    FaultKind.KAFKA_PAUSE: 1,
+    FaultKind.REDIS_RESTART: 1,
+}
+
+
+class Faults:
+    """Injects faults until ``stop()``: each kind once first (in a random order), then
+    drawn by weight; every broker fault leaves the others running."""
+
+    def __init__(
+        self, servers: Servers, admin: Admin, history: History, profile: Profile, topics: list[str]
+    ) -> None:
+        self.servers = servers
+        self.admin = admin
+        self.history = history
+        self.profile = profile
+        self.topics = topics
+        self.rng = random.Random(profile.seed)
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="faults", daemon=True)
+
+    def start(self) -> Faults:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=300)
+
+    def _kinds(self) -> list[FaultKind]:
+        first = list(FaultKind)
+        self.rng.shuffle(first)
+        return first
+
+    def _run(self) -> None:
+        pending = self._kinds()
+        while not self._stop.wait(self.rng.uniform(*self.profile.fault_every)):
+            kind = (
+                pending.pop(0)
+                if pending
+                else self.rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
+            )
+            started = self.history.now()
+            try:
+                target = self._inject(kind)
+            except Exception as exc:  # reported in the run's summary
+                log.exception("fault %s failed", kind.value)
+                self.errors.append(f"{kind.value}: {exc!r}")
+                target = "?"
+            fault = Fault(kind.value, target, round(started, 3), round(self.history.now(), 3))
+            self.history.fault(fault)
+            log.info("fault %s on %s: %.1fs", kind.value, target, fault.ended - fault.at)
+
+    def _inject(self, kind: FaultKind) -> str:
+        cluster = self.servers.cluster
+        assert cluster is not None
+        brokers = cluster.running()
+        broker = self.rng.choice(brokers)
+        name = f"broker-{self.servers.brokers.index(broker)}"
+        if kind is FaultKind.KILL:
+            broker.kill()
+            broker.start(timeout=120)
+            return name
+        if kind is FaultKind.PAUSE:
+            assert broker.process is not None
+            freeze(broker.process.pid, self.profile.pause_seconds)
+            return name
+        if kind is FaultKind.RESTART:
+            broker.stop()
+            broker.start(timeout=120)
+            return name
+        if kind is FaultKind.UNLOAD:
+            topic = self.rng.choice(self.topics)
+            self.admin.unload(topic)
+            return topic
+        if kind is FaultKind.KAFKA_PAUSE:
+            freeze(self.servers.kafka.pid, self.profile.kafka_pause_seconds)
+            return "kafka"
+        if kind is FaultKind.KAFKA_RESTART:
+            self.servers.kafka.stop()
+            self.servers.kafka.start()
+            return "kafka"
+        self.servers.redis.stop()
+        time.sleep(1.0)
+        self.servers.redis.start()
+        return "redis"
