@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv test test-unit test-integration soak lint format typecheck layers check proto bench demo run \
+.PHONY: venv test test-unit test-integration verify soak lint format typecheck layers check proto bench demo run \
         kafka-up kafka-down redis-up redis-down clean
 
 $(STAMP): pyproject.toml
@@ -22,8 +22,15 @@ test: $(STAMP)
 test-unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
 
-## Many more kill -9 cycles of the cluster chaos test, and the zombie test repeated.
+## The long-run checker (docs/reliability.md): a three-broker cluster under faults, every
+## reading path checked against the acknowledged history. VERIFY_PROFILE=long for hours.
+verify: $(STAMP)
+	$(PY) -m verify --profile $${VERIFY_PROFILE:-short}
+
+## The checker's long profile (2 hours), many more kill -9 cycles of the cluster chaos
+## test, and the zombie test repeated.
 soak: $(STAMP)
+	$(PY) -m verify --profile long
 	CLUSTER_CHAOS_CYCLES=$${CLUSTER_CHAOS_CYCLES:-200} $(PY) -m pytest -q -s tests/chaos/test_cluster_chaos.py
 	for i in 1 2 3 4 5; do $(PY) -m pytest -q tests/integration/cluster/test_zombie.py || exit 1; done
 

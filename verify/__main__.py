@@ -5,11 +5,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 import time
 from pathlib import Path
 
+from verify.faults import FaultKind
 from verify.profiles import PROFILES
 from verify.run import run, verdict
 
@@ -26,6 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=Path("verify-runs"), help="where runs are kept")
     parser.add_argument("--no-reader-case", action="store_true", help="skip the reader case")
+    parser.add_argument(
+        "--faults",
+        help="comma-separated fault kinds to inject (default: all): "
+        + ", ".join(k.value for k in FaultKind),
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO,
@@ -41,6 +48,12 @@ def main(argv: list[str] | None = None) -> int:
         profile = PROFILES[args.profile]
         if args.minutes is not None:
             profile = profile.with_minutes(args.minutes)
+        if args.faults:
+            kinds = tuple(k.strip() for k in args.faults.split(",") if k.strip())
+            unknown = set(kinds) - {k.value for k in FaultKind}
+            if unknown:
+                parser.error(f"unknown fault kinds: {sorted(unknown)}")
+            profile = dataclasses.replace(profile, faults=kinds)
         stamp = time.strftime(f"%Y%m%d-%H%M%S-{args.command}-{profile.name}")
         run_dir = (args.out / stamp).resolve()
         only_reader_case = args.command == "reader-case"

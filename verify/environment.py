@@ -78,16 +78,18 @@ class Servers:
         )
         self.cluster.start()
 
-    def stop(self, keep_data: bool = False) -> None:
+    def stop(self) -> None:
+        """Stop everything; the data stays for a look at a failed run (``discard_data``)."""
         if self.cluster is not None:
             self.cluster.stop()
         for server in (self.redis, self.kafka):
             if server.pid is not None:
                 _signal(server.pid, signal.SIGCONT)
             server.stop()
-        if not keep_data:
-            shutil.rmtree(self.run_dir / "kafka" / "data", ignore_errors=True)
-            shutil.rmtree(self.run_dir / "redis", ignore_errors=True)
+
+    def discard_data(self) -> None:
+        shutil.rmtree(self.run_dir / "kafka" / "data", ignore_errors=True)
+        shutil.rmtree(self.run_dir / "redis", ignore_errors=True)
 
     @property
     def brokers(self) -> list[BrokerProcess]:

@@ -64,18 +64,16 @@ class Faults:
         self._thread.join(timeout=300)
 
     def _kinds(self) -> list[FaultKind]:
-        first = list(FaultKind)
-        self.rng.shuffle(first)
-        return first
+        chosen = self.profile.faults
+        return [k for k in FaultKind if not chosen or k.value in chosen]
 
     def _run(self) -> None:
-        pending = self._kinds()
+        kinds = self._kinds()
+        pending = list(kinds)
+        self.rng.shuffle(pending)
+        weights = [WEIGHTS[k] for k in kinds]
         while not self._stop.wait(self.rng.uniform(*self.profile.fault_every)):
-            kind = (
-                pending.pop(0)
-                if pending
-                else self.rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
-            )
+            kind = pending.pop(0) if pending else self.rng.choices(kinds, weights=weights)[0]
             started = self.history.now()
             try:
                 target = self._inject(kind)

@@ -7,6 +7,7 @@ checked again later (``python -m verify check RUN_DIR``)::
     observed/<path>@<topic>.txt       id consumer group seconds
     observed/<path>@<topic>.settle.txt  the same, once acknowledgements had settled
     faults.jsonl                      {"kind", "target", "at", "ended"}
+    samples.jsonl                     {"at", "rss_mb": [per broker], "acked"}
     spec.json                         topics (full name, ids sent), paths, profile
 """
 
@@ -36,6 +37,10 @@ class _Lines:
     def write(self, line: str) -> None:
         with self._lock:
             self._file.write(line)
+
+    def flush(self) -> None:
+        with self._lock:
+            self._file.flush()
 
     def close(self) -> None:
         with self._lock:
@@ -93,9 +98,21 @@ class History:
             f"{message_id} {consumer} {group or _NONE} {self.now():.3f}\n"
         )
 
+    def sample(self, **values: Any) -> None:
+        """Resource figures at this moment (the brokers' memory, say)."""
+        line = json.dumps({"at": round(self.now(), 3), **values})
+        self._lines("samples.jsonl").write(line + "\n")
+
     def fault(self, fault: Fault) -> None:
         self.faults.append(fault)
         self._lines("faults.jsonl").write(json.dumps(asdict(fault)) + "\n")
+
+    def flush(self) -> None:
+        """Write what is buffered (so that a run in progress can be read)."""
+        with self._lock:
+            files = list(self._files.values())
+        for lines in files:
+            lines.flush()
 
     # --- closing --------------------------------------------------------------------
     def close(self, **facts: Any) -> None:
@@ -145,6 +162,13 @@ def load_faults(run_dir: Path) -> list[Fault]:
     if not path.exists():
         return []
     return [Fault(**json.loads(line)) for line in path.read_text().splitlines() if line]
+
+
+def load_samples(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "samples.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
 
 
 def recheck(run_dir: Path) -> tuple[list[PathResult], dict[str, list[float]]]:

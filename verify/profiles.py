@@ -26,6 +26,8 @@ class Profile:
     reader_case_reads: int
     spark: bool = True
     seed: int = 20261126
+    faults: tuple[str, ...] = ()
+    """Fault kinds to inject (their ``FaultKind`` values); empty: every kind."""
 
     def with_minutes(self, minutes: float) -> Profile:
         return replace(self, minutes=minutes)

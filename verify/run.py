@@ -11,11 +11,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verify import final
-from verify.check import PathResult, failover_gaps, percentile
+from verify.check import Mode, PathResult, PathSpec, failover_gaps, percentile
 from verify.effectively_once import EffectivelyOncePath
 from verify.environment import Admin, Servers, pulsar_client
 from verify.faults import Faults
-from verify.history import History, load_faults, recheck
+from verify.forensics import describe_losses
+from verify.history import (
+    History,
+    load_acked,
+    load_deliveries,
+    load_faults,
+    load_samples,
+    recheck,
+)
 from verify.live import LivePath, TableViewPath, live_paths
 from verify.load import PARTITIONS, Kind, Load, Topic, last_per_key
 from verify.profiles import Profile
@@ -78,7 +86,10 @@ def run(
     finally:
         servers.stop()
         history.close(problems=problems, **facts)
-    return verdict(run_dir)
+    outcome = verdict(run_dir)
+    if outcome.ok:
+        servers.discard_data()  # a failed run keeps Kafka's data to be looked at
+    return outcome
 
 
 def _cluster_run(
@@ -112,7 +123,7 @@ def _cluster_run(
             t.name if t.kind is not Kind.PARTITIONED else f"{t.name}-partition-0" for t in topics
         ]
         faults = Faults(servers, admin, history, profile, unloadable).start()
-        _wait_logging(profile.minutes * 60, loads, history)
+        _wait_logging(profile.minutes * 60, loads, history, servers)
         faults.stop()
         problems.extend(faults.errors)
         _all_servers_up(servers)
@@ -143,6 +154,7 @@ def _cluster_run(
             [t for t in topics if t.kind in (Kind.BATCHED, Kind.PARTITIONED)],
         )
         facts["extras"] = {f"{p.spec.path}@{p.spec.topic}": p.extras for p in paths}
+        _forensics_if_lost(history, servers, admin, topics)
         for load in loads.values():
             load.close()
     finally:
@@ -152,12 +164,62 @@ def _cluster_run(
         client.close()
 
 
-def _wait_logging(seconds: float, loads: dict[str, Load], history: History) -> None:
+def _forensics_if_lost(
+    history: History, servers: Servers, admin: Admin, topics: list[Topic]
+) -> None:
+    """A topic whose reader lost acknowledged ids is described while Kafka still runs."""
+    history.flush()
+    assert servers.cluster is not None
+    for topic in topics:
+        acked, _ = load_acked(history.run_dir, topic.tag)
+        spec = PathSpec("reader", topic.tag, Mode.EXACTLY_ONCE, True)
+        read = {d.id for d in load_deliveries(history.run_dir, spec)}
+        lost = {a.id for a in acked} - read
+        if not lost:
+            continue
+        for name in final.partitions_of(topic):
+            try:
+                describe_losses(
+                    admin,
+                    servers.kafka.bootstrap_servers,
+                    servers.cluster.cluster_name,
+                    name,
+                    lost,
+                    history.run_dir / f"forensics-{name.rsplit('/', 1)[-1]}.txt",
+                )
+            except Exception:
+                log.exception("forensics of %s failed", name)
+
+
+def _wait_logging(
+    seconds: float, loads: dict[str, Load], history: History, servers: Servers
+) -> None:
+    """Sleep through the load phase, logging progress and the brokers' memory (RSS)."""
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) > 0:
         time.sleep(min(left, 30.0))
         acked = sum(load.acked for load in loads.values())
-        log.info("%.0fs: %d acknowledged, %d faults", history.now(), acked, len(history.faults))
+        rss = [_rss_mb(b.process.pid if b.process else None) for b in servers.brokers]
+        history.sample(rss_mb=rss, acked=acked)
+        history.flush()
+        log.info(
+            "%.0fs: %d acknowledged, %d faults, broker RSS %s MB",
+            history.now(),
+            acked,
+            len(history.faults),
+            rss,
+        )
+
+
+def _rss_mb(pid: int | None) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def _all_servers_up(servers: Servers) -> None:
@@ -175,11 +237,23 @@ def _catch_up(paths: list[LivePath], loads: dict[str, Load]) -> None:
     """Until every live path has seen every id sent to its topic (TableViews: every key's
     last value), then ``QUIET_SECONDS`` more for redeliveries; at most ``DRAIN_SECONDS``."""
     deadline = time.monotonic() + DRAIN_SECONDS
+    logged = time.monotonic()
     while time.monotonic() < deadline:
         behind = [p for p in paths if not _caught_up(p, loads[p.spec.topic])]
         if not behind:
             break
+        if time.monotonic() - logged > 30:
+            logged = time.monotonic()
+            log.info(
+                "catching up: %s",
+                ", ".join(
+                    f"{p.spec.path}@{p.spec.topic} {len(p.seen)}/{loads[p.spec.topic].sent}"
+                    for p in behind
+                ),
+            )
         time.sleep(1.0)
+    else:
+        log.warning("paths still behind after %.0fs", DRAIN_SECONDS)
     time.sleep(QUIET_SECONDS)
 
 
@@ -219,6 +293,13 @@ def verdict(run_dir: Path) -> Outcome:
             )
         else:
             lines.append(f"     {kind:<14} {count:>3} faults")
+    samples = load_samples(run_dir)
+    if samples:
+        peak = max(max(s["rss_mb"]) for s in samples)
+        lines.append(
+            f"     broker memory: RSS {samples[0]['rss_mb']} MB at first, "
+            f"{samples[-1]['rss_mb']} MB at the end, peak {peak} MB"
+        )
     lines.extend(f"PROBLEM {p}" for p in outcome.problems)
     total = sum(len(t) for t in producers.values())
     lines.append(
