@@ -39,7 +39,7 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy dedup_broker system_topics connectors examples
+	$(VENV)/bin/mypy dedup_broker system_topics connectors examples harness
 
 ## The import graph follows the layers (protocol < storage < domain < session/HTTP < app).
 layers: $(STAMP)

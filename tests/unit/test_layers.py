@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("dedup_broker", "system_topics", "connectors", "examples")
+PACKAGES = ("dedup_broker", "system_topics", "connectors", "examples", "harness")
 
 # (layer, module prefixes); the most specific prefix decides. Feature rooms sit between
 # the domain's base (names, policies, outcomes, producers) and its core (topics,
@@ -49,11 +49,10 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "dedup_broker.app",
         "dedup_broker.cli",
         "dedup_broker.standalone",
-        "dedup_broker.testing",
         "system_topics.cli",
     ),
     7: ("connectors",),
-    8: ("examples",),
+    8: ("examples", "harness"),
 }
 NAMES = {"protocol": 0, "storage": 1, "domain base": 2, "features": 3, "domain": 4}
 

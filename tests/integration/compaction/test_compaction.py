@@ -10,7 +10,7 @@ from confluent_kafka.admin import AdminClient
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.storage.compacted_store import compacted_topic_prefix
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.broker_process import BrokerProcess
 from system_topics import doctor
 
 RECEIVE_MS = 10_000

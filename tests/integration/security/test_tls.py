@@ -22,9 +22,9 @@ import pytest
 
 from dedup_broker.config import ENV_PREFIX
 from dedup_broker.protocol import pulsar_api_pb2 as pb
-from dedup_broker.testing.broker_process import BrokerProcess, free_port
-from dedup_broker.testing.cluster_processes import ClusterProcesses
-from dedup_broker.testing.raw_client import RawConnection
+from harness.broker_process import BrokerProcess, free_port
+from harness.cluster_processes import ClusterProcesses
+from harness.raw_client import RawConnection
 from tests.integration.conftest import make_broker
 from tests.tls_certificates import Certificates, make_certificates
 

@@ -17,7 +17,7 @@ from dedup_broker.domain.topic import Topic
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import parse_metadata_only
 from dedup_broker.storage.position import Position
-from dedup_broker.testing.client_commands import message_block
+from harness.client_commands import message_block
 
 _consumer_ids = count(1)
 

@@ -19,7 +19,7 @@ from dedup_broker.domain.subscription import SubscriptionType
 from dedup_broker.errors import ServiceNotReadyError, StorageError, TopicNotFoundError
 from dedup_broker.schema.compatibility import SchemaInfo, SchemaType
 from dedup_broker.storage.position import Position
-from dedup_broker.testing.memory_broker import MemoryBroker, settle
+from harness.memory_broker import MemoryBroker, settle
 
 TOPIC = "persistent://public/default/orders"
 

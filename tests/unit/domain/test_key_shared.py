@@ -23,7 +23,7 @@ from dedup_broker.domain.subscription import SubscriptionType
 from dedup_broker.domain.topic import Topic
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.storage.position import Position
-from dedup_broker.testing.memory_broker import MemoryBroker, settle
+from harness.memory_broker import MemoryBroker, settle
 
 TOPIC = "persistent://public/default/keyed"
 KEY_SHARED = SubscriptionType.KEY_SHARED

@@ -25,7 +25,7 @@ from dedup_broker.domain.outcomes import PublishOutcome
 from dedup_broker.domain.subscription import SubscriptionType
 from dedup_broker.errors import InvalidTopicNameError, TopicNotFoundError
 from dedup_broker.protocol.framing import parse_metadata_only
-from dedup_broker.testing.memory_broker import MemoryBroker
+from harness.memory_broker import MemoryBroker
 
 TOPIC = "non-persistent://public/default/ticks"
 SHARED, FAILOVER = SubscriptionType.SHARED, SubscriptionType.FAILOVER

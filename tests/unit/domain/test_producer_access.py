@@ -13,7 +13,7 @@ from dedup_broker.domain.producer_access import (
     ProducerClosedError,
     ProducerFencedError,
 )
-from dedup_broker.testing.memory_broker import MemoryBroker
+from harness.memory_broker import MemoryBroker
 
 TOPIC = "persistent://public/default/orders"
 Mode = ProducerAccessMode

@@ -16,7 +16,7 @@ from dedup_broker.domain.outcomes import (
 )
 from dedup_broker.errors import LedgerFencedError, StorageError
 from dedup_broker.storage.position import Position
-from dedup_broker.testing.memory_broker import MemoryBroker, settle
+from harness.memory_broker import MemoryBroker, settle
 
 TOPIC = "persistent://public/default/orders"
 

@@ -20,7 +20,7 @@ from dedup_broker.metrics_registry import new_registry
 from dedup_broker.schema.registry import SchemaRegistry
 from dedup_broker.session.metrics import SessionMetrics
 from dedup_broker.storage.position import Position
-from dedup_broker.testing.memory_table import MemoryTable
+from harness.memory_table import MemoryTable
 
 if TYPE_CHECKING:
     from dedup_broker.domain.broker import Broker

@@ -27,7 +27,7 @@ from dedup_broker.schema.registry import (
     version_bytes,
     version_of,
 )
-from dedup_broker.testing.memory_table import MemoryTable
+from harness.memory_table import MemoryTable
 
 TOPIC = TopicName.parse("persistent://public/default/orders")
 

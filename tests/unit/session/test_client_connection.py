@@ -10,8 +10,8 @@ from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import Frame
 from dedup_broker.session.handshake import SERVER_PROTOCOL_VERSION
-from dedup_broker.testing import client_commands as client
-from dedup_broker.testing.memory_broker import MemoryBroker, WireClient, settle
+from harness import client_commands as client
+from harness.memory_broker import MemoryBroker, WireClient, settle
 
 TOPIC = "persistent://public/default/orders"
 

@@ -8,9 +8,9 @@ from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import Frame
 from dedup_broker.storage.position import Position
-from dedup_broker.testing import client_commands as client
-from dedup_broker.testing.client_commands import message_block
-from dedup_broker.testing.memory_broker import MemoryBroker, WireClient, settle
+from harness import client_commands as client
+from harness.client_commands import message_block
+from harness.memory_broker import MemoryBroker, WireClient, settle
 
 TOPIC = "persistent://public/default/orders"
 SHARED, FAILOVER = pb.CommandSubscribe.Shared, pb.CommandSubscribe.Failover

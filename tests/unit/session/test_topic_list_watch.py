@@ -6,7 +6,7 @@ from __future__ import annotations
 from dedup_broker.domain.names import TopicName
 from dedup_broker.domain.topic_list import topics_hash
 from dedup_broker.protocol import pulsar_api_pb2 as pb
-from dedup_broker.testing.memory_broker import MemoryBroker
+from harness.memory_broker import MemoryBroker
 
 NS = "public/default"
 PATTERN = "persistent://public/default/orders-.*"

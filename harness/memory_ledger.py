@@ -36,11 +36,11 @@ from dedup_broker.storage.ledger_store import now_ms
 from dedup_broker.storage.position import Entry, LedgerInfo, Position
 from dedup_broker.storage.rollover import RolloverPolicy
 from dedup_broker.storage.status import CLOSED, FENCED, OPEN
-from dedup_broker.testing.memory_ledger_view import KafkaLedgers, MemoryLedgerView
-from dedup_broker.testing.memory_table import MemoryTable
+from harness.memory_ledger_view import KafkaLedgers, MemoryLedgerView
+from harness.memory_table import MemoryTable
 
 if TYPE_CHECKING:
-    from dedup_broker.testing.memory_storage import MemoryStorage
+    from harness.memory_storage import MemoryStorage
 
 log = logging.getLogger(__name__)
 

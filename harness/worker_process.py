@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dedup_broker.config import ENV_PREFIX
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.broker_process import BrokerProcess
 
 
 class WorkerProcess(BrokerProcess):

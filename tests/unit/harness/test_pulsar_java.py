@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from dedup_broker.devservers import pulsar_java
-from dedup_broker.devservers.pulsar_java import (
+from dedup_broker.errors import DevServerError
+from harness import pulsar_java
+from harness.pulsar_java import (
     ReceivedMessage,
     SentMessage,
     java_consume,
     java_payload,
     java_produce,
 )
-from dedup_broker.errors import DevServerError
 
 
 def fake_run(monkeypatch: pytest.MonkeyPatch, stdout: str, code: int = 0) -> list[tuple[str, ...]]:

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dedup_broker.devservers.distribution import cache_root, ensure_resolved, find_java
-from dedup_broker.devservers.pulsar_tools import CENTRAL_MIRROR_SETTINGS, compile_driver
 from dedup_broker.errors import DevServerError
+from harness.pulsar_tools import CENTRAL_MIRROR_SETTINGS, compile_driver
 
 PULSAR_CLIENT_VERSION = "4.0.7"
 DRIVER_CLASS = "PulsarJavaClient"

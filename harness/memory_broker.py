@@ -35,9 +35,9 @@ from dedup_broker.security.authorization import Authorizer, Tenancy
 from dedup_broker.session.connection import ClientConnection
 from dedup_broker.session.listener import Listener
 from dedup_broker.session.metrics import SessionMetrics
-from dedup_broker.testing import client_commands
-from dedup_broker.testing.memory_ledger import MemoryLedger
-from dedup_broker.testing.memory_storage import MemoryStorage
+from harness import client_commands
+from harness.memory_ledger import MemoryLedger
+from harness.memory_storage import MemoryStorage
 
 SETTLE_ROUNDS = 200
 

@@ -8,7 +8,7 @@ import time
 
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import Frame, FrameDecoder, encode_command
-from dedup_broker.testing import client_commands
+from harness import client_commands
 
 
 class RawConnection:

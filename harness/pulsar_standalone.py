@@ -19,7 +19,7 @@ from pathlib import Path
 from dedup_broker.devservers import process
 from dedup_broker.devservers.distribution import cache_root, ensure_resolved, find_java
 from dedup_broker.devservers.native import NativeServer
-from dedup_broker.devservers.pulsar_tools import CENTRAL_MIRROR_SETTINGS, PULSAR_BOM_VERSION
+from harness.pulsar_tools import CENTRAL_MIRROR_SETTINGS, PULSAR_BOM_VERSION
 
 PULSAR_VERSION = PULSAR_BOM_VERSION
 LOG4J_VERSION = "2.24.3"

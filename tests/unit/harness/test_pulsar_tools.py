@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dedup_broker.devservers.pulsar_tools import _split_batch_output
+from harness.pulsar_tools import _split_batch_output
 
 
 def test_each_command_gets_its_own_output_and_exit_code() -> None:

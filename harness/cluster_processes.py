@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.broker_process import BrokerProcess
 
 
 class ClusterProcesses:

@@ -20,9 +20,9 @@ from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import StorageError, TopicNotFoundError
 from dedup_broker.storage import formats
 from dedup_broker.storage.kafka_reader import FetchedRecord
-from dedup_broker.testing.memory_ledger import MemoryLedger
-from dedup_broker.testing.memory_ledger_view import KafkaLedgers
-from dedup_broker.testing.memory_table import MemoryTable
+from harness.memory_ledger import MemoryLedger
+from harness.memory_ledger_view import KafkaLedgers
+from harness.memory_table import MemoryTable
 
 if TYPE_CHECKING:
     from dedup_broker.storage.service import StorageService

@@ -14,10 +14,10 @@ from dedup_broker.storage.managed_ledger import ManagedLedger
 from dedup_broker.storage.metadata_table import MetadataTable
 from dedup_broker.storage.position import Position
 from dedup_broker.storage.service import StorageService
-from dedup_broker.testing.memory_broker import settle
-from dedup_broker.testing.memory_ledger import MemoryLedger
-from dedup_broker.testing.memory_storage import MemoryStorage
-from dedup_broker.testing.memory_table import MemoryTable
+from harness.memory_broker import settle
+from harness.memory_ledger import MemoryLedger
+from harness.memory_storage import MemoryStorage
+from harness.memory_table import MemoryTable
 
 # What the domain, the session and the feature rooms call (found with git grep).
 LEDGER_SURFACE = (
