@@ -40,7 +40,7 @@ from bench.load_tools import (
 )
 from dedup_broker.devservers import provide_kafka
 from dedup_broker.storage.formats import ledger_topic
-from dedup_broker.storage.ledger_store import FIRST_ENTRY_OFFSET
+from dedup_broker.storage.ledger.ledger_store import FIRST_ENTRY_OFFSET
 from harness.broker_process import BrokerProcess
 from harness.pulsar_standalone import PulsarStandalone
 from harness.pulsar_tools import run_pulsar_perf, write_client_conf

@@ -42,7 +42,7 @@ import pulsar
 from dedup_broker.devservers import provide_kafka
 from dedup_broker.pip6.state import DEDUP_CURSOR
 from dedup_broker.storage.formats import CursorRecord, encode_cursor_info
-from dedup_broker.storage.position import Position
+from dedup_broker.storage.values import Position
 from harness.admin_http import http_request
 from harness.broker_process import BrokerProcess
 

@@ -95,7 +95,7 @@ class BrokerProcess:
         self.starts += 1
         log = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "dedup_broker.cli", *self.command],
+            [sys.executable, "-m", "dedup_broker.app.cli", *self.command],
             env=self.environment(),
             stdout=log,
             stderr=subprocess.STDOUT,

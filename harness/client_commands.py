@@ -11,7 +11,7 @@ from typing import Any
 
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import encode_message
-from dedup_broker.storage.position import Position
+from dedup_broker.storage.values import Position
 
 _BASE = pb.BaseCommand
 _U64_MASK = (1 << 64) - 1

@@ -13,10 +13,10 @@ import asyncio
 from typing import Any
 
 from dedup_broker.config import BrokerConfig
+from dedup_broker.domain.base.names import TopicName
+from dedup_broker.domain.base.policies import Policies
 from dedup_broker.domain.broker import Broker
 from dedup_broker.domain.metrics import BrokerMetrics
-from dedup_broker.domain.names import TopicName
-from dedup_broker.domain.policies import Policies
 from dedup_broker.domain.topic import Topic
 from dedup_broker.key_dedup.metrics import KeyDedupMetrics
 from dedup_broker.key_dedup.service import KeyDedupService
@@ -181,7 +181,7 @@ class MemoryBroker:
         return client
 
     async def topic(self, name: str) -> Topic:
-        return await self.broker.get_topic(TopicName.parse(name))
+        return await self.broker.topic_registry.get_topic(TopicName.parse(name))
 
     def ledger(self, topic: str) -> MemoryLedger:
         """The open managed ledger of a loaded topic."""

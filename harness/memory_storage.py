@@ -1,6 +1,6 @@
 """The storage the broker domain uses, in memory: for fast tests without Kafka.
 
-``MemoryStorage`` stands in for ``StorageService`` and ``MemoryLedger``
+``MemoryStorage`` stands in for ``KafkaStorage`` and ``MemoryLedger``
 (``memory_ledger.py``) for ``ManagedLedger``, limited to what topics, subscriptions and
 deduplication call. What Kafka does is modelled here; everything above it is the real
 code: position arithmetic is ``LedgerList``, cursors are ``ManagedCursor`` opened and
@@ -14,18 +14,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from itertools import count
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import StorageError, TopicNotFoundError
 from dedup_broker.storage import formats
-from dedup_broker.storage.kafka_reader import FetchedRecord
-from harness.memory_ledger import MemoryLedger
-from harness.memory_ledger_view import KafkaLedgers
+from dedup_broker.storage.ledger.managed_ledger import ManagedLedgerImpl
+from dedup_broker.storage.values import FetchedRecord
+from harness.memory_ledger import KafkaLedgers, MemoryLedger
 from harness.memory_table import MemoryTable
 
 if TYPE_CHECKING:
-    from dedup_broker.storage.service import StorageService
+    from dedup_broker.storage.api import StorageService
 
 
 class MemoryCompactedTopics:
@@ -54,7 +54,7 @@ class MemoryCompactedTopics:
 
 
 class MemoryStorage:
-    """``StorageService`` in memory: managed ledgers by name, the cursor and policies
+    """``KafkaStorage`` in memory: managed ledgers by name, the cursor and policies
     tables. ``open_failure``, when set, fails every opening of a managed ledger."""
 
     def __init__(self, config: BrokerConfig | None = None, first_ledger_id: int = 1) -> None:
@@ -72,7 +72,7 @@ class MemoryStorage:
 
     def as_service(self) -> StorageService:
         """This object where the code under test expects the real service."""
-        return cast("StorageService", self)
+        return self
 
     def restarted(self) -> MemoryStorage:
         """The stored data as a fresh broker process sees it: no managed ledger open, no
@@ -108,7 +108,7 @@ class MemoryStorage:
             raise TopicNotFoundError(f"managed ledger {name} does not exist")
         return self.ledger(name)
 
-    def ledger_closed(self, ledger: MemoryLedger) -> None:
+    def ledger_closed(self, ledger: ManagedLedgerImpl) -> None:
         if self._open.get(ledger.name) is ledger:
             del self._open[ledger.name]
 
@@ -133,6 +133,9 @@ class MemoryStorage:
     @property
     def open_managed_ledgers(self) -> dict[str, MemoryLedger]:
         return dict(self._open)
+
+    async def refresh(self) -> None:
+        """Nothing to catch up with: no other broker shares these tables."""
 
     async def close(self, timeout_seconds: float | None = None) -> None:
         self._closed = True

@@ -1,15 +1,17 @@
-"""A compacted metadata table (``MetadataTable``) in memory, for tests without Kafka."""
+"""A compacted metadata table (``KafkaMetadataTable``) in memory, for tests without Kafka."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
+
+from dedup_broker.storage.tables.metadata_table import TableValues
 
 if TYPE_CHECKING:
-    from dedup_broker.storage.metadata_table import MetadataTable
+    from dedup_broker.storage.api import MetadataTable
 
 
-class MemoryTable:
+class MemoryTable(TableValues):
     """The table's reads and writes over a dict; a write yields once, as a round trip.
 
     Controls: ``gate`` holds writes until set, ``failure`` fails them; ``writes`` lists
@@ -17,21 +19,12 @@ class MemoryTable:
     """
 
     def __init__(self) -> None:
-        self._values: dict[str, bytes] = {}
+        super().__init__()
         self.writes: list[tuple[str, bytes | None]] = []
         self.gate: asyncio.Event | None = None
         self.failure: BaseException | None = None
         self.writes_in_progress = 0
         self.max_writes_in_progress = 0
-
-    def get(self, key: str) -> bytes | None:
-        return self._values.get(key)
-
-    def items(self, prefix: str = "") -> list[tuple[str, bytes]]:
-        return sorted((k, v) for k, v in self._values.items() if k.startswith(prefix))
-
-    def __len__(self) -> int:
-        return len(self._values)
 
     async def refresh(self) -> None:
         """Nothing to catch up with: no other writer shares this table."""
@@ -60,4 +53,4 @@ class MemoryTable:
         self.writes.append((key, value))
 
     def as_metadata_table(self) -> MetadataTable:
-        return cast("MetadataTable", self)
+        return self

@@ -42,11 +42,10 @@ from dedup_broker.domain.key_hash import (
 )
 from dedup_broker.errors import BrokerError, PermanentError
 from dedup_broker.protocol.framing import parse_metadata_only
-from dedup_broker.storage.position import Entry, Position
+from dedup_broker.storage.api import Entry, Position
 
 if TYPE_CHECKING:
-    from dedup_broker.storage.cursor import ManagedCursor
-    from dedup_broker.storage.managed_ledger import ManagedLedger
+    from dedup_broker.storage.api import ManagedCursor, ManagedLedger
 
 log = logging.getLogger(__name__)
 

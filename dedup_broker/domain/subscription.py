@@ -23,12 +23,11 @@ from dedup_broker.domain.key_hash import key_hash
 from dedup_broker.domain.key_shared import KeySharedDispatcher
 from dedup_broker.errors import BrokerError, PermanentError
 from dedup_broker.protocol.framing import parse_metadata_only
-from dedup_broker.storage.position import Entry, Position
+from dedup_broker.storage.api import Entry, Position
 
 if TYPE_CHECKING:
     from dedup_broker.compaction.view import CompactedView
-    from dedup_broker.storage.cursor import ManagedCursor
-    from dedup_broker.storage.managed_ledger import ManagedLedger
+    from dedup_broker.storage.api import ManagedCursor, ManagedLedger
 
 log = logging.getLogger(__name__)
 

@@ -21,10 +21,10 @@ from dedup_broker.schema.compatibility import SchemaInfo
 from dedup_broker.security.authorization import AuthAction
 from dedup_broker.session.lookups import topic_name
 from dedup_broker.session.replies import CreationInProgressError, UnknownIdError
-from dedup_broker.storage.position import Position
+from dedup_broker.storage.api import Position
 
 if TYPE_CHECKING:
-    from dedup_broker.domain.broker import ServedTopic
+    from dedup_broker.domain.registry import ServedTopic
     from dedup_broker.session.context import Handler, Session
 
 log = logging.getLogger(__name__)
@@ -125,7 +125,7 @@ class ConsumerCommands:
             sub_type = SubscriptionType(request.subType)
             if not request.subscription:
                 raise SubscriptionRefusedError("a subscription name is required")
-            topic = await self.broker.serve(name)
+            topic = await self.broker.topic_registry.serve(name)
             if request.HasField("schema"):
                 schema = SchemaInfo.of_wire(request.schema)
                 await self.broker.schemas.for_consumer(name, schema)

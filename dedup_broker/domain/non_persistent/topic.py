@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dedup_broker.config import BrokerConfig
+from dedup_broker.domain.base.names import TopicName
+from dedup_broker.domain.base.outcomes import PublishOutcome, PublishResult, settled
+from dedup_broker.domain.base.producer import Producer
 from dedup_broker.domain.consumer import Consumer, Delivery
 from dedup_broker.domain.key_shared import KeySharedDispatcher, entry_key
-from dedup_broker.domain.names import TopicName
 from dedup_broker.domain.non_persistent.metrics import DropReason, NonPersistentMetrics
-from dedup_broker.domain.outcomes import PublishOutcome, PublishResult, settled
-from dedup_broker.domain.producer import Producer
 from dedup_broker.domain.producer_access import ProducerHost
 from dedup_broker.domain.subscription import (
     PULSAR_TYPE_NAMES,
@@ -33,7 +33,7 @@ from dedup_broker.domain.subscription import (
 )
 from dedup_broker.domain.topic import ReadCompactedNotAllowedError, batch_size
 from dedup_broker.errors import PermanentError, ServiceNotReadyError
-from dedup_broker.storage.position import Entry, Position
+from dedup_broker.storage.api import Entry, Position
 
 if TYPE_CHECKING:
     from collections.abc import Callable

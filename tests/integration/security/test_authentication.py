@@ -24,7 +24,7 @@ from tests.integration.conftest import make_broker
 
 def tokens(*args: str) -> str:
     result = subprocess.run(
-        [sys.executable, "-m", "dedup_broker.cli", "tokens", *args],
+        [sys.executable, "-m", "dedup_broker.app.cli", "tokens", *args],
         capture_output=True,
         text=True,
         check=True,

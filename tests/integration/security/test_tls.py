@@ -318,7 +318,7 @@ def test_bad_tls_settings_stop_the_broker_at_start(certs: Certificates, tmp_path
         ENV_PREFIX + "TLS_KEY_FILE_PATH": str(tmp_path / "missing.key"),
     }
     result = subprocess.run(
-        [sys.executable, "-m", "dedup_broker.cli", "serve"],
+        [sys.executable, "-m", "dedup_broker.app.cli", "serve"],
         env=env,
         capture_output=True,
         text=True,

@@ -22,7 +22,7 @@ from dedup_broker.domain.key_shared import ConsistentHashSelector, ConsumerAssig
 from dedup_broker.domain.subscription import SubscriptionType
 from dedup_broker.domain.topic import Topic
 from dedup_broker.protocol import pulsar_api_pb2 as pb
-from dedup_broker.storage.position import Position
+from dedup_broker.storage.values import Position
 from harness.memory_broker import MemoryBroker, settle
 
 TOPIC = "persistent://public/default/keyed"

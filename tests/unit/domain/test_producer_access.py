@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from domain_links import ProducerSide
 
-from dedup_broker.domain.producer import Producer, ProducerAccessMode
+from dedup_broker.domain.base.producer import Producer, ProducerAccessMode
 from dedup_broker.domain.producer_access import (
     ProducerBusyError,
     ProducerClosedError,

@@ -10,58 +10,35 @@ import pytest
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import LedgerFencedError, StorageError, TopicNotFoundError
-from dedup_broker.storage.managed_ledger import ManagedLedger
-from dedup_broker.storage.metadata_table import MetadataTable
-from dedup_broker.storage.position import Position
-from dedup_broker.storage.service import StorageService
+from dedup_broker.storage import api
+from dedup_broker.storage.ledger.managed_ledger import ManagedLedgerImpl
+from dedup_broker.storage.service.kafka_storage import KafkaStorage
+from dedup_broker.storage.tables.metadata_table import KafkaMetadataTable
+from dedup_broker.storage.values import Position
 from harness.memory_broker import settle
 from harness.memory_ledger import MemoryLedger
 from harness.memory_storage import MemoryStorage
 from harness.memory_table import MemoryTable
 
-# What the domain, the session and the feature rooms call (found with git grep).
-LEDGER_SURFACE = (
-    "append",
-    "wait_writable",
-    "state",
-    "last_confirmed",
-    "first_position",
-    "next_position",
-    "previous_position",
-    "normalize_position",
-    "is_valid_position",
-    "number_of_entries",
-    "entries_between",
-    "ledgers",
-    "total_size",
-    "read_entries",
-    "read_entry",
-    "find_position_by_time",
-    "add_entries_listener",
-    "open_cursor",
-    "new_non_durable_cursor",
-    "delete_cursor",
-    "cursors",
-    "cursor_exists",
-    "stored_cursor_names",
-    "durable_mark_deletes",
-    "close",
-)
-STORAGE_SURFACE = (
-    "open_managed_ledger",
-    "managed_ledger_exists",
-    "list_managed_ledgers",
-    "delete_managed_ledger",
-    "open_managed_ledgers",
-    "close",
-)
-TABLE_SURFACE = ("get", "items", "put", "delete", "refresh", "__len__")
+
+def surface(protocol: type) -> tuple[str, ...]:
+    """The methods and properties a storage Protocol (``storage/api.py``) promises."""
+    names = set()
+    for klass in protocol.__mro__:
+        if klass is object or klass.__name__ in ("Protocol", "Generic"):
+            continue
+        for name, member in vars(klass).items():
+            if (callable(member) or isinstance(member, property)) and (
+                not name.startswith("_") or name == "__len__"
+            ):
+                names.add(name)
+    return tuple(sorted(names))
 
 
 def shape(member: object) -> object:
     """What callers rely on: property or not, coroutine or not, the parameters."""
-    if isinstance(member, property):
-        return "property"
+    if member is None or isinstance(member, property):
+        return "an attribute"  # a property, or set on each instance
     assert callable(member)
     parameters = [
         (p.name, p.kind, p.default) for p in inspect.signature(member).parameters.values()
@@ -72,15 +49,15 @@ def shape(member: object) -> object:
 @pytest.mark.parametrize(
     ("model", "real", "names"),
     [
-        (MemoryLedger, ManagedLedger, LEDGER_SURFACE),
-        (MemoryStorage, StorageService, STORAGE_SURFACE),
-        (MemoryTable, MetadataTable, TABLE_SURFACE),
+        (MemoryLedger, ManagedLedgerImpl, surface(api.ManagedLedger)),
+        (MemoryStorage, KafkaStorage, surface(api.StorageService)),
+        (MemoryTable, KafkaMetadataTable, surface(api.MetadataTable)),
     ],
 )
 def test_the_model_has_the_real_signatures(model: type, real: type, names: tuple[str]) -> None:
     for name in names:
-        assert shape(inspect.getattr_static(model, name)) == shape(
-            inspect.getattr_static(real, name)
+        assert shape(inspect.getattr_static(model, name, None)) == shape(
+            inspect.getattr_static(real, name, None)
         ), name
 
 
@@ -166,7 +143,7 @@ async def test_a_restart_sees_what_was_stored_only() -> None:
     ledger = storage.ledger("t/ns/persistent/a")
     for i in range(3):
         ledger.add_entry(b"%d" % i)
-    cursor = await ledger.open_cursor("sub", "earliest")
+    cursor = await ledger.cursors.open("sub", "earliest")
     cursor.mark_delete(Position(1, 0))
     await cursor.flush()
     cursor.mark_delete(Position(1, 1))  # only in memory: the write is rate-limited
@@ -176,8 +153,8 @@ async def test_a_restart_sees_what_was_stored_only() -> None:
     reopened = storage.restarted().ledger("t/ns/persistent/a")
     assert reopened.ledgers()[0].entries == 3
     assert reopened.last_confirmed == Position(1, 2)
-    assert reopened.stored_cursor_names() == ["sub"]
-    again = await reopened.open_cursor("sub")
+    assert reopened.cursors.stored_names() == ["sub"]
+    again = await reopened.cursors.open("sub")
     assert again.mark_delete_position == Position(1, 0)
     assert await reopened.append(b"3", 0) == Position(2, 0)
 
@@ -188,7 +165,7 @@ async def test_opening_and_deleting_managed_ledgers() -> None:
         await storage.open_managed_ledger("t/ns/persistent/a", create=False)
     ledger = await storage.open_managed_ledger("t/ns/persistent/a")
     assert await storage.open_managed_ledger("t/ns/persistent/a") is ledger
-    await ledger.open_cursor("sub")
+    await ledger.cursors.open("sub")
     assert storage.list_managed_ledgers() == ["t/ns/persistent/a"]
     await storage.delete_managed_ledger("t/ns/persistent/a")
     assert not storage.managed_ledger_exists("t/ns/persistent/a")
@@ -221,9 +198,9 @@ async def test_a_cursor_whose_creation_failed_never_overwrites_a_later_one() -> 
     ledger.add_entry(b"1")
     storage.cursor_infos.failure = StorageError("cursor topic unavailable")
     with pytest.raises(StorageError):
-        await ledger.open_cursor("sub", "earliest")
+        await ledger.cursors.open("sub", "earliest")
     storage.cursor_infos.failure = None
-    cursor = await ledger.open_cursor("sub", "earliest")
+    cursor = await ledger.cursors.open("sub", "earliest")
     cursor.mark_delete(Position(1, 1))
     await cursor.flush()
     await asyncio.sleep(0.05)  # five write intervals of 10 ms

@@ -12,7 +12,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from dedup_broker.app import http_app
+from dedup_broker.app.broker_app import http_app
 from dedup_broker.metrics_registry import CONTENT_TYPE
 from tests.unit.http.admin_fakes import FakeBroker, FakeSubscription
 
