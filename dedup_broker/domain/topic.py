@@ -26,9 +26,10 @@ from dedup_broker.domain.base.outcomes import (
 )
 from dedup_broker.domain.base.policies import Policies
 from dedup_broker.domain.base.producer import Producer
+from dedup_broker.domain.consumer import ConsumerBusyError, SubscriptionType
 from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.producer_access import TOPIC_EPOCH_PROPERTY, ProducerHost
-from dedup_broker.domain.subscription import ConsumerBusyError, Subscription, SubscriptionType
+from dedup_broker.domain.subscription import Subscription
 from dedup_broker.errors import BrokerError, PermanentError, RetriableError, ServiceNotReadyError
 from dedup_broker.key_dedup.service import KeyDedupService
 from dedup_broker.key_dedup.topic import TopicKeyDedup

@@ -8,10 +8,9 @@ import logging
 from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING
 
-from dedup_broker.domain.consumer import Consumer, Delivery
+from dedup_broker.domain.consumer import Consumer, Delivery, SubscriptionType
 from dedup_broker.domain.key_hash import KeySharedMode, KeySharedSettings
 from dedup_broker.domain.non_persistent.topic import NonPersistentTopic
-from dedup_broker.domain.subscription import SubscriptionType
 from dedup_broker.domain.topic import LATEST_LEDGER_ID
 from dedup_broker.errors import PermanentError, ProtocolError
 from dedup_broker.protocol import commands

@@ -46,7 +46,6 @@ FOLDER_LAYERS: dict[str, float] = {
     # the domain core: broker, topics, subscriptions
     "dedup_broker.domain": 4,
     "dedup_broker.domain.non_persistent": 4,
-    "dedup_broker.domain.dispatch": 4,
     # the wire: Pulsar sessions and HTTP routes
     "dedup_broker.session": 5,
     "dedup_broker.http": 5,

@@ -11,7 +11,7 @@ from prometheus_client import Counter
 
 from dedup_broker.domain.base.names import TopicDomain, TopicName
 from dedup_broker.domain.base.outcomes import PublishOutcome
-from dedup_broker.domain.consumer import Consumer, Delivery
+from dedup_broker.domain.consumer import Consumer, Delivery, SubscriptionType
 from dedup_broker.domain.key_hash import KeySharedSettings
 from dedup_broker.domain.non_persistent.metrics import DropReason
 from dedup_broker.domain.non_persistent.topic import (
@@ -22,7 +22,6 @@ from dedup_broker.domain.non_persistent.topic import (
     RateMeter,
 )
 from dedup_broker.domain.registry import PartitionedTopicError
-from dedup_broker.domain.subscription import SubscriptionType
 from dedup_broker.errors import InvalidTopicNameError, TopicNotFoundError
 from dedup_broker.protocol.framing import parse_metadata_only
 from harness.memory_broker import MemoryBroker
