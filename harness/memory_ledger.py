@@ -94,8 +94,9 @@ class MemoryEntrySource:
         """Reads wait until it is set."""
 
     async def read(
-        self, ledgers: LedgerList, last: Position, start: Position, max_entries: int, max_bytes: int
+        self, confirmed: ConfirmedLedgers, start: Position, max_entries: int, max_bytes: int
     ) -> list[Entry]:
+        ledgers, last = confirmed.ledgers, confirmed.last
         self.reads.append((start, max_entries))
         if self.read_gate is not None:
             await self.read_gate.wait()
@@ -116,22 +117,16 @@ class MemoryEntrySource:
         return result
 
     async def scan(
-        self,
-        ledgers: LedgerList,
-        last: Position,
-        start: Position,
-        max_entries: int,
-        visit: EntryVisitor,
+        self, confirmed: ConfirmedLedgers, start: Position, max_entries: int, visit: EntryVisitor
     ) -> Position | None:
         """Like the real scan (no size bound), recorded in ``reads`` like a read."""
-        entries = await self.read(ledgers, last, start, max_entries, 1 << 62)
+        entries = await self.read(confirmed, start, max_entries, 1 << 62)
         for entry in entries:
             visit(entry.position.ledger_id, entry.position.entry_id, [entry.data])
         return entries[-1].position if entries else None
 
-    async def find_by_time(
-        self, ledgers: LedgerList, last: Position, timestamp_ms: int
-    ) -> Position:
+    async def find_by_time(self, confirmed: ConfirmedLedgers, timestamp_ms: int) -> Position:
+        ledgers, last = confirmed.ledgers, confirmed.last
         await asyncio.sleep(0)
         for info in ledgers.infos():
             for entry in self._kafka.get(info.ledger_id, [])[: max(info.entries, 0)]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from dedup_broker.errors import OffloadNotConfiguredError, StorageError
+from dedup_broker.storage.ledger.confirmed import ConfirmedLedgers
 from dedup_broker.storage.ledger.entry_cache import EntryCache
 from dedup_broker.storage.ledger.ledger_list import LedgerList
 from dedup_broker.storage.ledger.ledger_store import LedgerStore
@@ -39,15 +40,11 @@ class EntryReader:
         return self._offloader
 
     async def read(
-        self,
-        ledgers: LedgerList,
-        last: Position,
-        start: Position,
-        max_entries: int,
-        max_bytes: int,
+        self, confirmed: ConfirmedLedgers, start: Position, max_entries: int, max_bytes: int
     ) -> list[Entry]:
-        """Entries from ``start`` on, up to ``last``, across ledgers; at least one entry
-        (if any is available) even when it alone exceeds ``max_bytes``."""
+        """Entries from ``start`` on, up to the last confirmed, across ledgers; at least
+        one (if any is available) even when it alone exceeds ``max_bytes``."""
+        ledgers, last = confirmed.ledgers, confirmed.last
         result: list[Entry] = []
         size = 0
         position = ledgers.normalize(start)
@@ -98,19 +95,16 @@ class EntryReader:
         return entries
 
     async def scan(
-        self,
-        ledgers: LedgerList,
-        last: Position,
-        start: Position,
-        max_entries: int,
-        visit: EntryVisitor,
+        self, confirmed: ConfirmedLedgers, start: Position, max_entries: int, visit: EntryVisitor
     ) -> Position | None:
-        """Hands entries from ``start`` on (up to ``last``, at most ``max_entries``) to
-        ``visit``; returns the position of the last one, None if there was none.
+        """Hands entries from ``start`` on (up to the last confirmed, at most
+        ``max_entries``) to ``visit``; returns the position of the last one, None if
+        there was none.
 
         The cache is neither consulted nor filled: every entry up to ``last`` is in Kafka
         (or tiered storage), and a replay's entries would only evict what readers need.
         """
+        ledgers, last = confirmed.ledgers, confirmed.last
         scanned = 0
         last_seen: Position | None = None
         position = ledgers.normalize(start)
@@ -138,14 +132,14 @@ class EntryReader:
             position = ledgers.next_position(last_seen)
         return last_seen
 
-    async def find_by_time(
-        self, ledgers: LedgerList, last: Position, timestamp_ms: int
-    ) -> Position:
-        """The first entry whose timestamp is >= ``timestamp_ms``, else ``next(last)``.
+    async def find_by_time(self, confirmed: ConfirmedLedgers, timestamp_ms: int) -> Position:
+        """The first entry whose timestamp is >= ``timestamp_ms``, else the position after
+        the last confirmed.
 
         Timestamps are assumed not to decrease along the managed ledger (publish times do
         not); each ledger answers from Kafka's time index in one request for all of them.
         """
+        ledgers, last = confirmed.ledgers, confirmed.last
         candidates = [
             info.ledger_id for info in ledgers.infos() if (ledgers.count(info.ledger_id) or 0) > 0
         ]

@@ -27,7 +27,6 @@ from dedup_broker.errors import EntryNotFoundError
 from dedup_broker.storage.api import LedgerOffloads, MetadataTable, WriteFence
 from dedup_broker.storage.cursor.registry import CursorRegistry
 from dedup_broker.storage.ledger.confirmed import ConfirmedLedgers
-from dedup_broker.storage.ledger.ledger_list import LedgerList
 from dedup_broker.storage.values import (
     DEFAULT_MAX_BYTES,
     Entry,
@@ -44,24 +43,18 @@ log = logging.getLogger(__name__)
 
 
 class EntrySource(Protocol):
-    """Where entries are read from (the real one: cache, Kafka, tiered storage)."""
+    """Where entries are read from (the real one: cache, Kafka, tiered storage), never
+    beyond what is confirmed."""
 
     async def read(
-        self, ledgers: LedgerList, last: Position, start: Position, max_entries: int, max_bytes: int
+        self, confirmed: ConfirmedLedgers, start: Position, max_entries: int, max_bytes: int
     ) -> list[Entry]: ...
 
     async def scan(
-        self,
-        ledgers: LedgerList,
-        last: Position,
-        start: Position,
-        max_entries: int,
-        visit: EntryVisitor,
+        self, confirmed: ConfirmedLedgers, start: Position, max_entries: int, visit: EntryVisitor
     ) -> Position | None: ...
 
-    async def find_by_time(
-        self, ledgers: LedgerList, last: Position, timestamp_ms: int
-    ) -> Position: ...
+    async def find_by_time(self, confirmed: ConfirmedLedgers, timestamp_ms: int) -> Position: ...
 
 
 class LedgerWriter(Protocol):
@@ -285,10 +278,7 @@ class ManagedLedgerImpl:
         """Entries from ``start`` on, never beyond ``last_confirmed``, across ledgers; at
         least one (if any is available) even when larger than ``max_bytes``."""
         self._writer.check_readable()
-        confirmed = self._confirmed
-        return await self._source.read(
-            confirmed.ledgers, confirmed.last, start, max_entries, max_bytes
-        )
+        return await self._source.read(self._confirmed, start, max_entries, max_bytes)
 
     async def scan_entries(
         self, start: Position, max_entries: int, visit: EntryVisitor
@@ -298,8 +288,7 @@ class ManagedLedgerImpl:
         returns the last position handed, None if there was none. For replays that fold
         many entries into a little state."""
         self._writer.check_readable()
-        confirmed = self._confirmed
-        return await self._source.scan(confirmed.ledgers, confirmed.last, start, max_entries, visit)
+        return await self._source.scan(self._confirmed, start, max_entries, visit)
 
     async def read_entry(self, position: Position) -> Entry:
         if not self.is_valid_position(position) or position > self.last_confirmed:
@@ -313,8 +302,7 @@ class ManagedLedgerImpl:
         """The first entry whose timestamp is >= ``timestamp_ms``, else the position
         after ``last_confirmed`` (timestamps are assumed not to decrease)."""
         self._writer.check_readable()
-        confirmed = self._confirmed
-        return await self._source.find_by_time(confirmed.ledgers, confirmed.last, timestamp_ms)
+        return await self._source.find_by_time(self._confirmed, timestamp_ms)
 
     def add_entries_listener(self, callback: Callable[[], None]) -> Callable[[], None]:
         """``callback`` runs (on the loop) whenever ``last_confirmed`` advances."""
