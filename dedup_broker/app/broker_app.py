@@ -13,7 +13,6 @@ import time
 import tracemalloc
 import uuid
 from collections.abc import Callable
-from typing import cast
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -63,8 +62,6 @@ from dedup_broker.security.tls import ServerTls, server_tls
 from dedup_broker.session.listener import Listener
 from dedup_broker.session.metrics import SessionMetrics
 from dedup_broker.storage.api import (
-    LedgerStatus,
-    LedgerType,
     LedgerUsage,
     broker_key,
     broker_record,
@@ -92,14 +89,14 @@ def validate_settings(config: BrokerConfig) -> Authenticator:
 def http_app(
     broker: Broker,
     registry: CollectorRegistry,
+    usage: LedgerUsage,
     authenticator: Authenticator | None = None,
     authorizer: Authorizer | None = None,
     ready: Callable[[], bool] = lambda: True,
     listeners: AdvertisedListeners | None = None,
-    usage: LedgerUsage | None = None,
 ) -> web.Application:
     """The admin, lookup and metrics surface: each room's routes, given what they use,
-    and one error table. ``usage``: what the broker's storage says about a ledger."""
+    and one error table. ``usage``: what the broker's storage says about its ledgers."""
     config, policies = broker.config, broker.policies
     topics, namespaces = broker.topic_registry, broker.namespaces
     authorizer = authorizer or Authorizer(config, Tenancy(policies.table, config))
@@ -116,7 +113,7 @@ def http_app(
         *retention_routes(policies, config, topics),
         *offload_routes(policies, config, topics),
         *compaction_routes(policies, config, topics, namespaces.partitioned, owners),
-        *ledger_deletion_routes(config, usage or _UsageOf(broker)),
+        *ledger_deletion_routes(config, usage),
         *schema_routes(broker.schemas),
     ]
     statuses = {
@@ -131,20 +128,6 @@ def http_app(
     if authenticator is not None:
         middlewares.insert(0, authentication_middleware(authenticator))
     return new_app(routes, statuses, middlewares)
-
-
-class _UsageOf:
-    """The broker's storage as a deletion worker's question needs it (a broker built
-    without storage that answers it has no ledger to tell about)."""
-
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
-
-    async def ledger_status(
-        self, name: str, ledger_id: int, ledger_type: LedgerType = LedgerType.LEDGER, uid: str = ""
-    ) -> LedgerStatus:
-        usage = cast("LedgerUsage", self._broker.storage)
-        return await usage.ledger_status(name, ledger_id, ledger_type, uid)
 
 
 class BrokerApp:
@@ -218,11 +201,11 @@ class BrokerApp:
             http_app(
                 broker,
                 self.registry,
+                storage,
                 authenticator,
                 authorizer,
                 lambda: self.ready,
                 listeners,
-                storage,
             ),
             config.bind_address,
             config.web_service_port,

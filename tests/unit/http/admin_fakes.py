@@ -19,7 +19,7 @@ from dedup_broker.key_dedup.store import KeyStore
 from dedup_broker.metrics_registry import new_registry
 from dedup_broker.schema.registry import SchemaRegistry
 from dedup_broker.session.metrics import SessionMetrics
-from dedup_broker.storage.values import Position
+from dedup_broker.storage.values import LedgerStatus, LedgerType, Position
 from harness.memory_table import MemoryTable
 
 if TYPE_CHECKING:
@@ -131,6 +131,12 @@ class FakeBroker:
 
     async def owner_of(self, name: TopicName) -> None:
         return None
+
+    async def ledger_status(
+        self, name: str, ledger_id: int, ledger_type: LedgerType = LedgerType.LEDGER, uid: str = ""
+    ) -> LedgerStatus:
+        """No topic here holds a ledger."""
+        return LedgerStatus.DELETABLE
 
     def partitions_of(self, name: TopicName) -> int:
         return self._partitions.get(str(name), 0)

@@ -25,7 +25,9 @@ NAMESPACE = "/admin/v2/namespaces/public/default"
 
 def with_client(broker: FakeBroker, check: Callable[[Client], Awaitable[None]]) -> None:
     async def main() -> None:
-        async with TestClient(TestServer(http_app(broker.as_broker(), broker.registry))) as client:
+        async with TestClient(
+            TestServer(http_app(broker.as_broker(), broker.registry, broker))
+        ) as client:
             await check(client)
 
     asyncio.run(asyncio.wait_for(main(), 20))
