@@ -13,11 +13,11 @@ import asyncio
 from typing import Any
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.base.names import TopicName
-from dedup_broker.domain.base.policies import Policies
 from dedup_broker.domain.broker import Broker
 from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.topic import Topic
+from dedup_broker.domain_base.names import TopicName
+from dedup_broker.domain_base.policies import Policies
 from dedup_broker.key_dedup.metrics import KeyDedupMetrics
 from dedup_broker.key_dedup.service import KeyDedupService
 from dedup_broker.key_dedup.store import KeyStore

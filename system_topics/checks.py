@@ -25,7 +25,7 @@ import aiohttp
 
 from dedup_broker.cluster.owners import OwnerState, TopicOwners
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.base.names import TopicName
+from dedup_broker.domain_base.names import TopicName
 from dedup_broker.errors import ServiceNotReadyError, StorageError
 from dedup_broker.security.broker_client import broker_client_headers, broker_client_ssl_context
 from dedup_broker.storage.api import (

@@ -22,9 +22,9 @@ from dedup_broker.cluster.listeners import AdvertisedListeners, parse_advertised
 from dedup_broker.cluster.membership import BrokerAddress, owners_topic
 from dedup_broker.cluster.service import Cluster
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.base.policies import Policies
 from dedup_broker.domain.broker import Broker
 from dedup_broker.domain.metrics import BrokerMetrics
+from dedup_broker.domain_base.policies import Policies
 from dedup_broker.errors import BrokerError
 from dedup_broker.http.cluster import cluster_routes, redirect_middleware
 from dedup_broker.http.compaction import COMPACTION_ERROR_STATUSES, compaction_routes

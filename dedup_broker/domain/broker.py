@@ -13,12 +13,12 @@ from itertools import count
 
 from dedup_broker.cluster.service import Cluster
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.base.policies import Policies
 from dedup_broker.domain.listing import NamespaceListing
 from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.non_persistent.topic import IDLE_SECONDS
 from dedup_broker.domain.registry import TopicRegistry
 from dedup_broker.domain.topic import Topic, TopicServices
+from dedup_broker.domain_base.policies import Policies
 from dedup_broker.errors import BrokerError
 from dedup_broker.key_dedup.service import KeyDedupService
 from dedup_broker.schema.registry import SchemaRegistry

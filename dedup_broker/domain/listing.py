@@ -6,9 +6,9 @@ from __future__ import annotations
 from urllib.parse import unquote
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.base.names import TopicName
 from dedup_broker.domain.partitioned import PartitionedTopics
 from dedup_broker.domain.topic_list import TopicListWatches
+from dedup_broker.domain_base.names import TopicName
 from dedup_broker.errors import PermanentError
 from dedup_broker.storage.api import StorageService
 

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.base.names import TopicDomain, TopicName
+from dedup_broker.domain_base.names import TopicDomain, TopicName
 from dedup_broker.errors import InvalidTopicNameError, PermanentError, TopicNotFoundError
 from dedup_broker.storage.api import StorageService
 

@@ -10,11 +10,11 @@ from collections.abc import Awaitable, Callable
 from dedup_broker.cluster.membership import BrokerAddress
 from dedup_broker.cluster.service import Cluster, NotOwnerError
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.base.names import TopicDomain, TopicName
 from dedup_broker.domain.listing import NamespaceListing
 from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.non_persistent.topic import NonPersistentTopic
 from dedup_broker.domain.topic import Topic, TopicServices
+from dedup_broker.domain_base.names import TopicDomain, TopicName
 from dedup_broker.errors import (
     InvalidTopicNameError,
     PermanentError,

@@ -16,20 +16,20 @@ from typing import TYPE_CHECKING
 from dedup_broker.compaction.policy import compaction_threshold
 from dedup_broker.compaction.topic import CompanionTopics, TopicCompaction
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.base.names import TopicName
-from dedup_broker.domain.base.outcomes import (
+from dedup_broker.domain.consumer import ConsumerBusyError, SubscriptionType
+from dedup_broker.domain.metrics import BrokerMetrics
+from dedup_broker.domain.producer_access import TOPIC_EPOCH_PROPERTY, ProducerHost
+from dedup_broker.domain.subscription import Subscription
+from dedup_broker.domain_base.names import TopicName
+from dedup_broker.domain_base.outcomes import (
     DUPLICATE,
     UNKNOWN,
     PublishOutcome,
     PublishResult,
     settled,
 )
-from dedup_broker.domain.base.policies import Policies
-from dedup_broker.domain.base.producer import Producer
-from dedup_broker.domain.consumer import ConsumerBusyError, SubscriptionType
-from dedup_broker.domain.metrics import BrokerMetrics
-from dedup_broker.domain.producer_access import TOPIC_EPOCH_PROPERTY, ProducerHost
-from dedup_broker.domain.subscription import Subscription
+from dedup_broker.domain_base.policies import Policies
+from dedup_broker.domain_base.producer import Producer
 from dedup_broker.errors import BrokerError, PermanentError, RetriableError, ServiceNotReadyError
 from dedup_broker.key_dedup.service import KeyDedupService
 from dedup_broker.key_dedup.topic import TopicKeyDedup

@@ -11,8 +11,8 @@ from aiohttp.typedefs import Handler, Middleware
 from dedup_broker.cluster.listeners import AdvertisedListeners
 from dedup_broker.cluster.membership import BrokerAddress
 from dedup_broker.cluster.service import Cluster, NotOwnerError
-from dedup_broker.domain.base.names import TopicName
 from dedup_broker.domain.registry import TopicRegistry
+from dedup_broker.domain_base.names import TopicName
 from dedup_broker.http.bodies import json_response
 from dedup_broker.http.errors import HttpError
 from dedup_broker.http.paths import NAMESPACES, TOPIC, namespace_of, topic_of

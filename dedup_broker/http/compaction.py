@@ -19,10 +19,10 @@ from aiohttp import web
 from dedup_broker.compaction.policy import COMPACTION_THRESHOLD
 from dedup_broker.compaction.topic import CompactionInProgressError, CompactionStatus
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.base.names import TopicName
-from dedup_broker.domain.base.policies import Policies
 from dedup_broker.domain.partitioned import PartitionedTopics
 from dedup_broker.domain.registry import TopicRegistry
+from dedup_broker.domain_base.names import TopicName
+from dedup_broker.domain_base.policies import Policies
 from dedup_broker.errors import TopicNotFoundError
 from dedup_broker.http.bodies import json_response, no_content, read_int
 from dedup_broker.http.errors import ErrorStatuses

@@ -13,7 +13,7 @@ from http import HTTPStatus
 
 from aiohttp import web
 
-from dedup_broker.domain.base.policies import Policies
+from dedup_broker.domain_base.policies import Policies
 from dedup_broker.http.bodies import json_response, no_content, read_json
 from dedup_broker.http.errors import ErrorStatuses
 from dedup_broker.http.paths import NAMESPACES, TOPIC, namespace_of, query_value, topic_of

@@ -9,10 +9,10 @@ from http import HTTPStatus
 
 from aiohttp import web
 
-from dedup_broker.domain.base.names import TopicDomain, TopicName
 from dedup_broker.domain.listing import NamespaceListing
 from dedup_broker.domain.non_persistent.topic import NonPersistentTopic
 from dedup_broker.domain.registry import TopicRegistry
+from dedup_broker.domain_base.names import TopicDomain, TopicName
 from dedup_broker.errors import TopicNotFoundError
 from dedup_broker.http.bodies import json_response, no_content
 from dedup_broker.http.errors import HttpError

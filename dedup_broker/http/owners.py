@@ -11,7 +11,7 @@ import aiohttp
 
 from dedup_broker.cluster.membership import BrokerAddress
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.base.names import TopicName
+from dedup_broker.domain_base.names import TopicName
 from dedup_broker.errors import ServiceNotReadyError
 from dedup_broker.security.broker_client import broker_client_headers, broker_client_ssl_context
 

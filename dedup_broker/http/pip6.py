@@ -11,8 +11,8 @@ from http import HTTPStatus
 
 from aiohttp import web
 
-from dedup_broker.domain.base.policies import Policies
 from dedup_broker.domain.registry import TopicRegistry
+from dedup_broker.domain_base.policies import Policies
 from dedup_broker.http.bodies import json_response, no_content, read_bool, read_int
 from dedup_broker.http.errors import HttpError
 from dedup_broker.http.paths import NAMESPACES, TOPIC, namespace_of, topic_of

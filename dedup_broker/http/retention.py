@@ -9,8 +9,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.base.policies import Policies
 from dedup_broker.domain.registry import TopicRegistry
+from dedup_broker.domain_base.policies import Policies
 from dedup_broker.http.bodies import json_response, no_content, read_json
 from dedup_broker.http.paths import NAMESPACES, TOPIC, namespace_of, topic_of
 from dedup_broker.retention.policy import (

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from dedup_broker.domain.base.names import TopicName
+from dedup_broker.domain_base.names import TopicName
 from dedup_broker.http.bodies import json_response, no_content, read_json, read_text
 from dedup_broker.http.errors import ErrorStatuses, HttpError
 from dedup_broker.http.paths import NAMESPACES, namespace_of

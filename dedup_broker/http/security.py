@@ -15,8 +15,8 @@ from http import HTTPStatus
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from dedup_broker.domain.base.names import TopicName
 from dedup_broker.domain.listing import NamespaceListing
+from dedup_broker.domain_base.names import TopicName
 from dedup_broker.http.bodies import json_response, no_content, read_json
 from dedup_broker.http.errors import ErrorStatuses
 from dedup_broker.http.paths import NAMESPACES, TOPIC, namespace_of, topic_of

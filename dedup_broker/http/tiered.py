@@ -18,8 +18,8 @@ from typing import Any
 from aiohttp import web
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.base.policies import Policies
 from dedup_broker.domain.registry import TopicRegistry
+from dedup_broker.domain_base.policies import Policies
 from dedup_broker.errors import OffloadInProgressError
 from dedup_broker.http.bodies import json_response, no_content, read_int, read_json
 from dedup_broker.http.errors import ErrorStatuses, HttpError

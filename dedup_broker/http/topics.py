@@ -15,11 +15,11 @@ from prometheus_client import CollectorRegistry
 
 from dedup_broker.cluster.service import NotOwnerError
 from dedup_broker.config import BrokerConfig, snake_case
-from dedup_broker.domain.base.names import TopicName
 from dedup_broker.domain.listing import NamespaceListing
 from dedup_broker.domain.partitioned import PartitionedTopics, TopicExistsError
 from dedup_broker.domain.registry import TopicBusyError, TopicRegistry
 from dedup_broker.domain.topic import ConsumerStillConnectedError, SubscriptionExistsError
+from dedup_broker.domain_base.names import TopicName
 from dedup_broker.http.bodies import json_response, no_content, read_int, read_json
 from dedup_broker.http.errors import BROKER_ERROR_STATUSES, ErrorStatuses, HttpError
 from dedup_broker.http.owners import OwnerCalls

@@ -20,7 +20,7 @@ from dedup_broker.key_dedup.store import KeyStore, KeyStoreUnavailableError, Sco
 from dedup_broker.key_dedup.window import InFlightKeys, KeyDedupPolicy, LocalKeyCache, now_ms
 
 if TYPE_CHECKING:
-    from dedup_broker.domain.base.names import TopicName
+    from dedup_broker.domain_base.names import TopicName
     from dedup_broker.storage.api import ManagedLedger, Position
 
 log = logging.getLogger(__name__)

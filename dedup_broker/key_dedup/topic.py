@@ -24,7 +24,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING
 
-from dedup_broker.domain.base.outcomes import (
+from dedup_broker.domain_base.outcomes import (
     DUPLICATE,
     PublishOutcome,
     PublishResult,
@@ -60,8 +60,8 @@ from dedup_broker.protocol.batch_rewrite import rewrite_batch
 from dedup_broker.storage.api import Position
 
 if TYPE_CHECKING:
-    from dedup_broker.domain.base.names import TopicName
-    from dedup_broker.domain.base.producer import Producer
+    from dedup_broker.domain_base.names import TopicName
+    from dedup_broker.domain_base.producer import Producer
     from dedup_broker.key_dedup.scope import KeyScope
     from dedup_broker.key_dedup.service import KeyDedupService
     from dedup_broker.storage.api import ManagedLedger

@@ -22,8 +22,8 @@ from dedup_broker.protocol.framing import parse_message
 
 if TYPE_CHECKING:
     from dedup_broker.config import BrokerConfig
-    from dedup_broker.domain.base.names import TopicName
-    from dedup_broker.domain.base.policies import Policies
+    from dedup_broker.domain_base.names import TopicName
+    from dedup_broker.domain_base.policies import Policies
     from dedup_broker.storage.api import ManagedLedger, Position
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.base.names import TopicName
-from dedup_broker.domain.base.policies import Policies
+from dedup_broker.domain_base.names import TopicName
+from dedup_broker.domain_base.policies import Policies
 from dedup_broker.errors import BrokerError, PermanentError
 from dedup_broker.storage.api import Retention, is_system_cursor
 

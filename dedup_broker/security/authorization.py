@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.base.names import NAME_PART, TopicName
+from dedup_broker.domain_base.names import NAME_PART, TopicName
 from dedup_broker.errors import ConfigError, PermanentError
 
 if TYPE_CHECKING:

@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
-from dedup_broker.domain.base.names import TopicName
 from dedup_broker.domain.topic_list import (
     TopicListWatch,
     compile_pattern,
     filter_topics,
     topics_hash,
 )
+from dedup_broker.domain_base.names import TopicName
 from dedup_broker.errors import PermanentError
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb

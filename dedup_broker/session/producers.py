@@ -13,8 +13,8 @@ from collections import deque
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
-from dedup_broker.domain.base.outcomes import PublishOutcome, PublishResult, settled
-from dedup_broker.domain.base.producer import Producer, ProducerAccessMode
+from dedup_broker.domain_base.outcomes import PublishOutcome, PublishResult, settled
+from dedup_broker.domain_base.producer import Producer, ProducerAccessMode
 from dedup_broker.errors import ChecksumError, ProtocolError
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.base.names import TopicName
-from dedup_broker.domain.base.policies import Policies
+from dedup_broker.domain_base.names import TopicName
+from dedup_broker.domain_base.policies import Policies
 from dedup_broker.storage.api import ManagedLedger
 
 OFFLOAD_THRESHOLD = "offload_threshold"

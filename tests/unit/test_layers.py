@@ -32,7 +32,7 @@ FOLDER_LAYERS: dict[str, float] = {
     "dedup_broker.storage.ledger": 1.4,
     "dedup_broker.storage.service": 1.5,
     # the domain's base, below every feature
-    "dedup_broker.domain.base": 2,
+    "dedup_broker.domain_base": 2,
     # features
     "dedup_broker.pip6": 3,
     "dedup_broker.key_dedup": 3,

@@ -17,9 +17,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.base.names import TopicName
-from dedup_broker.domain.base.outcomes import PublishOutcome, PublishResult, settled
-from dedup_broker.domain.base.producer import Producer
 from dedup_broker.domain.consumer import (
     PULSAR_TYPE_NAMES,
     Consumer,
@@ -31,6 +28,9 @@ from dedup_broker.domain.dispatchers import dispatcher_for
 from dedup_broker.domain.non_persistent.metrics import DropReason, NonPersistentMetrics
 from dedup_broker.domain.producer_access import ProducerHost
 from dedup_broker.domain.topic import ReadCompactedNotAllowedError, batch_size
+from dedup_broker.domain_base.names import TopicName
+from dedup_broker.domain_base.outcomes import PublishOutcome, PublishResult, settled
+from dedup_broker.domain_base.producer import Producer
 from dedup_broker.errors import PermanentError, ServiceNotReadyError
 from dedup_broker.storage.api import Entry, Position
 

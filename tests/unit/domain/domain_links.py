@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from itertools import count
 from typing import Any
 
-from dedup_broker.domain.base.outcomes import PublishOutcome
-from dedup_broker.domain.base.producer import Producer
 from dedup_broker.domain.consumer import Consumer, Delivery, SubscriptionType
 from dedup_broker.domain.key_hash import KeySharedSettings
 from dedup_broker.domain.topic import Topic
+from dedup_broker.domain_base.outcomes import PublishOutcome
+from dedup_broker.domain_base.producer import Producer
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import parse_metadata_only
 from dedup_broker.storage.values import Position

@@ -8,10 +8,10 @@ import asyncio
 import pytest
 from domain_links import ConsumerSide, ProducerSide, new_producer, publish, subscribe
 
-from dedup_broker.domain.base.names import TopicName
 from dedup_broker.domain.consumer import SubscriptionType
 from dedup_broker.domain.partitioned import InvalidPartitionsError, TopicExistsError
 from dedup_broker.domain.registry import PartitionedTopicError, TopicBusyError
+from dedup_broker.domain_base.names import TopicName
 from dedup_broker.errors import ServiceNotReadyError, StorageError, TopicNotFoundError
 from dedup_broker.schema.compatibility import SchemaInfo, SchemaType
 from dedup_broker.storage.values import Position

@@ -9,8 +9,6 @@ import pytest
 from domain_links import ConsumerSide, new_producer, publish, subscribe
 from prometheus_client import Counter
 
-from dedup_broker.domain.base.names import TopicDomain, TopicName
-from dedup_broker.domain.base.outcomes import PublishOutcome
 from dedup_broker.domain.consumer import Consumer, Delivery, SubscriptionType
 from dedup_broker.domain.key_hash import KeySharedSettings
 from dedup_broker.domain.non_persistent.metrics import DropReason
@@ -22,6 +20,8 @@ from dedup_broker.domain.non_persistent.topic import (
     RateMeter,
 )
 from dedup_broker.domain.registry import PartitionedTopicError
+from dedup_broker.domain_base.names import TopicDomain, TopicName
+from dedup_broker.domain_base.outcomes import PublishOutcome
 from dedup_broker.errors import InvalidTopicNameError, TopicNotFoundError
 from dedup_broker.protocol.framing import parse_metadata_only
 from harness.memory_broker import MemoryBroker

@@ -7,7 +7,7 @@ import asyncio
 
 from domain_links import ProducerSide, new_producer, publish
 
-from dedup_broker.domain.base.outcomes import (
+from dedup_broker.domain_base.outcomes import (
     DUPLICATE,
     UNKNOWN,
     EarlierCopyInFlightError,

@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.base.names import TopicName
-from dedup_broker.domain.base.policies import Policies
 from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.partitioned import TopicExistsError
 from dedup_broker.domain.topic import ConsumerStillConnectedError
+from dedup_broker.domain_base.names import TopicName
+from dedup_broker.domain_base.policies import Policies
 from dedup_broker.errors import OffloadInProgressError, TopicNotFoundError
 from dedup_broker.key_dedup.metrics import KeyDedupMetrics
 from dedup_broker.key_dedup.service import KeyDedupService, TopicDirectory

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.base.names import TopicName
-from dedup_broker.domain.base.policies import Policies
+from dedup_broker.domain_base.names import TopicName
+from dedup_broker.domain_base.policies import Policies
 from dedup_broker.errors import ConfigError
 from dedup_broker.schema.compatibility import (
     CompatibilityStrategy,

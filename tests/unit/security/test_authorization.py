@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.base.names import TopicName
+from dedup_broker.domain_base.names import TopicName
 from dedup_broker.errors import ConfigError
 from dedup_broker.security.authorization import (
     AuthAction,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dedup_broker import __version__
 from dedup_broker.cluster.membership import BrokerAddress
-from dedup_broker.domain.base.names import TopicName
+from dedup_broker.domain_base.names import TopicName
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import Frame

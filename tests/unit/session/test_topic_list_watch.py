@@ -3,8 +3,8 @@ the topic-list watch that reports topics created or deleted later."""
 
 from __future__ import annotations
 
-from dedup_broker.domain.base.names import TopicName
 from dedup_broker.domain.topic_list import topics_hash
+from dedup_broker.domain_base.names import TopicName
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from harness.memory_broker import MemoryBroker
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from dedup_broker.domain.base.names import TopicName
+from dedup_broker.domain_base.names import TopicName
 
 if TYPE_CHECKING:
     from dedup_broker.storage.api import MetadataTable
