@@ -46,7 +46,8 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy dedup_broker system_topics connectors examples verify
+
+	$(VENV)/bin/mypy dedup_broker system_topics connectors examples harness verify
 
 ## The import graph follows the layers (protocol < storage < domain < session/HTTP < app).
 layers: $(STAMP)
@@ -77,16 +78,16 @@ bench: $(STAMP)
 	$(PY) -m bench.memory
 
 kafka-up: $(STAMP)
-	$(PY) -m dedup_broker.cli dev kafka-up
+	$(PY) -m dedup_broker.app.cli dev kafka-up
 
 kafka-down: $(STAMP)
-	$(PY) -m dedup_broker.cli dev kafka-down
+	$(PY) -m dedup_broker.app.cli dev kafka-down
 
 redis-up: $(STAMP)
-	$(PY) -m dedup_broker.cli dev redis-up
+	$(PY) -m dedup_broker.app.cli dev redis-up
 
 redis-down: $(STAMP)
-	$(PY) -m dedup_broker.cli dev redis-down
+	$(PY) -m dedup_broker.app.cli dev redis-down
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

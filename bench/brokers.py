@@ -7,7 +7,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.broker_process import BrokerProcess
 
 
 def bench_broker(bootstrap: str, kind: str, **settings: Any) -> BrokerProcess:

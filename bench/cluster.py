@@ -25,7 +25,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from dedup_broker.devservers import provide_kafka
-from dedup_broker.testing.cluster_processes import ClusterProcesses
+from harness.cluster_processes import ClusterProcesses
 
 SIZE = 100
 

@@ -29,8 +29,8 @@ import pulsar
 
 from bench.brokers import bench_broker
 from dedup_broker.devservers import provide_kafka
-from dedup_broker.testing.admin_http import http_request
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.admin_http import http_request
+from harness.broker_process import BrokerProcess
 
 NEVER = 2_000_000_000
 QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)

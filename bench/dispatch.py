@@ -39,11 +39,11 @@ from bench.load_tools import (
     run_measured,
 )
 from dedup_broker.devservers import provide_kafka
-from dedup_broker.devservers.pulsar_standalone import PulsarStandalone
-from dedup_broker.devservers.pulsar_tools import run_pulsar_perf, write_client_conf
 from dedup_broker.storage.formats import ledger_topic
-from dedup_broker.storage.ledger_store import FIRST_ENTRY_OFFSET
-from dedup_broker.testing.broker_process import BrokerProcess
+from dedup_broker.storage.ledger.ledger_store import FIRST_ENTRY_OFFSET
+from harness.broker_process import BrokerProcess
+from harness.pulsar_standalone import PulsarStandalone
+from harness.pulsar_tools import run_pulsar_perf, write_client_conf
 
 _RECEIVED = re.compile(r"Aggregated throughput stats --- (\d+) records received --- ([\d.]+) msg/s")
 

@@ -17,9 +17,9 @@ import pulsar
 
 from bench.brokers import bench_broker
 from dedup_broker.devservers import provide_redis
-from dedup_broker.testing.admin_http import http_request
-from dedup_broker.testing.broker_process import BrokerProcess
-from dedup_broker.testing.key_events import KEY_PROPERTY, make_events
+from harness.admin_http import http_request
+from harness.broker_process import BrokerProcess
+from harness.key_events import KEY_PROPERTY, make_events
 
 
 def _publish(service_url: str, topic: str, events: list[str], size: int) -> float:

@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from dedup_broker.devservers.distribution import find_java
 from dedup_broker.devservers.kafka_tools import PRODUCER_PERFORMANCE, ensure_kafka_tools
-from dedup_broker.devservers.pulsar_tools import run_pulsar_perf, write_client_conf
+from harness.pulsar_tools import run_pulsar_perf, write_client_conf
 
 # Direct Kafka: the tuned idempotent producer the baseline runs with.
 KAFKA_PRODUCER_PROPS: dict[str, str] = {

@@ -42,9 +42,9 @@ import pulsar
 from dedup_broker.devservers import provide_kafka
 from dedup_broker.pip6.state import DEDUP_CURSOR
 from dedup_broker.storage.formats import CursorRecord, encode_cursor_info
-from dedup_broker.storage.position import Position
-from dedup_broker.testing.admin_http import http_request
-from dedup_broker.testing.broker_process import BrokerProcess
+from dedup_broker.storage.values import Position
+from harness.admin_http import http_request
+from harness.broker_process import BrokerProcess
 
 QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
 NAMESPACE = "persistent://public/default"

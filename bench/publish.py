@@ -51,9 +51,9 @@ from bench.load_tools import (
     PulsarPerf,
 )
 from dedup_broker.devservers import provide_kafka, provide_redis
-from dedup_broker.devservers.pulsar_standalone import PULSAR_VERSION, PulsarStandalone
-from dedup_broker.testing.admin_http import http_request
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.admin_http import http_request
+from harness.broker_process import BrokerProcess
+from harness.pulsar_standalone import PULSAR_VERSION, PulsarStandalone
 
 SIZES = (100, 1024)
 TOPIC_COUNTS = (1, 4)

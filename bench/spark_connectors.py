@@ -36,7 +36,7 @@ from connectors.datasource import FORMAT, register
 from connectors.local_spark import local_session
 from connectors.sink import PulsarSink
 from dedup_broker.devservers import provide_kafka
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.broker_process import BrokerProcess
 
 WARM_UP_ROWS = 2_000
 RUNS = 3

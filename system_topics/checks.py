@@ -16,32 +16,35 @@ must name the intent's managed ledger, ledger id and offload uid.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import re
-import ssl
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
+
+import aiohttp
 
 from dedup_broker.cluster.owners import OwnerState, TopicOwners
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.names import TopicName
+from dedup_broker.domain_base.names import TopicName
 from dedup_broker.errors import ServiceNotReadyError, StorageError
 from dedup_broker.security.broker_client import broker_client_headers, broker_client_ssl_context
-from dedup_broker.storage import formats
-from dedup_broker.storage.catalog import LedgerCatalog, LedgerHeaderError
-from dedup_broker.storage.offload_fs import DRIVER, TEMP_SUFFIX, offloader_from_config
-from dedup_broker.storage.position import LedgerInfo
-from dedup_broker.storage.status import LedgerStatus, LedgerType
+from dedup_broker.storage.api import (
+    FILESYSTEM_OFFLOAD_DRIVER,
+    OFFLOAD_TEMP_SUFFIX,
+    LedgerCatalog,
+    LedgerHeaderError,
+    LedgerInfo,
+    LedgerStatus,
+    LedgerType,
+    OffloadStore,
+    is_valid_managed_ledger_name,
+)
 from system_topics.decision import Outcome, Verdict
-from system_topics.intents import DeletionIntent, MalformedIntentError, decode_intent
+from system_topics.intents import DeletionIntent
 
 log = logging.getLogger(__name__)
 
-_HTTP_TIMEOUT_S = 5.0
+_HTTP_TIMEOUT = aiohttp.ClientTimeout(total=5.0)
 
 
 def parse_injected(spec: str) -> Callable[[int], bool]:
@@ -64,34 +67,24 @@ def _status_query(url: str, intent: DeletionIntent) -> str:
     return f"{url}/admin/v2/ledger-deletion/ledgers/{intent.ledger_id}?{query}"
 
 
-def _ask(
-    url: str, intent: DeletionIntent, headers: dict[str, str], context: ssl.SSLContext
-) -> LedgerStatus | None:
-    """What the broker at ``url`` says about the intent's copy; None without an answer."""
-    try:
-        request = urllib.request.Request(_status_query(url, intent), headers=headers)
-        with urllib.request.urlopen(request, timeout=_HTTP_TIMEOUT_S, context=context) as reply:
-            return LedgerStatus(json.loads(reply.read())["status"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        log.info("broker %s did not answer about ledger %d: %s", url, intent.ledger_id, exc)
-        return None
-
-
 class IntentChecker:
-    def __init__(self, config: BrokerConfig, catalog: LedgerCatalog, owners: TopicOwners) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        catalog: LedgerCatalog,
+        owners: TopicOwners,
+        offloader: OffloadStore | None,
+    ) -> None:
+        """``offloader``: this worker's own tiered storage (never the intent's word)."""
         self._cluster = config.cluster_name
         self._catalog = catalog
         self._owners = owners
+        self._offloader = offloader
         self._fails = parse_injected(config.deletion_worker_inject_delete_failures)
         self._headers = broker_client_headers(config)
         self._ssl = broker_client_ssl_context(config)
-        self._offloader = offloader_from_config(config)
 
-    async def evaluate(self, value: bytes | None) -> Outcome:
-        try:
-            intent = decode_intent(value)
-        except MalformedIntentError as exc:
-            return Outcome(Verdict.MALFORMED, str(exc))
+    async def evaluate(self, intent: DeletionIntent) -> Outcome:
         try:
             return await self._evaluate(intent)
         except StorageError as exc:
@@ -99,7 +92,7 @@ class IntentChecker:
 
     async def _evaluate(self, intent: DeletionIntent) -> Outcome:
         name, ledger_id = intent.topic_name, intent.ledger_id
-        if not name or formats.CURSOR_KEY_SEPARATOR in name or ledger_id < 0:
+        if not is_valid_managed_ledger_name(name) or ledger_id < 0:
             return Outcome(Verdict.NOT_OURS, f"invalid name or id: {name!r} {ledger_id}")
         offload = intent.ledger_type is LedgerType.OFFLOAD_LEDGER
         if offload:
@@ -141,9 +134,7 @@ class IntentChecker:
             return Outcome(Verdict.FAILED, f"{topic} is moving between brokers; asked again later")
         if owner.broker is not None:
             # The owner is the one broker that may hold the topic open and change its list.
-            answer = await asyncio.to_thread(
-                _ask, owner.broker.web_url, intent, self._headers, self._ssl
-            )
+            answer = await self._ask(owner.broker.web_url, intent)
             if answer is LedgerStatus.IN_USE:
                 return Outcome(Verdict.IN_USE, "the owning broker still lists it")
             if answer is not LedgerStatus.DELETABLE:
@@ -160,6 +151,20 @@ class IntentChecker:
                 f"the owning broker let it go; the stored list lags ({verdict.detail})",
             )
         return verdict
+
+    async def _ask(self, url: str, intent: DeletionIntent) -> LedgerStatus | None:
+        """What the broker at ``url`` says about the intent's copy; None without an answer."""
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=_HTTP_TIMEOUT, headers=self._headers) as session,
+                session.get(_status_query(url, intent), ssl=self._ssl) as reply,
+            ):
+                if reply.status >= 300:
+                    raise ValueError(f"HTTP {reply.status} {reply.reason}")
+                return LedgerStatus((await reply.json(content_type=None))["status"])
+        except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError) as exc:
+            log.info("broker %s did not answer about ledger %d: %s", url, intent.ledger_id, exc)
+            return None
 
     def _stored_verdict(
         self, name: str, intent: DeletionIntent, stored: list[LedgerInfo]
@@ -198,7 +203,7 @@ class IntentChecker:
     def _offload_refusal(self, intent: DeletionIntent) -> Outcome | None:
         if self._offloader is None:
             return Outcome(Verdict.NOT_OURS, "no tiered storage is configured here")
-        if intent.offload.get("driver") != DRIVER:
+        if intent.offload.get("driver") != FILESYSTEM_OFFLOAD_DRIVER:
             return Outcome(Verdict.NOT_OURS, f"offload driver {intent.offload.get('driver')!r}")
         uid = intent.offload.get("uid", "")
         if not re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", uid):
@@ -210,7 +215,7 @@ class IntentChecker:
         assert offloader is not None
         uid = intent.offload["uid"]
         final = offloader.path(intent.ledger_id, uid)
-        temp = final.with_name(final.name + TEMP_SUFFIX)
+        temp = final.with_name(final.name + OFFLOAD_TEMP_SUFFIX)
         present = [path for path in (final, temp) if path.exists()]
         if not present:
             return Outcome(Verdict.ALREADY_GONE)

@@ -18,9 +18,7 @@ from typing import Any
 
 from dedup_broker.cluster.owners import TopicOwners
 from dedup_broker.config import BrokerConfig
-from dedup_broker.storage.catalog import LedgerCatalog
-from dedup_broker.storage.offload_fs import offloader_from_config
-from dedup_broker.storage.status import LedgerType
+from dedup_broker.storage.api import LedgerCatalog, LedgerType, OffloadStore
 from system_topics.intents import MalformedIntentError, decode_intent
 from system_topics.lag import uncommitted_records
 from system_topics.topics import DeletionTopics
@@ -44,23 +42,18 @@ def _pending_intents(config: BrokerConfig) -> tuple[set[int], set[tuple[int, str
     return covered, covered_offloads
 
 
-def check(config: BrokerConfig) -> dict[str, Any]:
-    """The report of ``dedup-broker doctor`` (blocking; see :func:`inspect`)."""
-    return asyncio.run(inspect(config))
-
-
-async def inspect(config: BrokerConfig) -> dict[str, Any]:
-    offloader = offloader_from_config(config)
-    catalog = LedgerCatalog(config)
-    owners = TopicOwners(config)
-    try:
-        existing = set(await catalog.ledger_ids())
-        lists = await catalog.managed_ledgers()
-        companions, named_companions = await catalog.compacted_topics()
-        brokers = await owners.summary()
-    finally:
-        await catalog.close()
-        await owners.close()
+async def inspect(
+    config: BrokerConfig,
+    catalog: LedgerCatalog,
+    owners: TopicOwners,
+    offloader: OffloadStore | None,
+) -> dict[str, Any]:
+    """The report of ``dedup-broker doctor``; ``offloader``: this process's own tiered
+    storage, if any (``dedup_broker/app/deletion_worker.py`` wires the rest)."""
+    existing = set(await catalog.ledger_ids())
+    lists = await catalog.managed_ledgers()
+    companions, named_companions = await catalog.compacted_topics()
+    brokers = await owners.summary()
     referenced: dict[int, str] = {}
     in_kafka: set[int] = set()
     offloads: dict[tuple[int, str], tuple[str, bool]] = {}

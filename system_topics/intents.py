@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 from google.protobuf.message import DecodeError
 
 from dedup_broker.errors import PermanentError
-from dedup_broker.storage.formats import uid_from_longs, uid_to_longs
-from dedup_broker.storage.status import LedgerType
+from dedup_broker.storage.api import LedgerType, uid_from_longs, uid_to_longs
 from system_topics import ledger_deletion_pb2 as pb
 
 COMPONENTS = ("MANAGED_LEDGER", "MANAGED_CURSOR", "SCHEMA_STORAGE")

@@ -12,20 +12,14 @@ import asyncio
 import logging
 import struct
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter
 
+from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import StorageError
-from dedup_broker.storage.deletion import LedgerToDelete
-from dedup_broker.storage.status import LedgerType
+from dedup_broker.storage.api import LedgerToDelete, LedgerType, RecordSender, TopicCreator
 from system_topics.intents import CopyKind, DeletionIntent, encode_intent
 from system_topics.topics import DeletionTopics
-
-if TYPE_CHECKING:
-    from dedup_broker.storage.kafka_admin import KafkaAdmin
-    from dedup_broker.storage.kafka_producer import SharedProducer
-    from dedup_broker.storage.service import StorageService
 
 log = logging.getLogger(__name__)
 
@@ -58,13 +52,13 @@ def intents_for(ledger: LedgerToDelete) -> list[DeletionIntent]:
     ]
 
 
-async def create_deletion_topics(admin: KafkaAdmin, topics: DeletionTopics) -> None:
+async def create_deletion_topics(admin: TopicCreator, topics: DeletionTopics) -> None:
     for name, (partitions, settings) in topics.topic_configs().items():
         await admin.create_topic(name, settings, partitions=partitions)
 
 
 class TwoPhaseLedgerDeleter:
-    def __init__(self, topics: DeletionTopics, producer: SharedProducer) -> None:
+    def __init__(self, topics: DeletionTopics, producer: RecordSender) -> None:
         self._topics = topics
         self._producer = producer
         # Not in any registry yet: the broker adds it to the registry its /metrics serves.
@@ -115,8 +109,11 @@ class TwoPhaseLedgerDeleter:
         """Nothing: the deletion worker deletes storage."""
 
 
-async def two_phase_deleter(service: StorageService) -> TwoPhaseLedgerDeleter:
-    """``StorageService.start``'s deleter factory for ``topicTwoPhaseDeletionEnabled``."""
-    topics = DeletionTopics.from_config(service.config)
-    await create_deletion_topics(service.admin, topics)
-    return TwoPhaseLedgerDeleter(topics, service.producer)
+async def two_phase_deleter(
+    config: BrokerConfig, admin: TopicCreator, producer: RecordSender
+) -> TwoPhaseLedgerDeleter:
+    """The storage's deleter factory for ``topicTwoPhaseDeletionEnabled``: the deletion
+    topics exist before the first intent is written."""
+    topics = DeletionTopics.from_config(config)
+    await create_deletion_topics(admin, topics)
+    return TwoPhaseLedgerDeleter(topics, producer)

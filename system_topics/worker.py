@@ -1,9 +1,10 @@
 """Delete phase: the deletion worker, a Kafka consumer group over the main and RETRY topics.
 
-Any number of workers share the partitions. Each intent is checked
+Any number of workers share the partitions. Each intent is decoded once, checked
 (``checks.IntentChecker``, against storage's ``LedgerCatalog``), the outcome is turned
 into ack / retry / dead-letter (``decision.decide``), and the record is committed only
-after its RETRY or DLQ copy was acknowledged by Kafka. A RETRY record is held until due
+after its RETRY or DLQ copy was acknowledged by Kafka. The worker is given its
+collaborators; ``dedup_broker/app/deletion_worker.py`` builds them. A RETRY record is held until due
 (its timestamp + ``DELAY_TIME``): its partition is paused and rewound, so the main topic
 keeps flowing meanwhile.
 
@@ -20,14 +21,12 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from dedup_broker.cluster.owners import TopicOwners
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import StorageError
-from dedup_broker.storage.catalog import LedgerCatalog
-from dedup_broker.storage.kafka_producer import SharedProducer
+from dedup_broker.storage.api import RecordSender
 from system_topics.checks import IntentChecker
-from system_topics.decision import Action, decide
-from system_topics.intents import CopyKind, MalformedIntentError, decode_intent
+from system_topics.decision import Action, Outcome, Verdict, decide
+from system_topics.intents import CopyKind, DeletionIntent, MalformedIntentError, decode_intent
 from system_topics.topics import (
     DELAY_TIME,
     ORIGIN_MESSAGE_ID,
@@ -73,33 +72,42 @@ def _int_header(msg: Message, name: str, default: int) -> int:
         return default
 
 
+def worker_consumer_settings(config: BrokerConfig, topics: DeletionTopics) -> dict[str, object]:
+    """The group consumer's settings: offsets are committed by hand, after the outcome."""
+    return {
+        **config.kafka_connection(),
+        "group.id": topics.group,
+        "client.id": f"{config.cluster_name}.deletion-worker",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "allow.auto.create.topics": False,
+        "session.timeout.ms": 10000,
+        "heartbeat.interval.ms": 1000,
+    }
+
+
 class DeletionWorker:
-    def __init__(self, config: BrokerConfig, metrics: WorkerMetrics | None = None) -> None:
-        self.config = config
+    def __init__(
+        self,
+        config: BrokerConfig,
+        consumer: Consumer,
+        checker: IntentChecker,
+        forwarder: RecordSender,
+        metrics: WorkerMetrics,
+    ) -> None:
+        """``consumer``: not subscribed yet (see :func:`worker_consumer_settings`);
+        ``forwarder`` writes the RETRY and DLQ copies."""
         self.topics = DeletionTopics.from_config(config)
-        self.metrics = metrics or WorkerMetrics()
+        self.metrics = metrics
         self._delay_ms = config.two_phase_deletion_reconsume_later_in_seconds * 1000
         self._max_retries = config.two_phase_deletion_max_retry_delete_count
-        self._catalog = LedgerCatalog(config)
-        self._owners = TopicOwners(config)
-        self._checker = IntentChecker(config, self._catalog, self._owners)
+        self._consumer = consumer
+        self._checker = checker
+        self._forwarder = forwarder
         self._held: dict[tuple[str, int], _Held] = {}
-        self._consumer = Consumer(
-            {
-                **config.kafka_connection(),
-                "group.id": self.topics.group,
-                "client.id": f"{config.cluster_name}.deletion-worker",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "allow.auto.create.topics": False,
-                "session.timeout.ms": 10000,
-                "heartbeat.interval.ms": 1000,
-            }
-        )
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Work intents until ``stop`` is set."""
-        producer = SharedProducer(self.config, asyncio.get_running_loop())
+        """Work intents until ``stop`` is set; the consumer is closed at the end."""
         self._consumer.subscribe(
             [self.topics.main, self.topics.retry], on_revoke=self._revoked, on_lost=self._revoked
         )
@@ -115,12 +123,9 @@ class DeletionWorker:
                     if error.code() != KafkaError._PARTITION_EOF:
                         log.warning("deletion worker: %s", error)
                     continue
-                await self._handle(msg, producer)
+                await self._handle(msg)
         finally:
             await asyncio.to_thread(self._consumer.close)
-            await producer.close()
-            await self._catalog.close()
-            await self._owners.close()
 
     # --- holding RETRY records until due ---------------------------------------------
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -142,7 +147,7 @@ class DeletionWorker:
                 self._consumer.resume([TopicPartition(key[0], key[1])])
 
     # --- one intent ---------------------------------------------------------------------
-    async def _handle(self, msg: Message, producer: SharedProducer) -> None:
+    async def _handle(self, msg: Message) -> None:
         topic, partition, offset = _where(msg)
         from_retry = topic == self.topics.retry
         if from_retry:
@@ -153,23 +158,30 @@ class DeletionWorker:
                 return
         self.metrics.received.inc()
         times = _int_header(msg, RECONSUME_TIMES, 0) if from_retry else 0
-        outcome = await self._checker.evaluate(msg.value())
+        intent: DeletionIntent | None
+        try:
+            decoded = decode_intent(msg.value())
+        except MalformedIntentError as exc:
+            intent, outcome = None, Outcome(Verdict.MALFORMED, str(exc))
+        else:
+            intent, outcome = decoded, await self._checker.evaluate(decoded)
         action = decide(outcome.verdict, times, self._max_retries)
         log.info(
             "intent %s:%d:%d (%s) -> %s (%s) -> %s",
             topic,
             partition,
             offset,
-            _subject(msg.value()),
+            _subject(intent),
             outcome.verdict.value,
             outcome.detail,
             action.value,
         )
-        if action is not Action.ACK and not await self._forward(msg, action, times, producer):
+        if action is not Action.ACK and not await self._forward(msg, action, times):
             # Not copied: read it again shortly rather than lose it.
             self._hold(msg, time.time() + 1)
             return
-        self.metrics.record(outcome.verdict, action, _copy_kind(msg.value()))
+        kind = CopyKind.of(intent.ledger_type) if intent is not None else CopyKind.LEDGER
+        self.metrics.record(outcome.verdict, action, kind)
         await asyncio.to_thread(
             self._consumer.commit,
             offsets=[TopicPartition(topic, partition, offset + 1)],
@@ -177,9 +189,7 @@ class DeletionWorker:
         )
         self.metrics.acknowledged.inc()
 
-    async def _forward(
-        self, msg: Message, action: Action, times: int, producer: SharedProducer
-    ) -> bool:
+    async def _forward(self, msg: Message, action: Action, times: int) -> bool:
         """Copy to RETRY (times + 1) or the DLQ; True once Kafka acknowledged the copy."""
         topic, partition, offset = _where(msg)
         origin = _header(msg, ORIGIN_MESSAGE_ID) or f"{topic}:{partition}:{offset}"
@@ -192,7 +202,7 @@ class DeletionWorker:
             (ORIGIN_MESSAGE_ID, origin.encode()),
         ]
         try:
-            copy = producer.send(target, msg.value(), key=msg.key(), headers=headers)
+            copy = self._forwarder.send(target, msg.value(), key=msg.key(), headers=headers)
             await asyncio.wait_for(copy, _FORWARD_TIMEOUT_S)
         except (StorageError, TimeoutError) as exc:
             log.warning("copy to %s failed: %s", target, str(exc) or "timeout")
@@ -200,18 +210,8 @@ class DeletionWorker:
         return True
 
 
-def _subject(value: bytes | None) -> str:
+def _subject(intent: DeletionIntent | None) -> str:
     """What an intent would delete, for the log line of its outcome."""
-    try:
-        intent = decode_intent(value or b"")
-    except MalformedIntentError:
+    if intent is None:
         return "malformed"
     return f"{intent.ledger_type.value} {intent.ledger_id} of {intent.topic_name}"
-
-
-def _copy_kind(value: bytes | None) -> CopyKind:
-    """The ``type`` label of an intent's outcome (a malformed one counts as a ledger)."""
-    try:
-        return CopyKind.of(decode_intent(value).ledger_type)
-    except MalformedIntentError:
-        return CopyKind.LEDGER

@@ -21,8 +21,8 @@ import pulsar
 
 from dedup_broker.devservers.kafka import NativeKafka
 from dedup_broker.devservers.redis import NativeRedis
-from dedup_broker.testing.broker_process import BrokerProcess
-from dedup_broker.testing.cluster_processes import ClusterProcesses
+from harness.broker_process import BrokerProcess
+from harness.cluster_processes import ClusterProcesses
 from verify.profiles import Profile
 
 log = logging.getLogger(__name__)

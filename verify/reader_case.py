@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pulsar
 
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.broker_process import BrokerProcess
 from verify.check import Mode, PathSpec
 from verify.environment import pulsar_client
 from verify.final import READ_MS, RECEIVER_QUEUE

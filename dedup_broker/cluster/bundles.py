@@ -12,7 +12,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-from dedup_broker.domain.names import TopicName
+from dedup_broker.domain_base.names import TopicName
 
 FULL_RANGE = 0x1_0000_0000
 LAST_HASH = 0xFFFF_FFFF

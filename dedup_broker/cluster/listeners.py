@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 from dedup_broker.cluster.membership import BrokerAddress
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import ConfigError, PermanentError
-from dedup_broker.storage.broker_registry import broker_key
+from dedup_broker.storage.api import broker_key
 
 if TYPE_CHECKING:
-    from dedup_broker.storage.metadata_table import MetadataTable
+    from dedup_broker.storage.api import MetadataTable
 
 
 class UnknownListenerError(PermanentError):

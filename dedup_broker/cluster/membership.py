@@ -26,7 +26,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.storage.kafka_logging import kafka_logger
+from dedup_broker.kafka_logging import kafka_logger
 
 log = logging.getLogger(__name__)
 

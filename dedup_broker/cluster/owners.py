@@ -10,7 +10,7 @@ from dedup_broker.cluster.bundles import BundleMap
 from dedup_broker.cluster.directory import Directory
 from dedup_broker.cluster.membership import BrokerAddress
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.names import TopicName
+from dedup_broker.domain_base.names import TopicName
 
 
 class OwnerState(Enum):

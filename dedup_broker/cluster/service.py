@@ -19,9 +19,9 @@ from dedup_broker.cluster.bundles import Bundle, BundleMap
 from dedup_broker.cluster.directory import OWNER_WAIT_SECONDS, ClusterView, Directory
 from dedup_broker.cluster.membership import BrokerAddress, Membership, owners_topic
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.names import TopicName
+from dedup_broker.domain_base.names import TopicName
 from dedup_broker.errors import OwnershipLostError, ServiceNotReadyError
-from dedup_broker.storage.fencing import WriteFence
+from dedup_broker.storage.api import WriteFence
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ off, as in Pulsar.
 from __future__ import annotations
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.names import TopicName
-from dedup_broker.domain.policies import Policies
+from dedup_broker.domain_base.names import TopicName
+from dedup_broker.domain_base.policies import Policies
 
 COMPACTION_THRESHOLD = "compaction_threshold"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from dedup_broker.storage.position import Position
+from dedup_broker.storage.api import Position
 
 _HEAD = struct.Struct(">qqii")
 _LENGTH = struct.Struct(">I")

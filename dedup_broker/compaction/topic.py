@@ -24,14 +24,16 @@ from dedup_broker.compaction.view import CompactedView
 from dedup_broker.errors import BrokerError, RetriableError
 from dedup_broker.protocol.batch import is_batch, split_batch
 from dedup_broker.protocol.framing import parse_message
-from dedup_broker.storage.compacted_store import COMPACTED_TOPIC_PROPERTY
-from dedup_broker.storage.kafka_reader import FetchedRecord
-from dedup_broker.storage.position import Entry, Position
-from dedup_broker.storage.system_cursors import COMPACTION_CURSOR
+from dedup_broker.storage.api import (
+    COMPACTED_TOPIC_PROPERTY,
+    COMPACTION_CURSOR,
+    Entry,
+    FetchedRecord,
+    Position,
+)
 
 if TYPE_CHECKING:
-    from dedup_broker.storage.cursor import ManagedCursor
-    from dedup_broker.storage.managed_ledger import ManagedLedger
+    from dedup_broker.storage.api import ManagedCursor, ManagedLedger
 
 log = logging.getLogger(__name__)
 
@@ -77,17 +79,17 @@ class TopicCompaction:
     @property
     def compacted(self) -> bool:
         """Compacted at least once (its cursor exists)."""
-        return self._ledger.cursor_exists(COMPACTION_CURSOR)
+        return self._ledger.cursors.exists(COMPACTION_CURSOR)
 
     def horizon(self) -> Position:
-        cursor = self._ledger.cursors().get(COMPACTION_CURSOR)
+        cursor = self._ledger.cursors.opened().get(COMPACTION_CURSOR)
         return cursor.mark_delete_position if cursor is not None else _NO_HORIZON
 
     async def _open_cursor(self) -> ManagedCursor | None:
         """The ``__compaction`` cursor, loaded from storage if the topic has one."""
         if not self.compacted:
             return None
-        return await self._ledger.open_cursor(COMPACTION_CURSOR)
+        return await self._ledger.cursors.open(COMPACTION_CURSOR)
 
     async def uncompacted_bytes(self) -> int:
         """An estimate of the bytes after the horizon (what the next run would read)."""
@@ -117,7 +119,7 @@ class TopicCompaction:
 
     async def run(self) -> None:
         """One run, waited for (tests, and the trigger's background task)."""
-        cursor = await self._ledger.open_cursor(COMPACTION_CURSOR, "earliest")
+        cursor = await self._ledger.cursors.open(COMPACTION_CURSOR, "earliest")
         topic = await self._companion_topic()
         end = self._ledger.last_confirmed
         start = self._ledger.next_position(cursor.mark_delete_position)

@@ -17,7 +17,7 @@ from dedup_broker.compaction.records import CompactedMessage
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch import build_batch
 from dedup_broker.protocol.framing import encode_message
-from dedup_broker.storage.position import Entry, Position
+from dedup_broker.storage.api import Entry, Position
 
 log = logging.getLogger(__name__)
 

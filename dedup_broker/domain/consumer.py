@@ -1,17 +1,38 @@
-"""A consumer attached to a subscription, and the link that carries its messages."""
+"""A consumer attached to a subscription, the link that carries its messages, and the
+subscription types."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from dedup_broker.storage.position import Entry, Position
+from dedup_broker.errors import PermanentError
+from dedup_broker.storage.api import Entry, Position
 
 if TYPE_CHECKING:
     from dedup_broker.domain.key_hash import KeySharedSettings
-    from dedup_broker.domain.subscription import SubscriptionType
+
+
+class SubscriptionType(Enum):
+    EXCLUSIVE = 0
+    SHARED = 1
+    FAILOVER = 2
+    KEY_SHARED = 3
+
+
+PULSAR_TYPE_NAMES = {
+    SubscriptionType.EXCLUSIVE: "Exclusive",
+    SubscriptionType.SHARED: "Shared",
+    SubscriptionType.FAILOVER: "Failover",
+    SubscriptionType.KEY_SHARED: "Key_Shared",
+}
+
+
+class ConsumerBusyError(PermanentError):
+    """Another consumer holds an Exclusive subscription, or the type differs."""
 
 
 class Delivery(NamedTuple):
@@ -50,8 +71,10 @@ class ConsumerSubscription(Protocol):
     (``subscription.Subscription``) or a non-persistent one."""
 
     name: str
-    type: SubscriptionType
     consumers: list[Consumer]
+
+    @property
+    def type(self) -> SubscriptionType: ...
 
     @property
     def active_consumer(self) -> Consumer | None: ...

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from dedup_broker.errors import BrokerError
 from dedup_broker.protocol.framing import parse_metadata_only
-from dedup_broker.storage.position import Entry, Position
+from dedup_broker.storage.api import Entry, Position
 
 
 def deliver_at_ms(entry: Entry) -> int | None:

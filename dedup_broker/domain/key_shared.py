@@ -42,11 +42,10 @@ from dedup_broker.domain.key_hash import (
 )
 from dedup_broker.errors import BrokerError, PermanentError
 from dedup_broker.protocol.framing import parse_metadata_only
-from dedup_broker.storage.position import Entry, Position
+from dedup_broker.storage.api import Entry, Position
 
 if TYPE_CHECKING:
-    from dedup_broker.storage.cursor import ManagedCursor
-    from dedup_broker.storage.managed_ledger import ManagedLedger
+    from dedup_broker.storage.api import ManagedCursor, ManagedLedger
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +218,7 @@ class KeySharedRound(Generic[C]):
     progressed: bool = False
 
 
-class KeySharedDispatcher(Generic[C]):
+class KeySharedRouting(Generic[C]):
     """The Key_Shared state of a subscription: slot owners, recently joined consumers and
     the hash of every entry sent or held back (acks forget it)."""
 
@@ -230,14 +229,15 @@ class KeySharedDispatcher(Generic[C]):
         self.hashes: dict[Position, int] = {}
 
     # --- consumers ------------------------------------------------------------------
-    def add_consumer(
+    def joined(
         self,
         consumer: C,
         existing: Sequence[C],
         cursor: ManagedCursor,
         ledger: ManagedLedger,
     ) -> None:
-        self.assign(consumer, existing)
+        """``consumer`` (assigned already) joined ``existing`` at the cursor's read
+        position: recently joined while earlier entries are unacknowledged."""
         assert self.settings is not None
         if existing and not self.settings.allow_out_of_order:
             joined = cursor.read_position

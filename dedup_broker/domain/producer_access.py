@@ -14,8 +14,8 @@ import logging
 from collections.abc import Callable, Mapping
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.names import TopicName
-from dedup_broker.domain.producer import Producer, ProducerAccessMode
+from dedup_broker.domain_base.names import TopicName
+from dedup_broker.domain_base.producer import Producer, ProducerAccessMode
 from dedup_broker.errors import PermanentError, ServiceNotReadyError
 from dedup_broker.lazy import LazyDeque
 

@@ -1,10 +1,9 @@
 """A subscription: a cursor plus the dispatcher that feeds its consumers.
 
-Exclusive and Failover subscriptions have one active consumer and keep the order of the
-log: a redelivery rewinds the cursor. Shared subscriptions spread entries round-robin
-over consumers with permits and redeliver single positions out of order. Key_Shared
-subscriptions redeliver single positions too, and leave the choice of consumer to
-``key_shared.py`` (one consumer per key, in the order of the log).
+The dispatcher of the subscription's type (``dispatchers.py``) says who may join, who is
+active, who receives; the subscription reads what to send (the replay set first, then a
+compacted view, then the cursor), keeps acknowledgements and redeliveries, and charges
+each consumer's permits. Key_Shared rounds are chosen by ``key_shared.py``.
 """
 
 from __future__ import annotations
@@ -12,43 +11,29 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from enum import Enum
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.consumer import Consumer, Delivery
+from dedup_broker.domain.compacted_reads import CompactedReads, CompactedViewSource
+from dedup_broker.domain.consumer import (
+    PULSAR_TYPE_NAMES,
+    Consumer,
+    ConsumerBusyError,
+    Delivery,
+    SubscriptionType,
+)
 from dedup_broker.domain.delayed_delivery import DelayedDelivery
-from dedup_broker.domain.key_hash import key_hash
-from dedup_broker.domain.key_shared import KeySharedDispatcher
-from dedup_broker.errors import BrokerError, PermanentError
+from dedup_broker.domain.dispatchers import KeySharedDispatcher, dispatcher_for
+from dedup_broker.domain.key_shared import KeySharedRouting
+from dedup_broker.domain.redeliveries import Redeliveries
+from dedup_broker.errors import BrokerError
 from dedup_broker.protocol.framing import parse_metadata_only
-from dedup_broker.storage.position import Entry, Position
-
-if TYPE_CHECKING:
-    from dedup_broker.compaction.view import CompactedView
-    from dedup_broker.storage.cursor import ManagedCursor
-    from dedup_broker.storage.managed_ledger import ManagedLedger
+from dedup_broker.storage.api import Entry, ManagedCursor, ManagedLedger, Position
 
 log = logging.getLogger(__name__)
 
 SEEK_GRACE_SECONDS = 30.0
 """How long a reader's subscription outlives its consumers after a seek (they reconnect)."""
-
-
-CompactedViewSource = Callable[[], Awaitable["CompactedView | None"]]
-"""The topic's compacted view (None before its first compaction)."""
-
-
-class SubscriptionType(Enum):
-    EXCLUSIVE = 0
-    SHARED = 1
-    FAILOVER = 2
-    KEY_SHARED = 3
-
-
-class ConsumerBusyError(PermanentError):
-    """Another consumer holds an Exclusive subscription, or the type differs."""
 
 
 class Subscription:
@@ -70,34 +55,25 @@ class Subscription:
         self._on_expired = on_expired
         self.name = name
         self.cursor = cursor
-        self.type = sub_type
         self.durable = durable
         self.consumers: list[Consumer] = []
-        self.redelivery_counts: dict[Position, int] = {}
-        self._replay: set[Position] = set()
-        self._active: Consumer | None = None
-        self._rr_index = 0
-        self._key_shared_state: KeySharedDispatcher[Consumer] | None = None
+        self._dispatcher = dispatcher_for(sub_type, partition_index)
+        self._can_take = can_take(config.max_unacked_messages_per_consumer)
+        self._redeliveries = Redeliveries()
         self._task: asyncio.Task[None] | None = None
         self._again = False
         self._lock = asyncio.Lock()
         self._unlisten: Callable[[], None] | None = None
         self._last_seek = 0.0
         self._delayed = DelayedDelivery(self._delayed_due)
-        self._compacted: CompactedViewSource | None = None
-        self._view_next: Position | None = None
-        """Reading ``read_compacted``: the next position to serve from the compacted view."""
+        self._compacted: CompactedReads | None = None
         self.msgs_out = 0
         self.bytes_out = 0
         self.closed = False
 
     @property
-    def _key_shared(self) -> KeySharedDispatcher[Consumer]:
-        """Made by the first Key_Shared use: most subscriptions never need one, and an empty
-        one is about half a kilobyte."""
-        if self._key_shared_state is None:
-            self._key_shared_state = KeySharedDispatcher()
-        return self._key_shared_state
+    def type(self) -> SubscriptionType:
+        return self._dispatcher.type
 
     # --- consumers ----------------------------------------------------------------
     def add_consumer(self, consumer: Consumer, sub_type: SubscriptionType) -> None:
@@ -106,24 +82,26 @@ class Subscription:
                 raise ConsumerBusyError(
                     f"subscription {self.name!r} is of type {self.type.name}, not {sub_type.name}"
                 )
-            self.type = sub_type
-        if self.type == SubscriptionType.EXCLUSIVE and self.consumers:
-            raise ConsumerBusyError(f"exclusive subscription {self.name!r} already has a consumer")
-        if self.type == SubscriptionType.KEY_SHARED:
-            self._key_shared.add_consumer(consumer, self.consumers, self.cursor, self.ledger)
+            self._dispatcher = dispatcher_for(sub_type, self.partition_index)
+        dispatcher = self._dispatcher
+        dispatcher.admit(consumer, self.consumers)
+        dispatcher.joining(consumer, self.consumers, self.cursor, self.ledger)
         self.consumers.append(consumer)
         if self._unlisten is None:
             self._unlisten = self.ledger.add_entries_listener(self.trigger)
         self._elect_active()
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        if not detach(consumer, self.consumers, self.type, self._key_shared_state):
+        if consumer not in self.consumers:
             return
+        self.consumers.remove(consumer)
+        consumer.closed = True
+        self._dispatcher.removed(consumer)
         returned = consumer.take_pending()
         if returned:
-            self._count_redeliveries(returned)
-            if self._redelivers_singly:
-                self._replay.update(returned)
+            self._redeliveries.count(returned)
+            if self._dispatcher.redelivers_singly:
+                self._redeliveries.replay.update(returned)
             else:
                 asyncio.get_running_loop().create_task(self._rewind())
         if not self.consumers and self._unlisten is not None:
@@ -133,33 +111,21 @@ class Subscription:
         self.trigger()
 
     @property
-    def _redelivers_singly(self) -> bool:
-        """Shared and Key_Shared redeliver positions; the others rewind the cursor."""
-        return self.type in (SubscriptionType.SHARED, SubscriptionType.KEY_SHARED)
-
-    @property
     def active_consumer(self) -> Consumer | None:
-        return self._active
+        return self._dispatcher.active
 
     def _elect_active(self) -> None:
-        if self.type not in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER):
-            self._active = None
-            return
-        previous = self._active
-        self._active = elect_active(self.consumers, self.partition_index)
-        if self._active is None:
-            return
-        if self.type == SubscriptionType.FAILOVER and previous is not self._active:
-            for consumer in self.consumers:
-                consumer.link.active_consumer_changed(consumer, consumer is self._active)
-            if previous is not None and previous in self.consumers:
-                moved = previous.take_pending()
-                self._count_redeliveries(moved)
-                asyncio.get_running_loop().create_task(self._rewind())
+        """Failover hands over: what the previous active consumer had in flight goes
+        out again, from the cursor."""
+        previous = self._dispatcher.elect(self.consumers)
+        if previous is not None and previous in self.consumers:
+            self._redeliveries.count(previous.take_pending())
+            asyncio.get_running_loop().create_task(self._rewind())
 
     def consumer_for_key(self, key: bytes) -> Consumer | None:
         """Key_Shared: the consumer that owns a sticky key's hash slot now."""
-        return self._key_shared.selector.select(key_hash(key))
+        dispatcher = self._dispatcher
+        return dispatcher.owner_of_key(key) if isinstance(dispatcher, KeySharedDispatcher) else None
 
     def should_expire(self) -> bool:
         """A non-durable subscription dies with its last consumer (after a seek grace)."""
@@ -197,7 +163,8 @@ class Subscription:
             for position in positions:
                 consumer.forget_up_to(position)
                 self.cursor.mark_delete(position)
-                self._drop_tracking_up_to(position)
+                self._redeliveries.acknowledged_up_to(position)
+                self._dispatcher.forget_up_to(position)
         else:
             acked = list(positions)
             for position in acked:
@@ -205,10 +172,8 @@ class Subscription:
                     for other in self.consumers:
                         if other.forget(position):
                             break
-                self.redelivery_counts.pop(position, None)
-                self._replay.discard(position)
-                if self._key_shared_state is not None:
-                    self._key_shared_state.forget(position)
+                self._redeliveries.acknowledged(position)
+                self._dispatcher.forget(position)
             self.cursor.delete(acked)
         self.trigger()
 
@@ -225,27 +190,15 @@ class Subscription:
             returned = consumer.take_pending()
         else:
             returned = [p for p in positions if consumer.forget(p)]
-        self._count_redeliveries(returned)
-        if self._redelivers_singly:
-            self._replay.update(returned)
+        self._redeliveries.count(returned)
+        if self._dispatcher.redelivers_singly:
+            self._redeliveries.replay.update(returned)
             self.trigger()
         else:
             if positions is not None:
                 # Order matters here: everything in flight is sent again from the cursor.
-                self._count_redeliveries(consumer.take_pending())
+                self._redeliveries.count(consumer.take_pending())
             asyncio.get_running_loop().create_task(self._rewind())
-
-    def _count_redeliveries(self, positions: Iterable[Position]) -> None:
-        for position in positions:
-            self.redelivery_counts[position] = self.redelivery_counts.get(position, 0) + 1
-
-    def _drop_tracking_up_to(self, position: Position) -> None:
-        for p in [p for p in self.redelivery_counts if p <= position]:
-            del self.redelivery_counts[p]
-        if self._replay:
-            self._replay = {p for p in self._replay if p > position}
-        if self._key_shared_state is not None:
-            self._key_shared_state.forget_up_to(position)
 
     async def _rewind(self) -> None:
         async with self._lock:
@@ -253,7 +206,7 @@ class Subscription:
                 consumer.take_pending()
             self.cursor.rewind()
             if self._compacted is not None:
-                self._view_next = self._first_unacknowledged()
+                self._compacted.restart_at(self._compacted.first_unacknowledged())
         self.trigger()
 
     async def reset_cursor(self, position: Position) -> None:
@@ -267,14 +220,17 @@ class Subscription:
             self.disconnect(consumer)
         async with self._lock:
             await self.cursor.reset(position)
-            self._replay.clear()
-            self.redelivery_counts.clear()
-            if self._key_shared_state is not None:
-                self._key_shared_state.clear()
+            self._redeliveries.clear()
+            self._dispatcher.clear()
             self._delayed.clear()
             if self._compacted is not None:
-                self._view_next = position
+                self._compacted.restart_at(position)
             self._last_seek = time.monotonic()
+
+    def read_compacted(self, view: CompactedViewSource, start: Position | None) -> None:
+        """Serve the compacted view up to its horizon from ``start`` (None: from the first
+        unacknowledged position), then the topic after the horizon (``read_compacted``)."""
+        self._compacted = CompactedReads(view, start, self.cursor, self.ledger)
 
     # --- dispatching ----------------------------------------------------------------
     def trigger(self) -> None:
@@ -290,7 +246,7 @@ class Subscription:
         try:
             while not self.closed:
                 self._again = False
-                if not await self._dispatch_once() and not self._again:
+                if not await self._dispatcher.dispatch(self) and not self._again:
                     return
         except BrokerError as exc:
             log.warning("dispatch on %s/%s paused: %s", self.ledger.name, self.name, exc)
@@ -299,159 +255,80 @@ class Subscription:
             log.exception("dispatch on %s/%s failed", self.ledger.name, self.name)
             asyncio.get_running_loop().call_later(1.0, self.trigger)
 
-    def _targets(self) -> list[Consumer]:
-        if self.type in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER):
-            active = self._active
-            return [active] if active and active.permits > 0 and active.writable else []
-        return [c for c in self.consumers if self._can_take(c)]
-
-    def _can_take(self, consumer: Consumer) -> bool:
-        limit = self.config.max_unacked_messages_per_consumer
-        return (
-            consumer.permits > 0
-            and consumer.writable
-            and (limit <= 0 or consumer.unacked_messages < limit)
-        )
-
-    async def _dispatch_once(self) -> bool:
-        if self.type == SubscriptionType.KEY_SHARED:
-            return await self._dispatch_by_key()
+    async def dispatch_in_order(self) -> bool:
+        """One round: the replay set first, then the compacted view, then the cursor."""
         async with self._lock:
-            targets = self._targets()
+            targets = self._dispatcher.targets(self.consumers, self._can_take)
             if not targets:
                 return False
             budget = min(
                 sum(c.permits for c in targets),
                 self.config.dispatcher_max_read_batch_size,
             )
-            if self._replay:
-                entries = await self._read_replay(budget)
-            elif (compacted := await self._read_compacted(budget)) is not None:
+            replay = self._redeliveries.replay
+            if replay:
+                entries = await self._redeliveries.read(budget, self.cursor, self.ledger, self.name)
+            elif (
+                self._compacted is not None
+                and (compacted := await self._compacted.read(budget)) is not None
+            ):
                 entries = compacted
             elif self.cursor.has_more_entries():
                 entries = await self.cursor.read_entries(budget)
             else:
                 return False
             if not entries:
-                return bool(self._replay)
+                return bool(self._redeliveries.replay)
             ready = [e for e in entries if not self._hold(e)]
             if ready:
-                self._send(ready, self._targets() or targets)
+                targets = self._dispatcher.targets(self.consumers, self._can_take) or targets
+                self._deliver(
+                    (self._dispatcher.pick(targets), e, messages_in_entry(e)) for e in ready
+                )
             return True
 
-    # --- compacted reads ----------------------------------------------------------------
-    def read_compacted(self, view: CompactedViewSource, start: Position | None) -> None:
-        """Serve the compacted view up to its horizon from ``start`` (None: from the first
-        unacknowledged position), then the topic after the horizon (``read_compacted``)."""
-        self._compacted = view
-        self._view_next = start if start is not None else self._first_unacknowledged()
-
-    def _first_unacknowledged(self) -> Position:
-        """Compacted data may lie in trimmed ledgers: nothing acknowledged means all of it."""
-        mark_delete = self.cursor.mark_delete_position
-        if mark_delete < self.ledger.first_position() and mark_delete.entry_id < 0:
-            return Position(-1, -1)
-        return Position(mark_delete.ledger_id, mark_delete.entry_id + 1)
-
-    async def _read_compacted(self, budget: int) -> list[Entry] | None:
-        """Entries of the compacted view, or None once the view is behind the reader."""
-        if self._compacted is None or self._view_next is None:
-            return None
-        view = await self._compacted()
-        if view is None:
-            self._view_next = None
-            return None
-        while True:
-            chunk = view.read(self._view_next, budget)
-            if not chunk:  # the topic goes on after the horizon
-                self._view_next = None
-                after = Position(view.horizon.ledger_id, view.horizon.entry_id + 1)
-                if self.cursor.read_position < after:
-                    self.cursor.seek(after)
-                return None
-            last = chunk[-1].position
-            self._view_next = Position(last.ledger_id, last.entry_id + 1)
-            ready = [e for e in chunk if not self.cursor.is_acknowledged(e.position)]
-            if ready:
-                return ready
-
-    def _hold(self, entry: Entry) -> bool:
-        """Shared and Key_Shared subscriptions keep a message until its delivery time."""
-        return (
-            self.config.delayed_delivery_enabled
-            and self.type in (SubscriptionType.SHARED, SubscriptionType.KEY_SHARED)
-            and self._delayed.hold(entry)
-        )
-
-    def _delayed_due(self, positions: list[Position]) -> None:
-        self._replay.update(positions)
-        self.trigger()
-
-    async def _read_replay(self, budget: int) -> list[Entry]:
-        positions = sorted(self._replay)[:budget]
-        entries = []
-        for position in positions:
-            self._replay.discard(position)
-            if self.cursor.is_acknowledged(position):
-                continue
-            try:
-                entries.append(await self.ledger.read_entry(position))
-            except BrokerError as exc:
-                if exc.retriable:
-                    self._replay.add(position)
-                    raise
-                log.warning("dropping redelivery of %s on %s: %s", position, self.name, exc)
-        return entries
-
-    async def _dispatch_by_key(self) -> bool:
+    async def dispatch_by_key(self, routing: KeySharedRouting[Consumer]) -> bool:
+        """One Key_Shared round: each entry to the owner of its key's slot."""
         async with self._lock:
-            chosen = await self._key_shared.dispatch(
+            chosen = await routing.dispatch(
                 self.consumers,
                 self._can_take,
-                self._replay,
+                self._redeliveries.replay,
                 self.cursor,
                 self.ledger,
                 self.config.dispatcher_max_read_batch_size,
                 self._hold,
             )
-            per_consumer: dict[Consumer, list[Delivery]] = {}
-            for consumer, entry, count in chosen.deliveries:
-                self._charge(per_consumer, consumer, entry, count)
-            for consumer, batch in per_consumer.items():
-                consumer.send(batch)
+            self._deliver(chosen.deliveries)
             return chosen.progressed
 
-    def _send(self, entries: list[Entry], targets: list[Consumer]) -> None:
+    def _hold(self, entry: Entry) -> bool:
+        """Shared and Key_Shared subscriptions keep a message until its delivery time."""
+        return (
+            self.config.delayed_delivery_enabled
+            and self._dispatcher.delays
+            and self._delayed.hold(entry)
+        )
+
+    def _delayed_due(self, positions: list[Position]) -> None:
+        self._redeliveries.replay.update(positions)
+        self.trigger()
+
+    def _deliver(self, chosen: Iterable[tuple[Consumer, Entry, int]]) -> None:
+        """Charge each consumer's permits for its entries and hand them over in one write
+        per consumer."""
         per_consumer: dict[Consumer, list[Delivery]] = {}
-        for entry in entries:
-            self._charge(per_consumer, self._pick(targets), entry, messages_in_entry(entry))
+        for consumer, entry, count in chosen:
+            redeliveries = self._redeliveries.counts.get(entry.position, 0)
+            ack_set = self.cursor.batch_ack_set(entry.position)
+            per_consumer.setdefault(consumer, []).append(
+                Delivery(entry, count, redeliveries, ack_set)
+            )
+            consumer.permits -= count
+            self.msgs_out += count
+            self.bytes_out += len(entry.data)
         for consumer, batch in per_consumer.items():
             consumer.send(batch)
-
-    def _charge(
-        self,
-        per_consumer: dict[Consumer, list[Delivery]],
-        consumer: Consumer,
-        entry: Entry,
-        count: int,
-    ) -> None:
-        """Charge the consumer's permits for an entry and queue it for its one write."""
-        redeliveries = self.redelivery_counts.get(entry.position, 0)
-        ack_set = self.cursor.batch_ack_set(entry.position)
-        per_consumer.setdefault(consumer, []).append(Delivery(entry, count, redeliveries, ack_set))
-        consumer.permits -= count
-        self.msgs_out += count
-        self.bytes_out += len(entry.data)
-
-    def _pick(self, targets: list[Consumer]) -> Consumer:
-        if len(targets) == 1:
-            return targets[0]
-        for _ in range(len(targets)):
-            self._rr_index = (self._rr_index + 1) % len(targets)
-            candidate = targets[self._rr_index]
-            if candidate.permits > 0:
-                return candidate
-        return max(targets, key=lambda c: c.permits)
 
     # --- lifecycle and stats --------------------------------------------------------
     async def close(self) -> None:
@@ -467,6 +344,7 @@ class Subscription:
         return self.cursor.backlog()
 
     def stats(self) -> dict[str, object]:
+        active = self._dispatcher.active
         return {
             "type": PULSAR_TYPE_NAMES[self.type],
             "msgBacklog": self.backlog(),
@@ -475,51 +353,28 @@ class Subscription:
             "isDurable": self.durable,
             "unackedMessages": sum(c.unacked_messages for c in self.consumers),
             "msgDelayed": len(self._delayed),
-            "activeConsumerName": self._active.name if self._active else None,
+            "activeConsumerName": active.name if active else None,
             "consumers": [self._consumer_stats(c) for c in self.consumers],
         }
 
     def _consumer_stats(self, consumer: Consumer) -> dict[str, object]:
         stats = consumer.stats()
-        if self.type == SubscriptionType.KEY_SHARED:
-            ranges = self._key_shared.selector.ranges_of(consumer)
-            stats["keyHashRanges"] = [f"[{start}, {end}]" for start, end in ranges]
+        self._dispatcher.describe(consumer, stats)
         return stats
 
 
-def detach(
-    consumer: Consumer,
-    consumers: list[Consumer],
-    sub_type: SubscriptionType,
-    key_shared: KeySharedDispatcher[Consumer] | None,
-) -> bool:
-    """Take the consumer off its subscription's list (and its Key_Shared slots); False
-    if it was not on it. A Key_Shared consumer was added through ``key_shared``, so it
-    exists whenever it matters."""
-    if consumer not in consumers:
-        return False
-    consumers.remove(consumer)
-    consumer.closed = True
-    if sub_type == SubscriptionType.KEY_SHARED and key_shared is not None:
-        key_shared.remove_consumer(consumer)
-    return True
+def can_take(unacked_limit: int) -> Callable[[Consumer], bool]:
+    """Whether a consumer may receive now: permits left, its connection not full, and
+    fewer unacknowledged messages than ``maxUnackedMessagesPerConsumer`` (0: no limit)."""
 
+    def check(consumer: Consumer) -> bool:
+        return (
+            consumer.permits > 0
+            and consumer.writable
+            and (unacked_limit <= 0 or consumer.unacked_messages < unacked_limit)
+        )
 
-def elect_active(consumers: Sequence[Consumer], partition_index: int) -> Consumer | None:
-    """Exclusive and Failover: the consumer that receives, by priority level and name (a
-    partition picks its own among them, so partitions spread over the consumers)."""
-    if not consumers:
-        return None
-    ordered = sorted(consumers, key=lambda c: (c.priority_level, c.name))
-    return ordered[partition_index % len(ordered) if partition_index >= 0 else 0]
-
-
-PULSAR_TYPE_NAMES = {
-    SubscriptionType.EXCLUSIVE: "Exclusive",
-    SubscriptionType.SHARED: "Shared",
-    SubscriptionType.FAILOVER: "Failover",
-    SubscriptionType.KEY_SHARED: "Key_Shared",
-}
+    return check
 
 
 def messages_in_entry(entry: Entry) -> int:

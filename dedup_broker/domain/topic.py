@@ -16,19 +16,20 @@ from typing import TYPE_CHECKING
 from dedup_broker.compaction.policy import compaction_threshold
 from dedup_broker.compaction.topic import CompanionTopics, TopicCompaction
 from dedup_broker.config import BrokerConfig
+from dedup_broker.domain.consumer import ConsumerBusyError, SubscriptionType
 from dedup_broker.domain.metrics import BrokerMetrics
-from dedup_broker.domain.names import TopicName
-from dedup_broker.domain.outcomes import (
+from dedup_broker.domain.producer_access import TOPIC_EPOCH_PROPERTY, ProducerHost
+from dedup_broker.domain.subscription import Subscription
+from dedup_broker.domain_base.names import TopicName
+from dedup_broker.domain_base.outcomes import (
     DUPLICATE,
     UNKNOWN,
     PublishOutcome,
     PublishResult,
     settled,
 )
-from dedup_broker.domain.policies import Policies
-from dedup_broker.domain.producer import Producer
-from dedup_broker.domain.producer_access import TOPIC_EPOCH_PROPERTY, ProducerHost
-from dedup_broker.domain.subscription import ConsumerBusyError, Subscription, SubscriptionType
+from dedup_broker.domain_base.policies import Policies
+from dedup_broker.domain_base.producer import Producer
 from dedup_broker.errors import BrokerError, PermanentError, RetriableError, ServiceNotReadyError
 from dedup_broker.key_dedup.service import KeyDedupService
 from dedup_broker.key_dedup.topic import TopicKeyDedup
@@ -38,20 +39,17 @@ from dedup_broker.pip6.topic_dedup import TopicDeduplication
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import parse_metadata_only
 from dedup_broker.retention.policy import topic_retention
-from dedup_broker.storage.position import Position
-from dedup_broker.storage.system_cursors import (
+from dedup_broker.storage.api import (
     COMPACTION_CURSOR,
     SYSTEM_CURSOR_PREFIX,
+    Position,
     is_system_cursor,
 )
 from dedup_broker.tiered.policy import offload_threshold, offload_threshold_in_seconds
 
 if TYPE_CHECKING:
     from dedup_broker.domain.consumer import Consumer
-    from dedup_broker.storage.cursor import ManagedCursor
-    from dedup_broker.storage.fencing import WriteFence
-    from dedup_broker.storage.managed_ledger import ManagedLedger
-    from dedup_broker.storage.service import StorageService
+    from dedup_broker.storage.api import ManagedCursor, ManagedLedger, StorageService, WriteFence
 
 log = logging.getLogger(__name__)
 
@@ -133,10 +131,10 @@ class Topic(ProducerHost):
         ledger.offloads.threshold_seconds = partial(
             offload_threshold_in_seconds, policies, config, name
         )
-        for cursor_name in ledger.stored_cursor_names():
+        for cursor_name in ledger.cursors.stored_names():
             if is_system_cursor(cursor_name):
                 continue
-            cursor = await ledger.open_cursor(cursor_name)
+            cursor = await ledger.cursors.open(cursor_name)
             topic.subscriptions[cursor_name] = topic._new_subscription(
                 cursor_name, cursor, SubscriptionType.EXCLUSIVE, durable=True
             )
@@ -280,11 +278,11 @@ class Topic(ProducerHost):
         if subscription is None:
             cursor: ManagedCursor
             if durable:
-                cursor = await self.managed_ledger.open_cursor(name, initial_position)
+                cursor = await self.managed_ledger.cursors.open(name, initial_position)
             else:
                 if start is None and initial_position == "earliest":
                     start = Position(-1, -1)
-                cursor = self.managed_ledger.new_non_durable_cursor(
+                cursor = self.managed_ledger.cursors.new_non_durable(
                     start, inclusive=start_inclusive, name=name
                 )
             subscription = self.subscriptions.get(name) or self._new_subscription(
@@ -325,10 +323,10 @@ class Topic(ProducerHost):
         create-subscription``): from ``start`` (None: the end of the topic)."""
         self._check_open()
         _check_not_reserved(name)
-        if name in self.subscriptions or self.managed_ledger.cursor_exists(name):
+        if name in self.subscriptions or self.managed_ledger.cursors.exists(name):
             raise SubscriptionExistsError(f"Subscription {name} already exists for {self.name}")
         earliest = start is not None and start.ledger_id < 0
-        cursor = await self.managed_ledger.open_cursor(name, "earliest" if earliest else "latest")
+        cursor = await self.managed_ledger.cursors.open(name, "earliest" if earliest else "latest")
         if start is not None and not earliest and start.ledger_id != LATEST_LEDGER_ID:
             await cursor.reset(start)
         self.subscriptions[name] = self._new_subscription(
@@ -338,8 +336,8 @@ class Topic(ProducerHost):
     async def unsubscribe(self, name: str) -> None:
         subscription = self.subscriptions.get(name)
         if subscription is None:
-            if self.managed_ledger.cursor_exists(name):
-                await self.managed_ledger.delete_cursor(name)
+            if self.managed_ledger.cursors.exists(name):
+                await self.managed_ledger.cursors.delete(name)
                 return
             raise SubscriptionNotFoundError(f"subscription {name!r} not found on {self.name}")
         if subscription.consumers:
@@ -349,7 +347,7 @@ class Topic(ProducerHost):
         del self.subscriptions[name]
         await subscription.close()
         if subscription.durable:
-            await self.managed_ledger.delete_cursor(name)
+            await self.managed_ledger.cursors.delete(name)
 
     # --- last message id ------------------------------------------------------------
     async def last_message_id(self) -> tuple[Position, int]:
@@ -413,7 +411,7 @@ class Topic(ProducerHost):
     def internal_stats(self) -> dict[str, object]:
         ledger = self.managed_ledger
         cursors: dict[str, object] = {}
-        for name, cursor in ledger.cursors().items():
+        for name, cursor in ledger.cursors.opened().items():
             cursors[name] = {
                 "markDeletePosition": str(cursor.mark_delete_position),
                 "readPosition": str(cursor.read_position),

@@ -14,7 +14,7 @@ import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
-from dedup_broker.domain.names import TopicName
+from dedup_broker.domain_base.names import TopicName
 from dedup_broker.errors import BrokerError
 from dedup_broker.protocol.checksum import crc32c
 

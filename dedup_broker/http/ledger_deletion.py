@@ -13,19 +13,20 @@ from http import HTTPStatus
 
 from aiohttp import web
 
-from dedup_broker.domain.broker import Broker
+from dedup_broker.config import BrokerConfig
 from dedup_broker.http.bodies import json_response
 from dedup_broker.http.errors import HttpError
 from dedup_broker.http.paths import query_value
-from dedup_broker.storage.status import LedgerType
+from dedup_broker.storage.api import LedgerType, LedgerUsage
 from system_topics.lag import group_lag
 from system_topics.topics import DeletionTopics
 
 DELETION = "/admin/v2/ledger-deletion"
 
 
-def ledger_deletion_routes(broker: Broker) -> list[web.RouteDef]:
-    api = _LedgerDeletionApi(broker)
+def ledger_deletion_routes(config: BrokerConfig, usage: LedgerUsage) -> list[web.RouteDef]:
+    """``usage``: the broker's storage, which knows which ledgers its topics list."""
+    api = _LedgerDeletionApi(config, usage)
     return [
         web.get(DELETION + "/ledgers/{ledgerId}", api.ledger_status),
         web.get(DELETION + "/stats", api.stats),
@@ -33,8 +34,9 @@ def ledger_deletion_routes(broker: Broker) -> list[web.RouteDef]:
 
 
 class _LedgerDeletionApi:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, usage: LedgerUsage) -> None:
+        self.config = config
+        self.usage = usage
 
     async def ledger_status(self, request: web.Request) -> web.Response:
         name = query_value(request, "managedLedger")
@@ -51,11 +53,11 @@ class _LedgerDeletionApi:
                 HTTPStatus.BAD_REQUEST, "type must be LEDGER or OFFLOAD_LEDGER"
             ) from None
         uid = query_value(request, "uid")
-        status = await self.broker.storage.ledger_status(name, ledger_id, ledger_type, uid)
+        status = await self.usage.ledger_status(name, ledger_id, ledger_type, uid)
         return json_response({"managedLedger": name, "ledgerId": ledger_id, "status": status.value})
 
     async def stats(self, request: web.Request) -> web.Response:
-        config = self.broker.config
+        config = self.config
         topics = DeletionTopics.from_config(config)
         lag = await asyncio.to_thread(group_lag, config.kafka_connection(), topics)
         return json_response(

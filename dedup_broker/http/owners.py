@@ -3,40 +3,48 @@ touch partitions that other brokers own)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
 
 import aiohttp
 
-from dedup_broker.domain.broker import Broker
-from dedup_broker.domain.names import TopicName
+from dedup_broker.cluster.membership import BrokerAddress
+from dedup_broker.config import BrokerConfig
+from dedup_broker.domain_base.names import TopicName
 from dedup_broker.errors import ServiceNotReadyError
 from dedup_broker.security.broker_client import broker_client_headers, broker_client_ssl_context
 
 TIMEOUT = aiohttp.ClientTimeout(total=30)
+
+OwnerOf = Callable[[TopicName], Awaitable[BrokerAddress | None]]
+"""The broker serving a topic; ``None`` when it is this one."""
 
 
 def topic_path(name: TopicName) -> str:
     return f"/admin/v2/{name.domain}/{name.tenant}/{name.namespace}/{name.local_name}"
 
 
-async def owner_call(
-    broker: Broker, name: TopicName, method: str, suffix: str = "", query: str = ""
-) -> Any:
-    """``method`` on the owner's ``{topic}{suffix}``: its JSON, or ``None`` for 404/204."""
-    owner = await broker.owner_of(name)
-    if owner is None:
-        raise ServiceNotReadyError(f"{name} moved to this broker during the call; retry")
-    url = owner.web_url + topic_path(name) + suffix + (f"?{query}" if query else "")
-    async with (
-        aiohttp.ClientSession(
-            timeout=TIMEOUT, headers=broker_client_headers(broker.config)
-        ) as session,
-        session.request(method, url, ssl=broker_client_ssl_context(broker.config)) as response,
-    ):
-        if response.status in (HTTPStatus.NOT_FOUND, HTTPStatus.NO_CONTENT):
-            return None
-        if response.status >= 300:
-            reason = await response.text()
-            raise ServiceNotReadyError(f"{method} {url}: {response.status} {reason}")
-        return await response.json()
+class OwnerCalls:
+    def __init__(self, config: BrokerConfig, owner_of: OwnerOf) -> None:
+        self._config = config
+        self._owner_of = owner_of
+
+    async def call(self, name: TopicName, method: str, suffix: str = "", query: str = "") -> Any:
+        """``method`` on the owner's ``{topic}{suffix}``: its JSON, or ``None`` for 404/204."""
+        owner = await self._owner_of(name)
+        if owner is None:
+            raise ServiceNotReadyError(f"{name} moved to this broker during the call; retry")
+        url = owner.web_url + topic_path(name) + suffix + (f"?{query}" if query else "")
+        async with (
+            aiohttp.ClientSession(
+                timeout=TIMEOUT, headers=broker_client_headers(self._config)
+            ) as session,
+            session.request(method, url, ssl=broker_client_ssl_context(self._config)) as response,
+        ):
+            if response.status in (HTTPStatus.NOT_FOUND, HTTPStatus.NO_CONTENT):
+                return None
+            if response.status >= 300:
+                reason = await response.text()
+                raise ServiceNotReadyError(f"{method} {url}: {response.status} {reason}")
+            return await response.json()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from dedup_broker.domain.names import TopicName
+from dedup_broker.domain_base.names import TopicName
 
 __all__ = ["NAMESPACES", "TOPIC", "namespace_of", "query_flag", "query_value", "topic_of"]
 

@@ -15,16 +15,17 @@ from prometheus_client import CollectorRegistry
 
 from dedup_broker.cluster.service import NotOwnerError
 from dedup_broker.config import BrokerConfig, snake_case
-from dedup_broker.domain.broker import Broker, TopicBusyError, TopicExistsError
-from dedup_broker.domain.names import TopicName
-from dedup_broker.domain.topic import ConsumerStillConnectedError, SubscriptionExistsError, Topic
-from dedup_broker.errors import TopicNotFoundError
+from dedup_broker.domain.listing import NamespaceListing
+from dedup_broker.domain.partitioned import PartitionedTopics, TopicExistsError
+from dedup_broker.domain.registry import TopicBusyError, TopicRegistry
+from dedup_broker.domain.topic import ConsumerStillConnectedError, SubscriptionExistsError
+from dedup_broker.domain_base.names import TopicName
 from dedup_broker.http.bodies import json_response, no_content, read_int, read_json
 from dedup_broker.http.errors import BROKER_ERROR_STATUSES, ErrorStatuses, HttpError
-from dedup_broker.http.owners import owner_call
+from dedup_broker.http.owners import OwnerCalls
 from dedup_broker.http.paths import TOPIC, query_flag, topic_of
 from dedup_broker.metrics_registry import CONTENT_TYPE, exposition
-from dedup_broker.storage.position import Position
+from dedup_broker.storage.api import Position
 
 NAMESPACE = "/admin/v2/persistent/{tenant}/{namespace}"
 
@@ -89,14 +90,17 @@ def configuration_routes(config: BrokerConfig) -> list[web.RouteDef]:
     return [web.get("/admin/v2/brokers/configuration/runtime", runtime)]
 
 
-def topic_routes(broker: Broker) -> list[web.RouteDef]:
-    api = _TopicsApi(broker)
+def topic_routes(
+    topics: TopicRegistry, namespaces: NamespaceListing, owners: OwnerCalls
+) -> list[web.RouteDef]:
+    """Partitions served by other brokers are asked through ``owners``."""
+    api = _TopicsApi(topics, namespaces, owners)
     return [
         web.get(NAMESPACE, api.list_topics),
         web.get(NAMESPACE + "/partitioned", api.list_partitioned_topics),
         web.put(TOPIC, api.create_topic),
         web.delete(TOPIC, api.delete_topic),
-        *partitioned_topic_routes(broker, TOPIC, topic_of),
+        *partitioned_topic_routes(topics, namespaces, owners, TOPIC, topic_of),
         web.post(TOPIC + "/partitions", api.update_partitioned_topic),
         web.get(TOPIC + "/stats", api.stats),
         web.get(TOPIC + "/internalStats", api.internal_stats),
@@ -109,11 +113,15 @@ def topic_routes(broker: Broker) -> list[web.RouteDef]:
 
 
 def partitioned_topic_routes(
-    broker: Broker, path: str, name_of: Callable[[web.Request], TopicName]
+    topics: TopicRegistry,
+    namespaces: NamespaceListing,
+    owners: OwnerCalls,
+    path: str,
+    name_of: Callable[[web.Request], TopicName],
 ) -> list[web.RouteDef]:
     """Create, read and delete the partitioned-topic metadata of ``{path}/partitions``
     (``name_of`` reads the topic from the path, of either domain)."""
-    api = _PartitionedApi(broker, name_of)
+    api = _PartitionedApi(topics, namespaces.partitioned, owners, name_of)
     return [
         web.put(path + "/partitions", api.create),
         web.get(path + "/partitions", api.get),
@@ -122,80 +130,87 @@ def partitioned_topic_routes(
 
 
 class _PartitionedApi:
-    def __init__(self, broker: Broker, name_of: Callable[[web.Request], TopicName]) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        topics: TopicRegistry,
+        partitioned: PartitionedTopics,
+        owners: OwnerCalls,
+        name_of: Callable[[web.Request], TopicName],
+    ) -> None:
+        self.topics = topics
+        self.partitioned = partitioned
+        self.owners = owners
         self.name_of = name_of
 
     async def create(self, request: web.Request) -> web.Response:
-        await self.broker.create_partitioned_topic(
+        await self.partitioned.create_partitioned_topic(
             self.name_of(request), await read_int(request, "a number of partitions")
         )
         return no_content()
 
     async def get(self, request: web.Request) -> web.Response:
-        partitions = await self.broker.partitioned_metadata(self.name_of(request))
+        partitions = await self.partitioned.partitioned_metadata(self.name_of(request))
         return json_response({"partitions": partitions})
 
     async def delete(self, request: web.Request) -> web.Response:
         async def on_owner(partition: TopicName, force: bool) -> None:
-            await owner_call(self.broker, partition, "DELETE", query=f"force={str(force).lower()}")
+            await self.owners.call(partition, "DELETE", query=f"force={str(force).lower()}")
 
-        await self.broker.delete_partitioned_topic(
+        await self.topics.delete_partitioned_topic(
             self.name_of(request), force=query_flag(request, "force"), elsewhere=on_owner
         )
         return no_content()
 
 
 class _TopicsApi:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(
+        self, topics: TopicRegistry, namespaces: NamespaceListing, owners: OwnerCalls
+    ) -> None:
+        self.topics = topics
+        self.namespaces = namespaces
+        self.partitioned = namespaces.partitioned
+        self.owners = owners
 
     async def list_topics(self, request: web.Request) -> web.Response:
         namespace = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
-        await self.broker.refresh_listing()
-        return json_response(self.broker.topics_of_namespace(namespace))
+        await self.namespaces.refresh_listing()
+        return json_response(self.namespaces.topics_of_namespace(namespace))
 
     async def list_partitioned_topics(self, request: web.Request) -> web.Response:
         namespace = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
-        await self.broker.refresh_listing()
-        return json_response(self.broker.list_partitioned_topics(namespace))
+        await self.namespaces.refresh_listing()
+        return json_response(self.partitioned.list_partitioned_topics(namespace))
 
     async def create_topic(self, request: web.Request) -> web.Response:
         name = topic_of(request)
-        self.broker.check_served(name)
-        if self.broker.topic_exists(name) or self.broker.partitions_of(name):
+        self.topics.check_served(name)
+        if self.topics.topic_exists(name) or self.partitioned.partitions_of(name):
             raise HttpError(HTTPStatus.CONFLICT, f"topic {name} already exists")
-        await self.broker.get_topic(name)
+        await self.topics.get_topic(name)
         return no_content()
 
     async def delete_topic(self, request: web.Request) -> web.Response:
-        await self.broker.delete_topic(topic_of(request), force=query_flag(request, "force"))
+        await self.topics.delete_topic(topic_of(request), force=query_flag(request, "force"))
         return no_content()
 
     async def update_partitioned_topic(self, request: web.Request) -> web.Response:
-        await self.broker.update_partitions(
+        await self.partitioned.update_partitions(
             topic_of(request), await read_int(request, "a number of partitions")
         )
         return no_content()
 
-    async def _loaded(self, name: TopicName) -> Topic:
-        self.broker.check_served(name)
-        if not self.broker.topic_exists(name):
-            raise TopicNotFoundError(f"topic {name} does not exist")
-        return await self.broker.get_topic(name)
-
     async def stats(self, request: web.Request) -> web.Response:
-        topic = await self._loaded(topic_of(request))
+        topic = await self.topics.loaded(topic_of(request))
         return json_response(topic.stats())
 
     async def internal_stats(self, request: web.Request) -> web.Response:
-        topic = await self._loaded(topic_of(request))
+        topic = await self.topics.loaded(topic_of(request))
         return json_response(topic.internal_stats())
 
     async def last_message_id(self, request: web.Request) -> web.Response:
         """As Pulsar's: the last stored message (entry id -1 when the topic is empty)."""
         name = topic_of(request)
-        topic = await self._loaded(name)
+        topic = await self.topics.loaded(name)
         position, batch_index = await topic.last_message_id()
         return json_response(
             {
@@ -208,7 +223,7 @@ class _TopicsApi:
 
     async def partitioned_stats(self, request: web.Request) -> web.Response:
         name = topic_of(request)
-        partitions = self.broker.partitions_of(name)
+        partitions = self.partitioned.partitions_of(name)
         if not partitions:
             raise HttpError(HTTPStatus.NOT_FOUND, f"partitioned topic {name} does not exist")
         result: dict[str, object] = {"metadata": {"partitions": partitions}, "partitions": {}}
@@ -230,33 +245,33 @@ class _TopicsApi:
     async def _partition_stats(self, partition: TopicName) -> dict[str, Any] | None:
         """A partition's stats, from the broker serving it."""
         try:
-            self.broker.check_served(partition)
+            self.topics.check_served(partition)
         except NotOwnerError:
-            stats = await owner_call(self.broker, partition, "GET", "/stats")
+            stats = await self.owners.call(partition, "GET", "/stats")
             return dict(stats) if isinstance(stats, dict) else None
-        if not self.broker.topic_exists(partition):
+        if not self.topics.topic_exists(partition):
             return None
-        return (await self.broker.get_topic(partition)).stats()
+        return (await self.topics.get_topic(partition)).stats()
 
     async def list_subscriptions(self, request: web.Request) -> web.Response:
-        topic = await self._loaded(topic_of(request))
+        topic = await self.topics.loaded(topic_of(request))
         return json_response(sorted(topic.subscriptions))
 
     async def create_subscription(self, request: web.Request) -> web.Response:
         """Body: a message id (``{"ledgerId": L, "entryId": E}``; Pulsar's earliest and
         latest ids too), or none for the end of the topic."""
         name = topic_of(request)
-        self.broker.check_served(name)
+        self.topics.check_served(name)
         body = await request.read()
         start: Position | None = None
         if body.strip():
             start = _message_id(await read_json(request))
-        topic = await self.broker.get_topic(name)
+        topic = await self.topics.get_topic(name)
         await topic.create_subscription(request.match_info["subscription"], start)
         return no_content()
 
     async def delete_subscription(self, request: web.Request) -> web.Response:
-        topic = await self._loaded(topic_of(request))
+        topic = await self.topics.loaded(topic_of(request))
         name = request.match_info["subscription"]
         subscription = topic.subscriptions.get(name)
         if subscription is not None and subscription.consumers and query_flag(request, "force"):

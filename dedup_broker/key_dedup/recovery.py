@@ -12,8 +12,7 @@ from dedup_broker.errors import BrokerError, ProtocolError
 from dedup_broker.key_dedup.window import KeyDedupPolicy, KeySource, now_ms, stored_keys
 
 if TYPE_CHECKING:
-    from dedup_broker.storage.managed_ledger import ManagedLedger
-    from dedup_broker.storage.position import Entry, Position
+    from dedup_broker.storage.api import Entry, ManagedLedger, Position
 
 log = logging.getLogger(__name__)
 

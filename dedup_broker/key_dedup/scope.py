@@ -20,9 +20,8 @@ from dedup_broker.key_dedup.store import KeyStore, KeyStoreUnavailableError, Sco
 from dedup_broker.key_dedup.window import InFlightKeys, KeyDedupPolicy, LocalKeyCache, now_ms
 
 if TYPE_CHECKING:
-    from dedup_broker.domain.names import TopicName
-    from dedup_broker.storage.managed_ledger import ManagedLedger
-    from dedup_broker.storage.position import Position
+    from dedup_broker.domain_base.names import TopicName
+    from dedup_broker.storage.api import ManagedLedger, Position
 
 log = logging.getLogger(__name__)
 

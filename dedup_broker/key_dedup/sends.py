@@ -8,14 +8,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dedup_broker.domain.outcomes import PublishOutcome, PublishResult, PublishStatus
+from dedup_broker.domain_base.outcomes import PublishOutcome, PublishResult, PublishStatus
 from dedup_broker.errors import ManagedLedgerClosedError, RetriableError
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch import SingleMessage
 from dedup_broker.protocol.commands import as_signed64
 
 if TYPE_CHECKING:
-    from dedup_broker.domain.producer import Producer
+    from dedup_broker.domain_base.producer import Producer
 
 
 class KeyDedupNotReadyError(RetriableError):

@@ -14,8 +14,8 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.names import TopicName
-from dedup_broker.domain.policies import Policies
+from dedup_broker.domain_base.names import TopicName
+from dedup_broker.domain_base.policies import Policies
 from dedup_broker.errors import ConfigError
 from dedup_broker.key_dedup.metrics import KeyDedupMetrics
 from dedup_broker.key_dedup.scope import KeyScope, ScopeMember

@@ -24,7 +24,12 @@ import logging
 import uuid
 from typing import TYPE_CHECKING
 
-from dedup_broker.domain.outcomes import DUPLICATE, PublishOutcome, PublishResult, PublishStatus
+from dedup_broker.domain_base.outcomes import (
+    DUPLICATE,
+    PublishOutcome,
+    PublishResult,
+    PublishStatus,
+)
 from dedup_broker.errors import BrokerError, ProtocolError, RetriableError
 from dedup_broker.key_dedup import recovery
 from dedup_broker.key_dedup.claims import GroupKeys, ScopeRebuildingError
@@ -52,14 +57,14 @@ from dedup_broker.key_dedup.window import (
 from dedup_broker.lazy import LazyDeque, LazyEvent
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch_rewrite import rewrite_batch
-from dedup_broker.storage.position import Position
+from dedup_broker.storage.api import Position
 
 if TYPE_CHECKING:
-    from dedup_broker.domain.names import TopicName
-    from dedup_broker.domain.producer import Producer
+    from dedup_broker.domain_base.names import TopicName
+    from dedup_broker.domain_base.producer import Producer
     from dedup_broker.key_dedup.scope import KeyScope
     from dedup_broker.key_dedup.service import KeyDedupService
-    from dedup_broker.storage.managed_ledger import ManagedLedger
+    from dedup_broker.storage.api import ManagedLedger
 
 log = logging.getLogger(__name__)
 

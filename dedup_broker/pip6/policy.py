@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.names import TopicName
-from dedup_broker.domain.policies import Policies
+from dedup_broker.domain_base.names import TopicName
+from dedup_broker.domain_base.policies import Policies
 
 DEDUP = "deduplicationEnabled"
 DEDUP_SNAPSHOT_INTERVAL = "deduplicationSnapshotIntervalSeconds"

@@ -23,13 +23,11 @@ from typing import TYPE_CHECKING
 from dedup_broker.errors import CursorNotFoundError, ProtocolError
 from dedup_broker.pip6.stored import ReplayFold, StoredSequence, stored_sequence
 from dedup_broker.protocol.commands import as_signed64
-from dedup_broker.storage.position import Position
+from dedup_broker.storage.api import Position
 
 if TYPE_CHECKING:
     from dedup_broker.config import BrokerConfig
-    from dedup_broker.storage.cursor import ManagedCursor
-    from dedup_broker.storage.managed_ledger import ManagedLedger
-    from dedup_broker.storage.position import Entry
+    from dedup_broker.storage.api import Entry, ManagedCursor, ManagedLedger
 
 __all__ = [
     "DEDUP_CURSOR",
@@ -140,7 +138,7 @@ class MessageDeduplication:
                 self._start_snapshot()
 
     async def _recover(self) -> None:
-        cursor = await self._ledger.open_cursor(DEDUP_CURSOR, "earliest")
+        cursor = await self._ledger.cursors.open(DEDUP_CURSOR, "earliest")
         self._cursor = cursor
         now = self._clock()
         self._persisted = {name: as_signed64(seq) for name, seq in cursor.properties.items()}
@@ -182,9 +180,9 @@ class MessageDeduplication:
                 async with self._snapshot_lock:
                     self._reset_state()
                     self._cursor = None
-                    if self._ledger.cursor_exists(DEDUP_CURSOR):
+                    if self._ledger.cursors.exists(DEDUP_CURSOR):
                         with contextlib.suppress(CursorNotFoundError):
-                            await self._ledger.delete_cursor(DEDUP_CURSOR)
+                            await self._ledger.cursors.delete(DEDUP_CURSOR)
             except BaseException:
                 self.status = DedupStatus.FAILED
                 raise

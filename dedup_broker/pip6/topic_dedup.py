@@ -22,10 +22,9 @@ from dedup_broker.protocol.framing import parse_message
 
 if TYPE_CHECKING:
     from dedup_broker.config import BrokerConfig
-    from dedup_broker.domain.names import TopicName
-    from dedup_broker.domain.policies import Policies
-    from dedup_broker.storage.managed_ledger import ManagedLedger
-    from dedup_broker.storage.position import Position
+    from dedup_broker.domain_base.names import TopicName
+    from dedup_broker.domain_base.policies import Policies
+    from dedup_broker.storage.api import ManagedLedger, Position
 
 log = logging.getLogger(__name__)
 

@@ -17,6 +17,10 @@ from collections.abc import Iterable, Mapping
 from google.protobuf.message import Message
 
 from dedup_broker.protocol import pulsar_api_pb2 as pb
+from dedup_broker.protocol.schema_commands import (
+    get_or_create_schema_response as get_or_create_schema_response,
+)
+from dedup_broker.protocol.schema_commands import get_schema_response as get_schema_response
 
 BaseCommand = pb.BaseCommand
 Type = pb.BaseCommand.Type
@@ -477,49 +481,4 @@ def consumer_stats_response(
     for name, value in values.items():
         if value is not None:
             setattr(out, name, value)
-    return cmd
-
-
-# ---------------------------------------------------------------------------------------
-# Schemas
-# ---------------------------------------------------------------------------------------
-
-
-def get_schema_response(
-    request_id: int,
-    schema: pb.Schema | None = None,
-    schema_version: bytes | None = None,
-    error: pb.ServerError | None = None,
-    message: str | None = None,
-) -> pb.BaseCommand:
-    """GET_SCHEMA_RESPONSE; ``message`` goes to ``error_message``, like every error text."""
-    cmd = pb.BaseCommand(type=Type.GET_SCHEMA_RESPONSE)
-    out = cmd.getSchemaResponse
-    out.request_id = _u64(request_id)
-    if error is not None:
-        out.error_code = error
-    if message is not None:
-        out.error_message = message
-    if schema is not None:
-        out.schema.CopyFrom(schema)
-    if schema_version is not None:
-        out.schema_version = schema_version
-    return cmd
-
-
-def get_or_create_schema_response(
-    request_id: int,
-    schema_version: bytes | None = None,
-    error: pb.ServerError | None = None,
-    message: str | None = None,
-) -> pb.BaseCommand:
-    cmd = pb.BaseCommand(type=Type.GET_OR_CREATE_SCHEMA_RESPONSE)
-    out = cmd.getOrCreateSchemaResponse
-    out.request_id = _u64(request_id)
-    if error is not None:
-        out.error_code = error
-    if message is not None:
-        out.error_message = message
-    if schema_version is not None:
-        out.schema_version = schema_version
     return cmd

@@ -15,14 +15,13 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.names import TopicName
-from dedup_broker.domain.policies import Policies
+from dedup_broker.domain_base.names import TopicName
+from dedup_broker.domain_base.policies import Policies
 from dedup_broker.errors import BrokerError, PermanentError
-from dedup_broker.storage.deletion import Retention
-from dedup_broker.storage.system_cursors import is_system_cursor
+from dedup_broker.storage.api import Retention, is_system_cursor
 
 if TYPE_CHECKING:
-    from dedup_broker.storage.managed_ledger import ManagedLedger
+    from dedup_broker.storage.api import ManagedLedger
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +78,25 @@ def topic_retention(
         config.default_retention_time_in_minutes, config.default_retention_size_in_mb
     )
     unsubscribed = ledger is not None and not any(
-        not is_system_cursor(cursor) for cursor in ledger.stored_cursor_names()
+        not is_system_cursor(cursor) for cursor in ledger.cursors.stored_names()
     )
     if unsubscribed and default == Retention(0, 0):
         return Retention(-1, -1)
     return default
+
+
+async def trim_topic(
+    policies: Policies, config: BrokerConfig, name: TopicName, ledger: ManagedLedger
+) -> list[int]:
+    """Trim a topic now under its retention (Pulsar's trimTopic); the ledgers deleted."""
+    return await ledger.trimmer.trim(topic_retention(policies, config, name, ledger))
+
+
+def trim_namespace(loaded: Iterable[tuple[TopicName, ManagedLedger]], namespace: str) -> None:
+    """The namespace's retention changed: its loaded topics trim in the background."""
+    for name, ledger in loaded:
+        if name.namespace_name == namespace:
+            ledger.trimmer.trim_soon()
 
 
 LoadedLedgers = Callable[[], Iterable[tuple[TopicName, "ManagedLedger"]]]

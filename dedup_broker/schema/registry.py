@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.names import TopicName
-from dedup_broker.domain.policies import Policies
+from dedup_broker.domain_base.names import TopicName
+from dedup_broker.domain_base.policies import Policies
 from dedup_broker.errors import ConfigError
 from dedup_broker.name_locks import NameLocks
 from dedup_broker.schema.compatibility import (

@@ -15,11 +15,11 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.names import NAME_PART, TopicName
+from dedup_broker.domain_base.names import NAME_PART, TopicName
 from dedup_broker.errors import ConfigError, PermanentError
 
 if TYPE_CHECKING:
-    from dedup_broker.storage.metadata_table import MetadataTable
+    from dedup_broker.storage.api import MetadataTable
 
 TENANT_KEY = "tenants/"
 NAMESPACE_KEY = "namespaces/"

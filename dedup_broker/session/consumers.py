@@ -8,10 +8,9 @@ import logging
 from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING
 
-from dedup_broker.domain.consumer import Consumer, Delivery
+from dedup_broker.domain.consumer import Consumer, Delivery, SubscriptionType
 from dedup_broker.domain.key_hash import KeySharedMode, KeySharedSettings
 from dedup_broker.domain.non_persistent.topic import NonPersistentTopic
-from dedup_broker.domain.subscription import SubscriptionType
 from dedup_broker.domain.topic import LATEST_LEDGER_ID
 from dedup_broker.errors import PermanentError, ProtocolError
 from dedup_broker.protocol import commands
@@ -21,10 +20,10 @@ from dedup_broker.schema.compatibility import SchemaInfo
 from dedup_broker.security.authorization import AuthAction
 from dedup_broker.session.lookups import topic_name
 from dedup_broker.session.replies import CreationInProgressError, UnknownIdError
-from dedup_broker.storage.position import Position
+from dedup_broker.storage.api import Position
 
 if TYPE_CHECKING:
-    from dedup_broker.domain.broker import ServedTopic
+    from dedup_broker.domain.registry import ServedTopic
     from dedup_broker.session.context import Handler, Session
 
 log = logging.getLogger(__name__)
@@ -125,7 +124,7 @@ class ConsumerCommands:
             sub_type = SubscriptionType(request.subType)
             if not request.subscription:
                 raise SubscriptionRefusedError("a subscription name is required")
-            topic = await self.broker.serve(name)
+            topic = await self.broker.topic_registry.serve(name)
             if request.HasField("schema"):
                 schema = SchemaInfo.of_wire(request.schema)
                 await self.broker.schemas.for_consumer(name, schema)

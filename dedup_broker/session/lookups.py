@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
-from dedup_broker.domain.names import TopicName
 from dedup_broker.domain.topic_list import (
     TopicListWatch,
     compile_pattern,
     filter_topics,
     topics_hash,
 )
+from dedup_broker.domain_base.names import TopicName
 from dedup_broker.errors import PermanentError
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
@@ -61,7 +61,7 @@ class LookupCommands:
     async def _partitioned_metadata(self, request: pb.CommandPartitionedTopicMetadata) -> None:
         name = topic_name(self.connection, request.topic)
         self.connection.authorizer.check_lookup(self.connection.role, name)
-        partitions = await self.broker.partitioned_metadata(name)
+        partitions = await self.broker.partitioned_topics.partitioned_metadata(name)
         self.connection.send_command(
             commands.partitioned_metadata_response(request.request_id, partitions)
         )
@@ -75,7 +75,7 @@ class LookupCommands:
         elsewhere)."""
         name = topic_name(self.connection, request.topic)
         self.connection.authorizer.check_lookup(self.connection.role, name)
-        owner = await self.broker.owner_of(name)
+        owner = await self.broker.topic_registry.owner_of(name)
         listener = request.advertised_listener_name
         listeners = self.connection.advertised_listeners
         if listener and listeners is not None and listeners.own:
@@ -125,9 +125,11 @@ class LookupCommands:
         modes = pb.CommandGetTopicsOfNamespace
         topics: list[str] = []
         if request.mode != modes.NON_PERSISTENT:
-            topics = await self.broker.current_topics_of_namespace(request.namespace)
+            topics = await self.broker.namespaces.current_topics_of_namespace(request.namespace)
         if request.mode != modes.PERSISTENT:
-            topics += self.broker.non_persistent_topics_of_namespace(request.namespace)
+            topics += self.broker.topic_registry.non_persistent_topics_of_namespace(
+                request.namespace
+            )
         filtered = False
         if request.HasField("topics_pattern"):
             pattern = compile_pattern(request.topics_pattern)
@@ -158,16 +160,16 @@ class LookupCommands:
         watcher_id = request.watcher_id
         previous = self.watches.pop(watcher_id, None)
         if previous is not None:
-            self.broker.topic_watches.unwatch(previous)
+            self.broker.namespaces.watches.unwatch(previous)
 
         def updated(new: list[str], deleted: list[str], listing_hash: str) -> None:
             self.connection.send_command(
                 commands.watch_topic_update(watcher_id, new, deleted, listing_hash)
             )
 
-        watch = await self.broker.topic_watches.watch(request.namespace, pattern, updated)
+        watch = await self.broker.namespaces.watches.watch(request.namespace, pattern, updated)
         if self.connection.closed:
-            self.broker.topic_watches.unwatch(watch)
+            self.broker.namespaces.watches.unwatch(watch)
             return
         self.watches[watcher_id] = watch
         self.connection.send_command(
@@ -180,12 +182,12 @@ class LookupCommands:
         request = frame.command.watchTopicListClose
         watch = self.watches.pop(request.watcher_id, None)
         if watch is not None:
-            self.broker.topic_watches.unwatch(watch)
+            self.broker.namespaces.watches.unwatch(watch)
         self.connection.send_command(commands.success(request.request_id))
 
     def connection_lost(self) -> None:
         for watch in self.watches.values():
-            self.broker.topic_watches.unwatch(watch)
+            self.broker.namespaces.watches.unwatch(watch)
         self.watches.clear()
 
     def _on_get_schema(self, frame: Frame) -> Awaitable[None]:

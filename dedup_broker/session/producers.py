@@ -13,8 +13,8 @@ from collections import deque
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
-from dedup_broker.domain.outcomes import PublishOutcome, PublishResult, settled
-from dedup_broker.domain.producer import Producer, ProducerAccessMode
+from dedup_broker.domain_base.outcomes import PublishOutcome, PublishResult, settled
+from dedup_broker.domain_base.producer import Producer, ProducerAccessMode
 from dedup_broker.errors import ChecksumError, ProtocolError
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
@@ -25,7 +25,7 @@ from dedup_broker.session.lookups import topic_name
 from dedup_broker.session.replies import CreationInProgressError, UnknownIdError, publish_reply
 
 if TYPE_CHECKING:
-    from dedup_broker.domain.broker import ServedTopic
+    from dedup_broker.domain.registry import ServedTopic
     from dedup_broker.session.context import Handler, Session
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ class ProducerCommands:
                 raise ProtocolError(
                     f"unknown producer access mode {request.producer_access_mode}"
                 ) from None
-            topic = await self.broker.serve(name)
+            topic = await self.broker.topic_registry.serve(name)
             schema = SchemaInfo.of_wire(request.schema) if request.HasField("schema") else None
             schema_version = await self.broker.schemas.for_producer(name, schema)
             await topic.wait_writable()

@@ -9,11 +9,11 @@ any other SEND_ERROR by reconnecting and resending what is unacknowledged.
 from __future__ import annotations
 
 from dedup_broker import errors
+from dedup_broker.domain.consumer import ConsumerBusyError
 from dedup_broker.domain.key_shared import ConsumerAssignError
-from dedup_broker.domain.outcomes import PublishOutcome, PublishStatus
 from dedup_broker.domain.producer_access import ProducerBusyError, ProducerFencedError
-from dedup_broker.domain.subscription import ConsumerBusyError
 from dedup_broker.domain.topic import ConsumerStillConnectedError, SubscriptionNotFoundError
+from dedup_broker.domain_base.outcomes import PublishOutcome, PublishStatus
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.schema.compatibility import IncompatibleSchemaError

@@ -6,18 +6,25 @@ too; ``docs/storage.md`` describes the same formats for people.
 
 from __future__ import annotations
 
+import json
 import struct
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from dedup_broker.storage import storage_pb2 as pb
-from dedup_broker.storage.position import LedgerInfo, OffloadInfo, Position
+from dedup_broker.storage.values import (
+    CURSOR_KEY_SEPARATOR,
+    LedgerInfo,
+    LedgerMetadata,
+    OffloadedHeader,
+    OffloadInfo,
+    Position,
+)
 
 LEDGER_HEADER_KEY = "dedup-broker-ledger-metadata"
 """Record header marking offset 0 of a ledger topic as the ledger's metadata."""
 LEDGER_HEADER_VALUE = b"1"
-
-CURSOR_KEY_SEPARATOR = "\x00"
 
 _SIZE = struct.Struct(">q")
 
@@ -79,18 +86,6 @@ def decode_entry_key(key: bytes | None) -> int | None:
     if key is None or len(key) != _SIZE.size:
         return None
     return int(_SIZE.unpack(key)[0])
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerMetadata:
-    """What the header record of a ledger topic says about the ledger."""
-
-    ledger_id: int
-    managed_ledger_name: str
-    component: str  # "MANAGED_LEDGER", "MANAGED_CURSOR" or "SCHEMA_STORAGE"
-    cursor_name: str
-    created_ms: int
-    created_by: str
 
 
 def encode_ledger_metadata(meta: LedgerMetadata) -> bytes:
@@ -203,22 +198,6 @@ def _decode_offload(context: pb.OffloadContext) -> OffloadInfo:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class OffloadedHeader:
-    """What an offloaded copy says about itself (its first record)."""
-
-    ledger_id: int
-    managed_ledger_name: str
-    component: str
-    cursor_name: str
-    uid: str
-    entries: int
-    size: int
-    offloaded_ms: int
-    offloaded_by: str
-    cluster_name: str
-
-
 def encode_offloaded_header(header: OffloadedHeader) -> bytes:
     return pb.OffloadedLedgerHeader(
         ledger_id=header.ledger_id,
@@ -320,3 +299,34 @@ def decode_cursor_info(data: bytes) -> CursorRecord:
             for info in msg.batchedEntryDeletionIndexInfo
         },
     )
+
+
+# --- broker announcements (policies table) ---------------------------------------
+# Running brokers announce their admin URL in the policies table, so processes that are
+# not brokers (deletion workers) can find them and ask whether a ledger is still in use.
+BROKERS_KEY = "brokers/"
+"""Key prefix of the announcements in the policies table."""
+
+
+def broker_key(advertised_address: str, broker_service_port: int) -> str:
+    return f"{BROKERS_KEY}{advertised_address}:{broker_service_port}"
+
+
+def broker_record(
+    web_service_url: str, broker_id: str, listeners: dict[str, dict[str, str]] | None = None
+) -> bytes:
+    """The announcement: admin URL, storage broker id and the advertised listeners."""
+    record = {"webServiceUrl": web_service_url, "brokerId": broker_id}
+    return json.dumps({**record, "listeners": listeners or {}}).encode()
+
+
+def broker_urls(entries: Iterable[tuple[str, bytes]]) -> list[str]:
+    """Admin URLs of the registered brokers, from the policies table's entries."""
+    urls = []
+    for key, value in entries:
+        if key.startswith(BROKERS_KEY):
+            try:
+                urls.append(str(json.loads(value)["webServiceUrl"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+    return sorted(set(urls))

@@ -9,12 +9,24 @@ every closed ledger.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.names import TopicName
-from dedup_broker.domain.policies import Policies
+from dedup_broker.domain_base.names import TopicName
+from dedup_broker.domain_base.policies import Policies
+from dedup_broker.storage.api import ManagedLedger
 
 OFFLOAD_THRESHOLD = "offload_threshold"
 OFFLOAD_THRESHOLD_IN_SECONDS = "offload_threshold_in_seconds"
+
+
+def check_namespace_offloads(
+    loaded: Iterable[tuple[TopicName, ManagedLedger]], namespace: str
+) -> None:
+    """The namespace's thresholds changed: its loaded topics look again."""
+    for name, ledger in loaded:
+        if name.namespace_name == namespace:
+            ledger.offloads.check_soon()
 
 
 def offload_threshold(policies: Policies, config: BrokerConfig, name: TopicName) -> int:

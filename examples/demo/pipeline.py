@@ -25,13 +25,13 @@ from pathlib import Path
 import pulsar
 
 from dedup_broker.devservers import provide_kafka, provide_redis
-from dedup_broker.testing.broker_process import BrokerProcess
 from examples.demo.results import (
     ConsumeStats,
     consume_into_results,
     quiet_client_logger,
     results_summary,
 )
+from harness.broker_process import BrokerProcess
 
 FILES = 6
 PAUSE_FILE = 2

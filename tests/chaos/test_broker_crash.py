@@ -10,7 +10,7 @@ import urllib.request
 import pulsar
 import pytest
 
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.chaos
 RECEIVE_MS = 20_000

@@ -20,7 +20,7 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from dedup_broker.testing.cluster_processes import ClusterProcesses
+from harness.cluster_processes import ClusterProcesses
 from tests.integration.cluster.conftest import SteadyProducer, owner_of, read_all
 
 pytestmark = pytest.mark.chaos

@@ -24,8 +24,8 @@ import pytest
 
 from connectors.effectively_once import ConsumerStats, EffectivelyOnceConsumer
 from connectors.offset_store import open_store
-from dedup_broker.testing.admin_http import http_request
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.admin_http import http_request
+from harness.broker_process import BrokerProcess
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(420)]
 

@@ -15,8 +15,8 @@ import pulsar
 import pytest
 
 from dedup_broker.devservers import KafkaService
-from dedup_broker.testing.broker_process import BrokerProcess
-from dedup_broker.testing.publisher import Publisher, stored_ids
+from harness.broker_process import BrokerProcess
+from harness.publisher import Publisher, stored_ids
 from tests.integration.conftest import make_broker
 
 pytestmark = pytest.mark.chaos

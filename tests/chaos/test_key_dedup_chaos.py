@@ -16,9 +16,9 @@ import redis
 
 from dedup_broker.devservers import RedisService
 from dedup_broker.key_dedup.store import ScopeKeys
-from dedup_broker.testing.admin_http import http_request
-from dedup_broker.testing.broker_process import BrokerProcess
-from dedup_broker.testing.key_events import (
+from harness.admin_http import http_request
+from harness.broker_process import BrokerProcess
+from harness.key_events import (
     KEY_PROPERTY,
     Publisher,
     make_events,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from dedup_broker.testing.admin_http import http_request
+from harness.admin_http import http_request
 from tests.integration.system_topics.deletion_helpers import Cluster, wait_until
 
 pytestmark = pytest.mark.chaos

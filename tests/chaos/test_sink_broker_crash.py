@@ -18,8 +18,8 @@ from pyspark.sql import functions as f
 
 from connectors.sink import PulsarSink, SinkResult
 from connectors.sink_options import ProducerSettings
-from dedup_broker.testing.admin_http import http_request
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.admin_http import http_request
+from harness.broker_process import BrokerProcess
 from tests.integration.connectors.sink_fixtures import stored_values
 
 pytestmark = pytest.mark.chaos

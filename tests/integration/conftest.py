@@ -9,7 +9,7 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.broker_process import BrokerProcess
 
 
 def make_broker(kafka_bootstrap: str, tmp_path: Path, **settings: object) -> BrokerProcess:

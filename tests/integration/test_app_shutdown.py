@@ -10,7 +10,7 @@ from pathlib import Path
 import pulsar
 
 from dedup_broker.devservers import KafkaService
-from dedup_broker.testing.publisher import Publisher, stored_ids
+from harness.publisher import Publisher, stored_ids
 from tests.integration.conftest import make_broker
 
 TOTAL = 6000

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pulsar
 
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.broker_process import BrokerProcess
 
 PULSAR_STANDALONE = Path(__file__).parent / "data" / "pulsar-standalone.conf"
 

@@ -48,7 +48,7 @@ class Standalone:
         self._changed = threading.Condition()
         with (cwd / f"standalone-{uuid.uuid4().hex[:6]}.err").open("w") as errors:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "dedup_broker.cli", "standalone", *args],
+                [sys.executable, "-m", "dedup_broker.app.cli", "standalone", *args],
                 cwd=cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,

@@ -1,5 +1,5 @@
-"""The core package stands alone: nothing in ``dedup_broker`` imports the Spark connectors
-or the example programs, which are built on top of it."""
+"""The core package stands alone: nothing in ``dedup_broker`` imports the Spark connectors,
+the example programs or the test harness, which are built on top of it."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 
 import dedup_broker
 
-FORBIDDEN = ("connectors", "examples")
-"""Top-level packages that use the broker and so must never be used by it."""
+FORBIDDEN = ("connectors", "examples", "harness")
+"""Top-level packages that use the broker (the test and bench harness among them) and so
+must never be used by it."""
 
 
 def _imported_modules(tree: ast.AST) -> list[str]:

@@ -1,8 +1,11 @@
-"""The import graph follows the layers: protocol < storage < domain < session/HTTP < app.
+"""The import graph follows the layers, folder by folder.
 
-Every import is counted (those made only for type checking too): a lower layer never
-imports a higher one, and the only import cycles are between the two modules of one pair
-inside one package. Run alone with ``make layers``.
+Every folder (package) of the project sits on one layer; a module's layer is its
+folder's. A module never imports one of a higher layer (imports made only for type
+checking count too), the only import cycles are between the two modules of one pair
+inside one folder, and outside ``dedup_broker/storage`` storage is reached through its
+door, ``dedup_broker.storage.api``, except by the composition roots. Run alone with
+``make layers``.
 """
 
 from __future__ import annotations
@@ -12,50 +15,53 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("dedup_broker", "system_topics", "connectors", "examples")
+PACKAGES = ("dedup_broker", "system_topics", "connectors", "examples", "harness")
 
-# (layer, module prefixes); the most specific prefix decides. Feature rooms sit between
-# the domain's base (names, policies, outcomes, producers) and its core (topics,
-# subscriptions, the broker), which composes them; each room's routes are HTTP.
-LAYERS: dict[int, tuple[str, ...]] = {
-    0: (
-        "dedup_broker",
-        "dedup_broker.errors",
-        "dedup_broker.config",
-        "dedup_broker.metrics_registry",
-        "dedup_broker.protocol",
-    ),
-    1: ("dedup_broker.storage", "dedup_broker.devservers"),
-    2: (
-        "dedup_broker.domain.names",
-        "dedup_broker.domain.policies",
-        "dedup_broker.domain.outcomes",
-        "dedup_broker.domain.producer",
-    ),
-    3: (
-        "dedup_broker.pip6",
-        "dedup_broker.key_dedup",
-        "dedup_broker.retention",
-        "dedup_broker.schema",
-        "dedup_broker.tiered",
-        "dedup_broker.compaction",
-        "dedup_broker.cluster",
-        "dedup_broker.security",
-        "system_topics",
-    ),
-    4: ("dedup_broker.domain",),
-    5: ("dedup_broker.session", "dedup_broker.http", "routes"),
-    6: (
-        "dedup_broker.app",
-        "dedup_broker.cli",
-        "dedup_broker.standalone",
-        "dedup_broker.testing",
-        "system_topics.cli",
-    ),
-    7: ("connectors",),
-    8: ("examples",),
+# Folder -> layer, lowest first. Inside storage the rooms have an order of their own.
+FOLDER_LAYERS: dict[str, float] = {
+    # base: errors, config, metrics registry, small helpers; the sans-IO codec
+    "dedup_broker": 0,
+    "dedup_broker.protocol": 0,
+    "dedup_broker.devservers": 0.5,
+    # storage: the door (api, values, record formats), then its rooms
+    "dedup_broker.storage": 1.0,
+    "dedup_broker.storage.kafka": 1.1,
+    "dedup_broker.storage.tables": 1.2,
+    "dedup_broker.storage.cursor": 1.3,
+    "dedup_broker.storage.offload": 1.3,
+    "dedup_broker.storage.ledger": 1.4,
+    "dedup_broker.storage.service": 1.5,
+    # the domain's base, below every feature
+    "dedup_broker.domain_base": 2,
+    # features
+    "dedup_broker.pip6": 3,
+    "dedup_broker.key_dedup": 3,
+    "dedup_broker.retention": 3,
+    "dedup_broker.tiered": 3,
+    "dedup_broker.compaction": 3,
+    "dedup_broker.schema": 3,
+    "dedup_broker.security": 3,
+    "dedup_broker.cluster": 3,
+    "system_topics": 3,
+    # the domain core: broker, topics, subscriptions
+    "dedup_broker.domain": 4,
+    "dedup_broker.domain.non_persistent": 4,
+    # the wire: Pulsar sessions and HTTP routes
+    "dedup_broker.session": 5,
+    "dedup_broker.http": 5,
+    # composition roots
+    "dedup_broker.app": 6,
+    # users of the broker, and the test and bench harness
+    "connectors": 7,
+    "examples": 8,
+    "examples.demo": 8,
+    "harness": 8,
 }
-NAMES = {"protocol": 0, "storage": 1, "domain base": 2, "features": 3, "domain": 4}
+
+STORAGE = "dedup_broker.storage"
+STORAGE_DOOR = "dedup_broker.storage.api"
+COMPOSITION_ROOTS = ("dedup_broker.app", "harness")
+"""They build storage's implementations (``storage/service``) and may reach behind the door."""
 
 
 def module_name(path: Path) -> str:
@@ -72,24 +78,21 @@ def project_modules() -> dict[str, Path]:
     }
 
 
-def layer_of(module: str) -> int:
-    """The layer of the longest matching prefix (a ``routes`` module is HTTP)."""
-    if module.rsplit(".", 1)[-1] == "routes":
-        return 5
-    best, best_length = -1, -1
-    for layer, prefixes in LAYERS.items():
-        for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best_length:
-                best, best_length = layer, len(prefix)
-    assert best >= 0, f"{module} has no layer"
-    return best
+def folder_of(module: str, path: Path) -> str:
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def layer_of(module: str, modules: dict[str, Path]) -> float:
+    folder = folder_of(module, modules[module])
+    assert folder in FOLDER_LAYERS, f"folder {folder} (of {module}) has no layer"
+    return FOLDER_LAYERS[folder]
 
 
 def imports_of(module: str, path: Path, modules: dict[str, Path]) -> Iterator[str]:
     """Project modules that ``module`` imports (a name imported from a package resolves to
     its submodule when there is one)."""
     tree = ast.parse(path.read_text(), str(path))
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    package = folder_of(module, path)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -161,23 +164,39 @@ def strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_no_module_imports_a_higher_layer() -> None:
-    edges = graph()
+def within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_every_folder_has_a_layer() -> None:
+    modules = project_modules()
+    for module in modules:
+        layer_of(module, modules)
+
+
+def test_no_module_imports_a_higher_folder() -> None:
+    modules = project_modules()
     upward = [
-        f"{module} (layer {layer_of(module)}) imports {target} (layer {layer_of(target)})"
-        for module, targets in sorted(edges.items())
+        f"{module} ({layer_of(module, modules)}) imports {target} ({layer_of(target, modules)})"
+        for module, targets in sorted(graph().items())
         for target in sorted(targets)
-        if layer_of(target) > layer_of(module)
+        if layer_of(target, modules) > layer_of(module, modules)
     ]
     assert not upward, "\n".join(upward)
 
 
-def test_cycles_stay_within_one_pair_of_one_package() -> None:
+def test_cycles_stay_within_one_pair_of_one_folder() -> None:
     cycles = [c for c in strongly_connected(graph()) if len(c) > 1]
     wide = [c for c in cycles if len(c) > 2 or len({m.rpartition(".")[0] for m in c}) > 1]
     assert not wide, "\n".join(" <-> ".join(c) for c in wide)
 
 
-def test_every_module_has_a_layer() -> None:
-    for module in project_modules():
-        layer_of(module)
+def test_storage_is_reached_through_its_door() -> None:
+    behind = [
+        f"{module} imports {target}"
+        for module, targets in sorted(graph().items())
+        if not within(module, STORAGE) and not any(within(module, r) for r in COMPOSITION_ROOTS)
+        for target in sorted(targets)
+        if within(target, STORAGE) and target != STORAGE_DOOR
+    ]
+    assert not behind, "\n".join(behind)

@@ -17,23 +17,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.consumer import Consumer, Delivery
-from dedup_broker.domain.key_shared import KeySharedDispatcher, entry_key
-from dedup_broker.domain.names import TopicName
-from dedup_broker.domain.non_persistent.metrics import DropReason, NonPersistentMetrics
-from dedup_broker.domain.outcomes import PublishOutcome, PublishResult, settled
-from dedup_broker.domain.producer import Producer
-from dedup_broker.domain.producer_access import ProducerHost
-from dedup_broker.domain.subscription import (
+from dedup_broker.domain.consumer import (
     PULSAR_TYPE_NAMES,
+    Consumer,
     ConsumerBusyError,
+    Delivery,
     SubscriptionType,
-    detach,
-    elect_active,
 )
+from dedup_broker.domain.dispatchers import dispatcher_for
+from dedup_broker.domain.non_persistent.metrics import DropReason, NonPersistentMetrics
+from dedup_broker.domain.producer_access import ProducerHost
 from dedup_broker.domain.topic import ReadCompactedNotAllowedError, batch_size
+from dedup_broker.domain_base.names import TopicName
+from dedup_broker.domain_base.outcomes import PublishOutcome, PublishResult, settled
+from dedup_broker.domain_base.producer import Producer
 from dedup_broker.errors import PermanentError, ServiceNotReadyError
-from dedup_broker.storage.position import Entry, Position
+from dedup_broker.storage.api import Entry, Position
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -100,7 +99,6 @@ class NonPersistentSubscription:
         on_empty: Callable[[NonPersistentSubscription], None],
     ) -> None:
         self.name = name
-        self.type = sub_type
         self.partition_index = partition_index
         self.consumers: list[Consumer] = []
         self.msgs_out = 0
@@ -108,9 +106,11 @@ class NonPersistentSubscription:
         self.drops = RateMeter()
         self._metrics = metrics
         self._on_empty = on_empty
-        self._active: Consumer | None = None
-        self._next = 0
-        self._key_shared: KeySharedDispatcher[Consumer] = KeySharedDispatcher()
+        self._dispatcher = dispatcher_for(sub_type, partition_index)
+
+    @property
+    def type(self) -> SubscriptionType:
+        return self._dispatcher.type
 
     # --- consumers ------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer, sub_type: SubscriptionType) -> None:
@@ -118,18 +118,19 @@ class NonPersistentSubscription:
             raise ConsumerBusyError(
                 f"subscription {self.name!r} is of type {self.type.name}, not {sub_type.name}"
             )
-        self.type = sub_type
-        if self.type == SubscriptionType.EXCLUSIVE and self.consumers:
-            raise ConsumerBusyError(f"exclusive subscription {self.name!r} already has a consumer")
-        if self.type == SubscriptionType.KEY_SHARED:
-            self._key_shared.assign(consumer, self.consumers)
+        if sub_type != self.type:
+            self._dispatcher = dispatcher_for(sub_type, self.partition_index)
+        self._dispatcher.admit(consumer, self.consumers)
         self.consumers.append(consumer)
         consumer.subscription = self
-        self._elect_active()
+        self._dispatcher.elect(self.consumers)
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        if detach(consumer, self.consumers, self.type, self._key_shared):
-            self._elect_active()
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+            consumer.closed = True
+            self._dispatcher.removed(consumer)
+            self._dispatcher.elect(self.consumers)
 
     def consumer_left(self, consumer: Consumer) -> None:
         self.remove_consumer(consumer)
@@ -141,18 +142,9 @@ class NonPersistentSubscription:
         self.consumer_left(consumer)
         consumer.link.close_consumer(consumer)
 
-    def _elect_active(self) -> None:
-        if self.type not in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER):
-            self._active = None
-            return
-        previous, self._active = self._active, elect_active(self.consumers, self.partition_index)
-        if self.type == SubscriptionType.FAILOVER and self._active is not previous:
-            for consumer in self.consumers:
-                consumer.link.active_consumer_changed(consumer, consumer is self._active)
-
     @property
     def active_consumer(self) -> Consumer | None:
-        return self._active
+        return self._dispatcher.active
 
     # --- what the client asks: flow counts, the rest has nothing to act on -------------
     def on_flow(self, consumer: Consumer, permits: int) -> None:
@@ -186,7 +178,7 @@ class NonPersistentSubscription:
     # --- dispatch -------------------------------------------------------------------
     def offer(self, entry: Entry, messages: int) -> bool:
         """Hand the entry to a consumer that can take it now; False: dropped."""
-        consumer = self._taker(entry)
+        consumer = self._dispatcher.taker(entry, self.consumers)
         if consumer is None:
             self.drops.record(messages)
             self._metrics.dropped(DropReason.NO_PERMITS, messages)
@@ -198,19 +190,6 @@ class NonPersistentSubscription:
         consumer.send([Delivery(entry, messages, 0)], tracked=False)
         return True
 
-    def _taker(self, entry: Entry) -> Consumer | None:
-        if self.type in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER):
-            return self._active if self._active is not None and _ready(self._active) else None
-        if self.type == SubscriptionType.KEY_SHARED:
-            owner = self._key_shared.selector.select(entry_key(entry).hash)
-            return owner if owner is not None and _ready(owner) else None
-        for step in range(len(self.consumers)):  # Shared: round-robin over the ready ones
-            candidate = self.consumers[(self._next + step) % len(self.consumers)]
-            if _ready(candidate):
-                self._next = (self._next + step + 1) % len(self.consumers)
-                return candidate
-        return None
-
     def stats(self) -> dict[str, object]:
         return {
             "type": PULSAR_TYPE_NAMES[self.type],
@@ -220,13 +199,9 @@ class NonPersistentSubscription:
             "msgDropRate": self.drops.rate(),
             "msgDropCounter": self.drops.total,
             "isDurable": False,
-            "activeConsumerName": self._active.name if self._active else None,
+            "activeConsumerName": self.active_consumer.name if self.active_consumer else None,
             "consumers": [c.stats() for c in self.consumers],
         }
-
-
-def _ready(consumer: Consumer) -> bool:
-    return consumer.permits > 0 and consumer.writable
 
 
 class NonPersistentTopic(ProducerHost):

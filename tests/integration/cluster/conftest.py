@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import pulsar
 
-from dedup_broker.testing.broker_process import BrokerProcess
-from dedup_broker.testing.cluster_processes import ClusterProcesses
+from harness.broker_process import BrokerProcess
+from harness.cluster_processes import ClusterProcesses
 
 
 def get_json(url: str) -> object:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pulsar
 
 from dedup_broker.protocol import pulsar_api_pb2 as pb
-from dedup_broker.testing.broker_process import BrokerProcess
-from dedup_broker.testing.cluster_processes import ClusterProcesses
-from dedup_broker.testing.raw_client import RawConnection
+from harness.broker_process import BrokerProcess
+from harness.cluster_processes import ClusterProcesses
+from harness.raw_client import RawConnection
 from tests.integration.cluster.conftest import get_json, owner_of
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from dedup_broker.testing.cluster_processes import ClusterProcesses
+from harness.cluster_processes import ClusterProcesses
 from tests.integration.cluster.conftest import owner_of
 from tests.integration.session.test_batch_index_ack import BATCH, consume, publish_one_batch
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pulsar
 from confluent_kafka.admin import AdminClient
 
+from dedup_broker.app.deletion_worker import run_doctor as check
 from dedup_broker.config import BrokerConfig
-from dedup_broker.testing.admin_http import http_request
-from dedup_broker.testing.cluster_processes import ClusterProcesses
-from dedup_broker.testing.worker_process import WorkerProcess
-from system_topics.doctor import check
+from harness.admin_http import http_request
+from harness.cluster_processes import ClusterProcesses
+from harness.worker_process import WorkerProcess
 from tests.integration.cluster.conftest import get_json, owner_of
 from tests.integration.system_topics.deletion_helpers import SMALL_LEDGERS, wait_until
 

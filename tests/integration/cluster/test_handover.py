@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pulsar
 
-from dedup_broker.testing.cluster_processes import ClusterProcesses
+from harness.cluster_processes import ClusterProcesses
 from tests.integration.cluster.conftest import SteadyProducer, owner_of, read_all
 
 TOPICS = 8

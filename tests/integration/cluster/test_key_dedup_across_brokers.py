@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pulsar
 
-from dedup_broker.testing.admin_http import http_request
-from dedup_broker.testing.cluster_processes import ClusterProcesses
-from dedup_broker.testing.key_events import (
+from harness.admin_http import http_request
+from harness.cluster_processes import ClusterProcesses
+from harness.key_events import (
     KEY_PROPERTY,
     Publisher,
     make_events,

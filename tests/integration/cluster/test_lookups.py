@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pulsar
 import pytest
 
-from dedup_broker.testing.admin_http import http_request
-from dedup_broker.testing.cluster_processes import ClusterProcesses
+from harness.admin_http import http_request
+from harness.cluster_processes import ClusterProcesses
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import jwt
 import pulsar
 import pytest
 
-from dedup_broker.testing.cluster_processes import ClusterProcesses
+from harness.cluster_processes import ClusterProcesses
 
 SECRET = secrets.token_bytes(32)
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pulsar
 
-from dedup_broker.testing.broker_process import BrokerProcess
-from dedup_broker.testing.cluster_processes import ClusterProcesses
+from harness.broker_process import BrokerProcess
+from harness.cluster_processes import ClusterProcesses
 from tests.integration.cluster.conftest import get_json, owner_of, read_all
 
 

@@ -8,10 +8,10 @@ import pulsar
 import requests
 from confluent_kafka.admin import AdminClient
 
+from dedup_broker.app.deletion_worker import run_doctor
 from dedup_broker.config import BrokerConfig
-from dedup_broker.storage.compacted_store import compacted_topic_prefix
-from dedup_broker.testing.broker_process import BrokerProcess
-from system_topics import doctor
+from dedup_broker.storage.tables.compacted_store import compacted_topic_prefix
+from harness.broker_process import BrokerProcess
 
 RECEIVE_MS = 10_000
 
@@ -162,4 +162,4 @@ def test_the_companion_topic_goes_with_its_topic(
     while [t for t in admin.list_topics(timeout=30).topics if t.startswith(prefix)]:
         assert time.monotonic() < deadline, "the companion topic was not deleted"
         time.sleep(0.5)
-    assert doctor.check(config)["compactedOrphans"] == []
+    assert run_doctor(config)["compactedOrphans"] == []

@@ -10,7 +10,9 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from dedup_broker.devservers.pulsar_java import (
+from harness.admin_http import http_request
+from harness.broker_process import BrokerProcess
+from harness.pulsar_java import (
     Batching,
     ReceivedMessage,
     ensure_java_client,
@@ -19,8 +21,6 @@ from dedup_broker.devservers.pulsar_java import (
     java_produce,
     sha256_hex,
 )
-from dedup_broker.testing.admin_http import http_request
-from dedup_broker.testing.broker_process import BrokerProcess
 from tests.integration.conftest import make_broker
 
 MAX_MESSAGE_SIZE = 100_000

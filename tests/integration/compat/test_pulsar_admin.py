@@ -13,13 +13,13 @@ import pulsar
 import pytest
 import requests
 
-from dedup_broker.devservers.pulsar_tools import (
+from harness.broker_process import BrokerProcess
+from harness.pulsar_tools import (
     AdminOutcome,
     ensure_pulsar_tools,
     run_pulsar_admin_batch,
     write_client_conf,
 )
-from dedup_broker.testing.broker_process import BrokerProcess
 
 NAMESPACE = "public/default"
 TOPIC = "persistent://public/default/admin-topic"

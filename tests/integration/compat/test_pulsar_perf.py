@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pulsar
 
-from dedup_broker.devservers.pulsar_tools import run_pulsar_perf, write_client_conf
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.broker_process import BrokerProcess
+from harness.pulsar_tools import run_pulsar_perf, write_client_conf
 
 MESSAGES = 200
 SIZE = 64

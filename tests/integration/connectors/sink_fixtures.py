@@ -12,7 +12,7 @@ import pulsar
 import pytest
 
 from connectors.local_spark import local_session
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.broker_process import BrokerProcess
 from tests.integration.conftest import make_broker
 
 READ_MS = 10_000

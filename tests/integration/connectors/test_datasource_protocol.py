@@ -25,8 +25,8 @@ from connectors.datasource_reader import (
     read_range,
 )
 from connectors.datasource_writer import BATCH_ID_PROPERTY, StreamWriter
-from dedup_broker.testing.admin_http import http_request
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.admin_http import http_request
+from harness.broker_process import BrokerProcess
 from tests.integration.connectors.sink_fixtures import stored_values
 
 pytestmark = pytest.mark.timeout(180)

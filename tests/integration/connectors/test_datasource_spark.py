@@ -15,7 +15,7 @@ import pulsar
 import pytest
 
 from connectors.datasource import FORMAT, register
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.broker_process import BrokerProcess
 from tests.integration.connectors.sink_fixtures import stored_values
 
 pytest.importorskip("pyarrow")

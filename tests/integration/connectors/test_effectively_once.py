@@ -20,8 +20,8 @@ from dedup_broker.errors import (
     MessageRetriesExhaustedError,
     RetriableError,
 )
-from dedup_broker.testing.admin_http import http_request
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.admin_http import http_request
+from harness.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -16,7 +16,7 @@ import pytest
 
 from connectors.client_security import new_client
 from connectors.datasource import FORMAT, register
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.broker_process import BrokerProcess
 from tests.integration.conftest import make_broker
 
 pytest.importorskip("pyarrow")

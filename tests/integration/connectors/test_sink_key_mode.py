@@ -16,8 +16,8 @@ import pytest
 from pyspark.sql import functions as f
 
 from connectors.sink import PulsarSink
-from dedup_broker.testing.admin_http import http_request
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.admin_http import http_request
+from harness.broker_process import BrokerProcess
 from tests.integration.conftest import make_broker
 from tests.integration.connectors.sink_fixtures import stored_messages
 

@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.broker_process import BrokerProcess
 from tests.integration.connectors.sink_fixtures import stable_count, stored_values
 
 FILES = 4

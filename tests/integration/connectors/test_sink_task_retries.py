@@ -14,8 +14,8 @@ from pyspark.sql.types import StringType
 
 from connectors.sink import PulsarSink
 from connectors.sink_options import ProducerSettings
-from dedup_broker.testing.admin_http import http_request
-from dedup_broker.testing.broker_process import BrokerProcess, free_port
+from harness.admin_http import http_request
+from harness.broker_process import BrokerProcess, free_port
 from tests.integration.connectors.sink_fixtures import (
     received_messages,
     stored_messages,

@@ -11,8 +11,8 @@ import pytest
 
 from connectors.positions import Position
 from connectors.spark_reader import read_topic
-from dedup_broker.testing.admin_http import http_request
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.admin_http import http_request
+from harness.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.timeout(300)
 

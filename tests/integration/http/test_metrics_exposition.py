@@ -6,7 +6,7 @@ import urllib.request
 
 import pulsar
 
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.broker_process import BrokerProcess
 from tests.metric_names import BROKER_FAMILIES, exposed_families, sample_names
 
 

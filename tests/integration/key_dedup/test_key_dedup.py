@@ -16,9 +16,9 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from dedup_broker.testing.admin_http import http_request
-from dedup_broker.testing.broker_process import BrokerProcess
-from dedup_broker.testing.key_events import (
+from harness.admin_http import http_request
+from harness.broker_process import BrokerProcess
+from harness.key_events import (
     KEY_PROPERTY,
     Publisher,
     drain_partition,

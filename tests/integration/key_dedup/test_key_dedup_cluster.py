@@ -13,8 +13,8 @@ import redis
 
 from dedup_broker.devservers.redis_cluster import NativeRedisCluster
 from dedup_broker.key_dedup.store import ScopeKeys
-from dedup_broker.testing.admin_http import http_request
-from dedup_broker.testing.key_events import (
+from harness.admin_http import http_request
+from harness.key_events import (
     KEY_PROPERTY,
     Publisher,
     make_events,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from dedup_broker.testing.admin_http import http_request
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.admin_http import http_request
+from harness.broker_process import BrokerProcess
 from tests.integration.conftest import make_broker
 
 RECEIVE_MS = 10_000

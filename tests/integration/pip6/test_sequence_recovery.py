@@ -14,9 +14,9 @@ from dedup_broker.pip6.state import DEDUP_CURSOR, MessageDeduplication, Verdict
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch import batch_sequence_range
 from dedup_broker.protocol.framing import encode_message, parse_message
-from dedup_broker.storage.managed_ledger import ManagedLedger
-from dedup_broker.storage.position import Position
-from dedup_broker.storage.service import StorageService
+from dedup_broker.storage.ledger.managed_ledger import ManagedLedgerImpl
+from dedup_broker.storage.service.kafka_storage import KafkaStorage
+from dedup_broker.storage.values import Position
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -47,7 +47,7 @@ def block(producer: str, sequence_id: int, highest: int | None = None) -> bytes:
     return encode_message(metadata, f"{producer}-{sequence_id}".encode())
 
 
-async def publish(dedup: MessageDeduplication, ledger: ManagedLedger, data: bytes) -> Position:
+async def publish(dedup: MessageDeduplication, ledger: ManagedLedgerImpl, data: bytes) -> Position:
     """The publish path as the topic runs it: check, append, record the acknowledgement."""
     parsed = parse_message(data)
     lowest, highest = batch_sequence_range(parsed.metadata, parsed.payload)
@@ -91,7 +91,7 @@ def test_state_after_restart_is_exact(kafka_bootstrap: str) -> None:
     name = f"public/default/persistent/dedup-{uuid.uuid4().hex[:8]}"
     log: list[tuple[Position, str, int]] = []
 
-    async def send(dedup: MessageDeduplication, ledger: ManagedLedger, data: bytes) -> None:
+    async def send(dedup: MessageDeduplication, ledger: ManagedLedgerImpl, data: bytes) -> None:
         position = await publish(dedup, ledger, data)
         parsed = parse_message(data)
         log.append(
@@ -103,7 +103,7 @@ def test_state_after_restart_is_exact(kafka_bootstrap: str) -> None:
         )
 
     async def first_life() -> Position:
-        storage = await StorageService.start(config)
+        storage = await KafkaStorage.start(config)
         try:
             ledger = await storage.open_managed_ledger(name)
             dedup = MessageDeduplication(config, ledger)
@@ -114,7 +114,7 @@ def test_state_after_restart_is_exact(kafka_bootstrap: str) -> None:
             await dedup.take_snapshot()
             first = parse_position(dedup.stats()["lastSnapshotPosition"])
             assert first == log[-1][0]
-            assert ledger.cursors()[DEDUP_CURSOR].properties == {"alpha": 1, "beta": 9}
+            assert ledger.cursors.opened()[DEDUP_CURSOR].properties == {"alpha": 1, "beta": 9}
 
             # More than twice the interval: snapshots start in the background.
             for seq in range(2, 8):
@@ -128,7 +128,7 @@ def test_state_after_restart_is_exact(kafka_bootstrap: str) -> None:
             )
             background = parse_position(dedup.stats()["lastSnapshotPosition"])
             assert background > first
-            assert ledger.cursors()[DEDUP_CURSOR].properties == marks_up_to(log, background)
+            assert ledger.cursors.opened()[DEDUP_CURSOR].properties == marks_up_to(log, background)
             assert dedup.stats()["entriesSinceSnapshot"] == sum(
                 1 for p, _, _ in log if p > background
             )
@@ -136,7 +136,7 @@ def test_state_after_restart_is_exact(kafka_bootstrap: str) -> None:
             await dedup.take_snapshot()
             snapshot = parse_position(dedup.stats()["lastSnapshotPosition"])
             assert snapshot == log[-1][0]
-            assert ledger.cursors()[DEDUP_CURSOR].properties == {
+            assert ledger.cursors.opened()[DEDUP_CURSOR].properties == {
                 "alpha": 7,
                 "beta": 14,
                 "gamma": 40,
@@ -151,7 +151,7 @@ def test_state_after_restart_is_exact(kafka_bootstrap: str) -> None:
             await storage.close()
 
     async def second_life() -> tuple[dict[str, int], dict[str, object], list[Verdict]]:
-        storage = await StorageService.start(config)
+        storage = await KafkaStorage.start(config)
         try:
             ledger = await storage.open_managed_ledger(name, create=False)
             dedup = MessageDeduplication(config, ledger)
@@ -190,7 +190,7 @@ def test_close_snapshots_so_nothing_is_replayed(kafka_bootstrap: str) -> None:
     name = f"public/default/persistent/dedup-{uuid.uuid4().hex[:8]}"
 
     async def scenario() -> None:
-        storage = await StorageService.start(config)
+        storage = await KafkaStorage.start(config)
         try:
             ledger = await storage.open_managed_ledger(name)
             dedup = MessageDeduplication(config, ledger)
@@ -201,10 +201,10 @@ def test_close_snapshots_so_nothing_is_replayed(kafka_bootstrap: str) -> None:
         finally:
             await storage.close()
 
-        storage = await StorageService.start(config)
+        storage = await KafkaStorage.start(config)
         try:
             ledger = await storage.open_managed_ledger(name, create=False)
-            assert ledger.cursors() == {}
+            assert ledger.cursors.opened() == {}
             dedup = MessageDeduplication(config, ledger)
             await dedup.enable()
             assert dedup.stats()["lastSnapshotPosition"] == str(last)
@@ -214,7 +214,7 @@ def test_close_snapshots_so_nothing_is_replayed(kafka_bootstrap: str) -> None:
             assert dedup.check("p", 3, 3) is NOT_DUP
             # Disabling removes the cursor from storage, so it holds back nothing.
             await dedup.disable()
-            assert not ledger.cursor_exists(DEDUP_CURSOR)
+            assert not ledger.cursors.exists(DEDUP_CURSOR)
             await storage.delete_managed_ledger(name)
         finally:
             await storage.close()

@@ -18,13 +18,13 @@ import jwt
 import pulsar
 import pytest
 
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.broker_process import BrokerProcess
 from tests.integration.conftest import make_broker
 
 
 def tokens(*args: str) -> str:
     result = subprocess.run(
-        [sys.executable, "-m", "dedup_broker.cli", "tokens", *args],
+        [sys.executable, "-m", "dedup_broker.app.cli", "tokens", *args],
         capture_output=True,
         text=True,
         check=True,

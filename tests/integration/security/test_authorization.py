@@ -15,7 +15,7 @@ import jwt
 import pulsar
 import pytest
 
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.broker_process import BrokerProcess
 from tests.integration.conftest import make_broker
 
 SECRET = secrets.token_bytes(32)

@@ -12,7 +12,7 @@ import pulsar
 import pytest
 import requests
 
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.broker_process import BrokerProcess
 from tests.integration.conftest import make_broker
 
 

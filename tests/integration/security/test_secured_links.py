@@ -16,15 +16,15 @@ import pulsar
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from dedup_broker.app.deletion_worker import run_doctor as check
 from dedup_broker.config import BrokerConfig
 from dedup_broker.devservers.kafka import NativeKafka
 from dedup_broker.devservers.redis import NativeRedis, RedisTls
 from dedup_broker.key_dedup.store import KeyStore, KeyStoreUnavailableError, ScopeKeys
-from dedup_broker.testing.admin_http import http_request
-from dedup_broker.testing.broker_process import BrokerProcess, free_port
-from dedup_broker.testing.cluster_processes import ClusterProcesses
-from dedup_broker.testing.worker_process import WorkerProcess
-from system_topics.doctor import check
+from harness.admin_http import http_request
+from harness.broker_process import BrokerProcess, free_port
+from harness.cluster_processes import ClusterProcesses
+from harness.worker_process import WorkerProcess
 from tests.integration.conftest import make_broker
 from tests.integration.system_topics.deletion_helpers import SMALL_LEDGERS, wait_until
 from tests.tls_certificates import Certificates, make_certificates

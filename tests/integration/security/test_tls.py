@@ -22,9 +22,9 @@ import pytest
 
 from dedup_broker.config import ENV_PREFIX
 from dedup_broker.protocol import pulsar_api_pb2 as pb
-from dedup_broker.testing.broker_process import BrokerProcess, free_port
-from dedup_broker.testing.cluster_processes import ClusterProcesses
-from dedup_broker.testing.raw_client import RawConnection
+from harness.broker_process import BrokerProcess, free_port
+from harness.cluster_processes import ClusterProcesses
+from harness.raw_client import RawConnection
 from tests.integration.conftest import make_broker
 from tests.tls_certificates import Certificates, make_certificates
 
@@ -318,7 +318,7 @@ def test_bad_tls_settings_stop_the_broker_at_start(certs: Certificates, tmp_path
         ENV_PREFIX + "TLS_KEY_FILE_PATH": str(tmp_path / "missing.key"),
     }
     result = subprocess.run(
-        [sys.executable, "-m", "dedup_broker.cli", "serve"],
+        [sys.executable, "-m", "dedup_broker.app.cli", "serve"],
         env=env,
         capture_output=True,
         text=True,

@@ -10,8 +10,8 @@ import pytest
 
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import encode_message, encode_payload_command
-from dedup_broker.testing.broker_process import BrokerProcess
-from dedup_broker.testing.raw_client import RawConnection
+from harness.broker_process import BrokerProcess
+from harness.raw_client import RawConnection
 
 RECEIVE_MS = 10_000
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 import pulsar
 import pytest
 
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.broker_process import BrokerProcess
 
 RECEIVE_MS = 10_000
 BATCH = 10

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pulsar
 import pytest
 
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.broker_process import BrokerProcess
 
 RECEIVE_MS = 15_000
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from dedup_broker.protocol import pulsar_api_pb2 as pb
-from dedup_broker.testing.raw_client import RawConnection
+from harness.raw_client import RawConnection
 from tests.integration.conftest import make_broker
 
 

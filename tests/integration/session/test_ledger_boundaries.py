@@ -10,7 +10,7 @@ import urllib.request
 
 import pulsar
 
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.broker_process import BrokerProcess
 
 RECEIVE_MS = 10_000
 PER_LEDGER = 1000

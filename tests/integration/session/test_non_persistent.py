@@ -12,7 +12,7 @@ from typing import Any
 import pulsar
 from confluent_kafka.admin import AdminClient
 
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.broker_process import BrokerProcess
 
 RECEIVE_MS = 5_000
 

@@ -7,8 +7,8 @@ import uuid
 
 import pulsar
 
-from dedup_broker.testing.admin_http import http_request
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.admin_http import http_request
+from harness.broker_process import BrokerProcess
 
 RECEIVE_MS = 10_000
 

@@ -20,7 +20,7 @@ import _pulsar
 import pulsar
 import pytest
 
-from dedup_broker.testing.cluster_processes import ClusterProcesses
+from harness.cluster_processes import ClusterProcesses
 
 DISCOVERY_DEADLINE_SECONDS = 30.0
 DISCOVERY_PERIOD_SECONDS = 1

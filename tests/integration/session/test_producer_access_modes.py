@@ -9,7 +9,7 @@ import time
 import pulsar
 import pytest
 
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.broker_process import BrokerProcess
 
 Mode = pulsar.ProducerAccessMode
 

@@ -12,8 +12,8 @@ import pulsar
 import pytest
 from pulsar.schema import Integer, JsonSchema, Record, Schema, String, StringSchema
 
-from dedup_broker.testing.admin_http import http_request
-from dedup_broker.testing.broker_process import BrokerProcess
+from harness.admin_http import http_request
+from harness.broker_process import BrokerProcess
 from tests.integration.conftest import make_broker
 
 RECEIVE_MS = 10_000

@@ -8,8 +8,10 @@ from collections.abc import Callable
 
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
-from dedup_broker.storage import Entry, LedgerInfo, Position, StorageService, formats
+from dedup_broker.storage import formats
 from dedup_broker.storage import storage_pb2 as pb
+from dedup_broker.storage.api import Entry, LedgerInfo, Position
+from dedup_broker.storage.service.kafka_storage import KafkaStorage
 from tests.integration.storage.helpers import ConfigFactory, read_topic, run, wait_until
 
 SMALL_LEDGERS = {
@@ -20,7 +22,7 @@ SMALL_LEDGERS = {
 
 def test_round_trip_in_order_across_ledgers(make_config: ConfigFactory) -> None:
     async def scenario() -> None:
-        storage = await StorageService.start(make_config(**SMALL_LEDGERS))
+        storage = await KafkaStorage.start(make_config(**SMALL_LEDGERS))
         try:
             ml = await storage.open_managed_ledger("tenant/ns/persistent/orders")
             futures = [ml.append(f"entry-{i}".encode(), 1_000_000 + i) for i in range(23)]
@@ -75,7 +77,7 @@ def test_rollover_by_size(make_config: ConfigFactory) -> None:
             managed_ledger_max_size_per_ledger_mbytes=1,
             managed_ledger_min_ledger_rollover_time_minutes=0,
         )
-        storage = await StorageService.start(config)
+        storage = await KafkaStorage.start(config)
         try:
             ml = await storage.open_managed_ledger("big")
             payload = b"z" * (300 * 1024)
@@ -98,7 +100,7 @@ def test_rollover_waits_for_min_age_then_max_age_rolls_over(make_config: ConfigF
             managed_ledger_min_ledger_rollover_time_minutes=0.5 / 60,  # 0.5 s
             managed_ledger_max_ledger_rollover_time_minutes=1.5 / 60,  # 1.5 s
         )
-        storage = await StorageService.start(config)
+        storage = await KafkaStorage.start(config)
         try:
             ml = await storage.open_managed_ledger("aged")
             first = await asyncio.gather(*(ml.append(b"a", 0) for _ in range(4)))
@@ -121,7 +123,7 @@ def test_rollover_waits_for_min_age_then_max_age_rolls_over(make_config: ConfigF
 
 def test_reads_from_kafka_after_the_cache_is_evicted(make_config: ConfigFactory) -> None:
     async def scenario() -> None:
-        storage = await StorageService.start(make_config(**SMALL_LEDGERS))
+        storage = await KafkaStorage.start(make_config(**SMALL_LEDGERS))
         try:
             ml = await storage.open_managed_ledger("evicted")
             data = [bytes([i]) * (i + 1) for i in range(12)]
@@ -147,7 +149,7 @@ def test_reads_from_kafka_after_the_cache_is_evicted(make_config: ConfigFactory)
 
 def test_reads_without_a_cache_and_byte_limits(make_config: ConfigFactory) -> None:
     async def scenario() -> None:
-        storage = await StorageService.start(
+        storage = await KafkaStorage.start(
             make_config(managed_ledger_cache_size_mb=0, **SMALL_LEDGERS)
         )
         try:
@@ -172,7 +174,7 @@ def test_reads_without_a_cache_and_byte_limits(make_config: ConfigFactory) -> No
 
 def test_entries_listener(make_config: ConfigFactory) -> None:
     async def scenario() -> None:
-        storage = await StorageService.start(make_config())
+        storage = await KafkaStorage.start(make_config())
         try:
             ml = await storage.open_managed_ledger("listened")
             seen: list[Position] = []
@@ -193,7 +195,7 @@ def test_entries_listener(make_config: ConfigFactory) -> None:
 
 def test_find_position_by_time(make_config: ConfigFactory) -> None:
     async def scenario() -> None:
-        storage = await StorageService.start(make_config(**SMALL_LEDGERS))
+        storage = await KafkaStorage.start(make_config(**SMALL_LEDGERS))
         try:
             ml = await storage.open_managed_ledger("timed")
             base = int(time.time() * 1000)
@@ -217,7 +219,7 @@ def test_ledger_topics_headers_keys_and_ids(
     broker: list[str] = []
 
     async def scenario() -> None:
-        storage = await StorageService.start(config)
+        storage = await KafkaStorage.start(config)
         try:
             ml = await storage.open_managed_ledger("headed")
             positions = [await ml.append(b"abc" * (i + 1), 7000 + i) for i in range(7)]
@@ -270,7 +272,7 @@ def test_append_throughput(make_config: ConfigFactory) -> None:
     """Small appends with acks=all keep a shared 2-core machine busy, not waiting."""
 
     async def scenario() -> None:
-        storage = await StorageService.start(make_config())
+        storage = await KafkaStorage.start(make_config())
         try:
             ml = await storage.open_managed_ledger("fast")
             await ml.append(b"warm-up", 0)
@@ -289,7 +291,7 @@ def test_append_throughput(make_config: ConfigFactory) -> None:
 def test_largest_entries_and_empty_entries(make_config: ConfigFactory) -> None:
     async def scenario() -> None:
         config = make_config()
-        storage = await StorageService.start(config)
+        storage = await KafkaStorage.start(config)
         try:
             ml = await storage.open_managed_ledger("large")
             big = bytes(range(256)) * (config.max_message_size // 256)

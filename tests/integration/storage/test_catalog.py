@@ -9,9 +9,10 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from dedup_broker.storage import LedgerCatalog, StorageService, formats
-from dedup_broker.storage.broker_registry import broker_key, broker_record
-from dedup_broker.storage.catalog import LedgerHeaderError
+from dedup_broker.storage import formats
+from dedup_broker.storage.formats import broker_key, broker_record
+from dedup_broker.storage.service.catalog import KafkaLedgerCatalog, LedgerHeaderError
+from dedup_broker.storage.service.kafka_storage import KafkaStorage
 from tests.integration.storage.helpers import ConfigFactory, run
 
 SMALL_LEDGERS = {
@@ -26,11 +27,11 @@ def test_lists_headers_and_allocations_match_what_the_broker_stored(
     config = make_config(**SMALL_LEDGERS)
 
     async def scenario() -> None:
-        storage = await StorageService.start(config)
-        catalog = LedgerCatalog(config)
+        storage = await KafkaStorage.start(config)
+        catalog = KafkaLedgerCatalog(config)
         try:
             ml = await storage.open_managed_ledger("public/default/persistent/cat")
-            await ml.open_cursor("sub", "earliest")
+            await ml.cursors.open("sub", "earliest")
             for i in range(7):
                 await ml.append(b"e%d" % i, 0)
             ids = [info.ledger_id for info in ml.ledgers()]
@@ -79,8 +80,8 @@ def test_deleting_a_ledger_topic_says_whether_it_existed(make_config: ConfigFact
     config = make_config(**SMALL_LEDGERS)
 
     async def scenario() -> None:
-        storage = await StorageService.start(config)
-        catalog = LedgerCatalog(config)
+        storage = await KafkaStorage.start(config)
+        catalog = KafkaLedgerCatalog(config)
         try:
             ml = await storage.open_managed_ledger("doomed")
             for i in range(4):
@@ -119,8 +120,8 @@ def test_topics_named_like_ledgers_that_are_not_ledgers(
     assert producer.flush(10) == 0
 
     async def scenario() -> None:
-        storage = await StorageService.start(config)
-        catalog = LedgerCatalog(config)
+        storage = await KafkaStorage.start(config)
+        catalog = KafkaLedgerCatalog(config)
         try:
             assert await catalog.ledger_ids() == [empty, foreign]
             # Created, its header never written (a crash mid-create): nothing to say.
@@ -139,8 +140,8 @@ def test_registered_brokers_admin_urls(make_config: ConfigFactory) -> None:
     config = make_config()
 
     async def scenario() -> None:
-        storage = await StorageService.start(config)
-        catalog = LedgerCatalog(config)
+        storage = await KafkaStorage.start(config)
+        catalog = KafkaLedgerCatalog(config)
         try:
             assert await catalog.broker_admin_urls() == []
             await storage.policies.put(
@@ -165,9 +166,9 @@ def test_a_catalog_needs_no_running_broker(make_config: ConfigFactory) -> None:
     config = make_config()
 
     async def scenario() -> None:
-        storage = await StorageService.start(config)  # creates the internal topics
+        storage = await KafkaStorage.start(config)  # creates the internal topics
         await storage.close()
-        catalog = LedgerCatalog(config)
+        catalog = KafkaLedgerCatalog(config)
         try:
             results = await asyncio.gather(
                 catalog.managed_ledgers(), catalog.ledger_ids(), catalog.broker_admin_urls()

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 
 from dedup_broker.errors import CursorNotFoundError
-from dedup_broker.storage import Position, StorageService, formats
+from dedup_broker.storage import formats
+from dedup_broker.storage.api import Position
+from dedup_broker.storage.service.kafka_storage import KafkaStorage
 from tests.integration.storage.helpers import ConfigFactory, read_topic, run, wait_until
 
 SMALL_LEDGERS = {
@@ -27,10 +29,10 @@ def test_cursor_state_survives_a_restart(make_config: ConfigFactory) -> None:
     config = make_config(**SMALL_LEDGERS)
 
     async def scenario() -> None:
-        storage = await StorageService.start(config)
+        storage = await KafkaStorage.start(config)
         ml = await storage.open_managed_ledger("durable")
         positions = [await ml.append(f"m{i}".encode(), 0) for i in range(10)]
-        cursor = await ml.open_cursor("sub", "earliest")
+        cursor = await ml.cursors.open("sub", "earliest")
         assert cursor.mark_delete_position == Position(positions[0].ledger_id, -1)
         assert cursor.backlog() == 10
         cursor.mark_delete(positions[2], {"pulsar.seq.producer-a": 41, "n": -7})
@@ -39,11 +41,11 @@ def test_cursor_state_survives_a_restart(make_config: ConfigFactory) -> None:
         assert [e.data for e in read] == [b"m3", b"m6", b"m7"]
         await storage.close()
 
-        again = await StorageService.start(config)
+        again = await KafkaStorage.start(config)
         try:
             ml2 = await again.open_managed_ledger("durable")
-            assert ml2.stored_cursor_names() == ["sub"]
-            restored = await ml2.open_cursor("sub")
+            assert ml2.cursors.stored_names() == ["sub"]
+            restored = await ml2.cursors.open("sub")
             assert restored.mark_delete_position == positions[2]
             assert restored.persisted_mark_delete_position == positions[2]
             assert restored.properties == {"pulsar.seq.producer-a": 41, "n": -7}
@@ -66,11 +68,11 @@ def test_acks_are_written_in_batches(make_config: ConfigFactory, kafka_bootstrap
     config = make_config(managed_ledger_default_mark_delete_rate_limit=0.2)
 
     async def scenario() -> None:
-        storage = await StorageService.start(config)
+        storage = await KafkaStorage.start(config)
         try:
             ml = await storage.open_managed_ledger("acked")
             positions = await asyncio.gather(*(ml.append(b"a", 0) for _ in range(1000)))
-            cursor = await ml.open_cursor("sub", "earliest")
+            cursor = await ml.cursors.open("sub", "earliest")
             for p in positions[:500]:
                 cursor.mark_delete(p)
             cursor.delete(positions[500:])
@@ -96,11 +98,11 @@ def test_latest_state_is_written_by_the_timer(
     key = formats.cursor_key("timed", "sub")
 
     async def scenario() -> None:
-        storage = await StorageService.start(config)
+        storage = await KafkaStorage.start(config)
         try:
             ml = await storage.open_managed_ledger("timed")
             positions = await asyncio.gather(*(ml.append(b"a", 0) for _ in range(20)))
-            cursor = await ml.open_cursor("sub", "earliest")
+            cursor = await ml.cursors.open("sub", "earliest")
             for p in positions:
                 cursor.mark_delete(p)
             await wait_until(lambda: cursor.persisted_mark_delete_position == positions[-1], 5)
@@ -119,21 +121,21 @@ def test_new_cursor_is_stored_before_open_returns(make_config: ConfigFactory) ->
     config = make_config()
 
     async def scenario() -> None:
-        first = await StorageService.start(config)
-        second: StorageService | None = None
+        first = await KafkaStorage.start(config)
+        second: KafkaStorage | None = None
         try:
             ml = await first.open_managed_ledger("shared")
             positions = [await ml.append(b"x", 0) for _ in range(3)]
-            latest = await ml.open_cursor("late", "latest")
-            earliest = await ml.open_cursor("early", "earliest")
+            latest = await ml.cursors.open("late", "latest")
+            earliest = await ml.cursors.open("early", "earliest")
             assert latest.mark_delete_position == positions[-1] and latest.backlog() == 0
             assert earliest.backlog() == 3
-            assert await ml.open_cursor("late") is latest
-            second = await StorageService.start(config)
+            assert await ml.cursors.open("late") is latest
+            second = await KafkaStorage.start(config)
             ml2 = await second.open_managed_ledger("shared")
-            assert ml2.stored_cursor_names() == ["early", "late"]
-            assert ml2.cursor_exists("late") and not ml2.cursor_exists("nope")
-            seen = await ml2.open_cursor("late")
+            assert ml2.cursors.stored_names() == ["early", "late"]
+            assert ml2.cursors.exists("late") and not ml2.cursors.exists("nope")
+            seen = await ml2.cursors.open("late")
             assert seen.mark_delete_position == positions[-1]
         finally:
             if second is not None:
@@ -149,28 +151,28 @@ def test_reset_is_durable_and_delete_cursor_leaves_a_tombstone(
     config = make_config(managed_ledger_default_mark_delete_rate_limit=0.01)
 
     async def scenario() -> None:
-        storage = await StorageService.start(config)
+        storage = await KafkaStorage.start(config)
         try:
             ml = await storage.open_managed_ledger("seek")
             positions = [await ml.append(b"s", 0) for _ in range(6)]
-            cursor = await ml.open_cursor("sub", "earliest")
+            cursor = await ml.cursors.open("sub", "earliest")
             cursor.mark_delete(positions[4])
             await cursor.reset(positions[2])
             assert cursor.persisted_mark_delete_position == positions[1]
             assert [e.position for e in await cursor.read_entries(10)] == positions[2:]
-            await ml.delete_cursor("sub")
-            assert not ml.cursor_exists("sub") and ml.cursors() == {}
+            await ml.cursors.delete("sub")
+            assert not ml.cursors.exists("sub") and ml.cursors.opened() == {}
             try:
-                await ml.delete_cursor("sub")
+                await ml.cursors.delete("sub")
             except CursorNotFoundError:
                 pass
             else:
                 raise AssertionError("deleting a missing cursor must fail")
         finally:
             await storage.close()
-        again = await StorageService.start(config)
+        again = await KafkaStorage.start(config)
         try:
-            assert not (await again.open_managed_ledger("seek")).cursor_exists("sub")
+            assert not (await again.open_managed_ledger("seek")).cursors.exists("sub")
         finally:
             await again.close()
 
@@ -182,22 +184,22 @@ def test_reset_is_durable_and_delete_cursor_leaves_a_tombstone(
 
 def test_non_durable_cursors(make_config: ConfigFactory) -> None:
     async def scenario() -> None:
-        storage = await StorageService.start(make_config(**SMALL_LEDGERS))
+        storage = await KafkaStorage.start(make_config(**SMALL_LEDGERS))
         try:
             ml = await storage.open_managed_ledger("readers")
             positions = [await ml.append(f"r{i}".encode(), 0) for i in range(6)]
-            tail = ml.new_non_durable_cursor(None)
+            tail = ml.cursors.new_non_durable(None)
             assert not tail.durable and not tail.has_more_entries()
-            from_start = ml.new_non_durable_cursor(Position(-1, -1))
+            from_start = ml.cursors.new_non_durable(Position(-1, -1))
             assert [e.data for e in await from_start.read_entries(3)] == [b"r0", b"r1", b"r2"]
-            inclusive = ml.new_non_durable_cursor(positions[4], inclusive=True)
-            exclusive = ml.new_non_durable_cursor(positions[4])
+            inclusive = ml.cursors.new_non_durable(positions[4], inclusive=True)
+            exclusive = ml.cursors.new_non_durable(positions[4])
             assert [e.data for e in await inclusive.read_entries(10)] == [b"r4", b"r5"]
             assert [e.data for e in await exclusive.read_entries(10)] == [b"r5"]
             await ml.append(b"r6", 0)
             assert tail.has_more_entries()
             assert [e.data for e in await tail.read_entries(10)] == [b"r6"]
-            assert ml.cursors() == {}
+            assert ml.cursors.opened() == {}
         finally:
             await storage.close()
 

@@ -9,9 +9,9 @@ import time
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import OwnershipLostError, StorageError
 from dedup_broker.storage import formats
-from dedup_broker.storage.fencing import WriteFence
-from dedup_broker.storage.metadata_table import MetadataView
-from dedup_broker.storage.service import StorageService
+from dedup_broker.storage.kafka.fencing import KafkaWriteFence
+from dedup_broker.storage.service.kafka_storage import KafkaStorage
+from dedup_broker.storage.tables.metadata_table import MetadataView
 from tests.integration.storage.helpers import ConfigFactory, run, wait_until
 
 
@@ -19,13 +19,13 @@ def test_a_new_holder_fences_the_old_one(make_config: ConfigFactory) -> None:
     config = make_config()
 
     async def scenario() -> None:
-        old = await StorageService.start(config)
-        new = await StorageService.start(config)
+        old = await KafkaStorage.start(config)
+        new = await KafkaStorage.start(config)
         try:
             old_fence = await old.acquire_fence(3)
             ml = await old.open_managed_ledger("fenced", fence=old_fence)
             acked = [await ml.append(f"m{i}".encode(), 0) for i in range(5)]
-            cursor = await ml.open_cursor("sub", "earliest")
+            cursor = await ml.cursors.open("sub", "earliest")
             cursor.mark_delete(acked[1])
             await cursor.flush()
 
@@ -36,7 +36,7 @@ def test_a_new_holder_fences_the_old_one(make_config: ConfigFactory) -> None:
             expected = [f"m{i}".encode() for i in range(5)]
             entries = await ml2.read_entries(ml2.first_position(), 20)
             assert [e.data for e in entries] == expected
-            resumed = await ml2.open_cursor("sub")
+            resumed = await ml2.cursors.open("sub")
             assert resumed.mark_delete_position == acked[1]
 
             # The old holder, unaware: no acknowledgement; its managed ledger closes.
@@ -81,7 +81,7 @@ def test_commits_are_shared_by_appends_in_flight(make_config: ConfigFactory) -> 
     config = make_config()
 
     async def scenario() -> None:
-        storage = await StorageService.start(config)
+        storage = await KafkaStorage.start(config)
         try:
             fence = await storage.acquire_fence(0)
             ml = await storage.open_managed_ledger("busy", fence=fence)
@@ -108,7 +108,7 @@ def test_taking_a_fence_with_kafka_unreachable_fails_within_its_timeout() -> Non
     async def scenario() -> None:
         started = time.monotonic()
         try:
-            await WriteFence.acquire(config, 1)
+            await KafkaWriteFence.acquire(config, 1)
         except Exception as exc:  # a StorageError naming the slot
             assert "slot 1" in str(exc)
         else:

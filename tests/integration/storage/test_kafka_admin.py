@@ -6,7 +6,7 @@ import asyncio
 
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
-from dedup_broker.storage.kafka_admin import KafkaAdmin
+from dedup_broker.storage.kafka.admin import KafkaAdmin
 from tests.integration.storage.helpers import ConfigFactory, run
 
 

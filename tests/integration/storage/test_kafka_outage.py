@@ -10,7 +10,8 @@ import pytest
 from dedup_broker.config import BrokerConfig
 from dedup_broker.devservers import KafkaService
 from dedup_broker.errors import LedgerFencedError, StorageError
-from dedup_broker.storage import ManagedLedger, Position, StorageService
+from dedup_broker.storage.api import ManagedLedger, Position
+from dedup_broker.storage.service.kafka_storage import KafkaStorage
 from tests.integration.storage.helpers import run, wait_until
 
 
@@ -25,13 +26,13 @@ def test_writes_during_a_kafka_outage_fence_then_recover(native_kafka: KafkaServ
     )
 
     async def scenario() -> None:
-        storage = await StorageService.start(config)
+        storage = await KafkaStorage.start(config)
         try:
             ml = await storage.open_managed_ledger("outage")
             resolved: list[tuple[Position, Position]] = []
             ml.on_write_failure_resolved = lambda told, true: resolved.append((told, true))
             acked = [await ml.append(f"a{i}".encode(), 0) for i in range(20)]
-            cursor = await ml.open_cursor("sub", "earliest")
+            cursor = await ml.cursors.open("sub", "earliest")
             cursor.mark_delete(acked[9])
             await cursor.flush()
 
@@ -56,7 +57,7 @@ def test_writes_during_a_kafka_outage_fence_then_recover(native_kafka: KafkaServ
             assert after == Position(ml.ledgers()[-1].ledger_id, 0)
             await wait_until(lambda: cursor.persisted_mark_delete_position == acked[14], 30)
             # The metadata tables still follow Kafka: another broker's write shows.
-            other = await StorageService.start(config)
+            other = await KafkaStorage.start(config)
             try:
                 await other.policies.put("after-outage", b"written")
                 await storage.policies.refresh()
@@ -66,7 +67,7 @@ def test_writes_during_a_kafka_outage_fence_then_recover(native_kafka: KafkaServ
         finally:
             await storage.close()
 
-        again = await StorageService.start(config)
+        again = await KafkaStorage.start(config)
         try:
             ml2 = await again.open_managed_ledger("outage")
             entries = await ml2.read_entries(ml2.first_position(), 100)
@@ -76,7 +77,7 @@ def test_writes_during_a_kafka_outage_fence_then_recover(native_kafka: KafkaServ
             assert data[:20] == [f"a{i}".encode() for i in range(20)]
             assert data[-1] == b"after"
             assert set(data[20:-1]) <= {f"d{i}".encode() for i in range(5)}
-            restored = await ml2.open_cursor("sub")
+            restored = await ml2.cursors.open("sub")
             assert restored.mark_delete_position == acked[14]
         finally:
             await again.close()
@@ -117,7 +118,7 @@ def test_no_acknowledged_entry_is_lost_while_kafka_dies_mid_stream(
             await asyncio.sleep(0.005)
 
     async def scenario() -> None:
-        storage = await StorageService.start(config)
+        storage = await KafkaStorage.start(config)
         try:
             ml = await storage.open_managed_ledger("stream")
             stop = asyncio.Event()
@@ -136,7 +137,7 @@ def test_no_acknowledged_entry_is_lost_while_kafka_dies_mid_stream(
         finally:
             await storage.close()
 
-        again = await StorageService.start(config)
+        again = await KafkaStorage.start(config)
         try:
             ml2 = await again.open_managed_ledger("stream")
             stored: dict[Position, bytes] = {}

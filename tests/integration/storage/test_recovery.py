@@ -18,7 +18,9 @@ from dedup_broker.errors import (
     ManagedLedgerFencedError,
     StorageError,
 )
-from dedup_broker.storage import Position, StorageService, formats
+from dedup_broker.storage import formats
+from dedup_broker.storage.api import Position
+from dedup_broker.storage.service.kafka_storage import KafkaStorage
 from tests.integration.storage.helpers import ConfigFactory, run, wait_until
 
 
@@ -34,15 +36,15 @@ def test_reopen_after_an_unclean_stop(make_config: ConfigFactory) -> None:
     config = make_config()
 
     async def scenario() -> None:
-        crashed = await StorageService.start(config)
+        crashed = await KafkaStorage.start(config)
         ml = await crashed.open_managed_ledger("crashy")
         acked = [await ml.append(f"c{i}".encode(), 0) for i in range(10)]
-        cursor = await ml.open_cursor("sub", "earliest")
+        cursor = await ml.cursors.open("sub", "earliest")
         cursor.mark_delete(acked[3])
         await cursor.flush()
         old_ledger = acked[0].ledger_id
         # The first broker never closes: a second one takes over from what is stored.
-        successor = await StorageService.start(config)
+        successor = await KafkaStorage.start(config)
         try:
             ml2 = await successor.open_managed_ledger("crashy")
             infos = ml2.ledgers()
@@ -52,7 +54,7 @@ def test_reopen_after_an_unclean_stop(make_config: ConfigFactory) -> None:
             assert ml2.last_confirmed == acked[-1]
             entries = await ml2.read_entries(ml2.first_position(), 20)
             assert [e.data for e in entries] == [f"c{i}".encode() for i in range(10)]
-            resumed = await ml2.open_cursor("sub")
+            resumed = await ml2.cursors.open("sub")
             assert resumed.mark_delete_position == acked[3]
             nxt = await ml2.append(b"after", 0)
             assert nxt == Position(infos[-1].ledger_id, 0)
@@ -94,7 +96,7 @@ def test_records_that_landed_despite_a_failure_become_entries(
     config = make_config()
 
     async def scenario() -> None:
-        storage = await StorageService.start(config)
+        storage = await KafkaStorage.start(config)
         try:
             ml = await storage.open_managed_ledger("landed")
             resolved: list[tuple[Position, Position]] = []
@@ -151,7 +153,7 @@ def test_a_failed_write_fails_everything_in_flight_in_order(
     config = make_config()
 
     async def scenario() -> None:
-        storage = await StorageService.start(config)
+        storage = await KafkaStorage.start(config)
         try:
             ml = await storage.open_managed_ledger("refused")
             resolved: list[tuple[Position, Position]] = []
@@ -190,7 +192,7 @@ def test_clean_close_then_reopen_keeps_everything(make_config: ConfigFactory) ->
     config = make_config()
 
     async def scenario() -> None:
-        storage = await StorageService.start(config)
+        storage = await KafkaStorage.start(config)
         ml = await storage.open_managed_ledger("clean")
         first = [await ml.append(b"1", 0) for _ in range(3)]
         await ml.close()

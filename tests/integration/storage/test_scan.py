@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from dedup_broker.storage import Position, StorageService
+from dedup_broker.storage.api import Position
+from dedup_broker.storage.service.kafka_storage import KafkaStorage
 from tests.integration.storage.helpers import ConfigFactory, run
 
 SMALL_LEDGERS = {
@@ -15,7 +16,7 @@ SMALL_LEDGERS = {
 
 def test_scan_hands_every_entry_once_in_order_across_ledgers(make_config: ConfigFactory) -> None:
     async def scenario() -> None:
-        storage = await StorageService.start(make_config(**SMALL_LEDGERS))
+        storage = await KafkaStorage.start(make_config(**SMALL_LEDGERS))
         try:
             ml = await storage.open_managed_ledger("tenant/ns/persistent/scanned")
             positions = [await ml.append(f"e{i}".encode(), 1_000 + i) for i in range(13)]

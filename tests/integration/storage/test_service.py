@@ -7,7 +7,7 @@ import asyncio
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
 from dedup_broker.errors import TopicNotFoundError
-from dedup_broker.storage import StorageService
+from dedup_broker.storage.service.kafka_storage import KafkaStorage
 from tests.integration.storage.helpers import ConfigFactory, read_topic, run
 
 
@@ -17,7 +17,7 @@ def test_internal_topics_are_created_compacted(
     config = make_config()
 
     async def scenario() -> None:
-        storage = await StorageService.start(config)
+        storage = await KafkaStorage.start(config)
         await storage.close()
 
     run(scenario)
@@ -37,7 +37,7 @@ def test_internal_topics_are_created_compacted(
 
 def test_concurrent_opens_share_one_instance(make_config: ConfigFactory) -> None:
     async def scenario() -> None:
-        storage = await StorageService.start(make_config())
+        storage = await KafkaStorage.start(make_config())
         try:
             assert not storage.managed_ledger_exists("t")
             try:
@@ -68,14 +68,14 @@ def test_delete_managed_ledger_removes_everything(
     ledger_topics: list[str] = []
 
     async def scenario() -> None:
-        storage = await StorageService.start(config)
+        storage = await KafkaStorage.start(config)
         try:
             ml = await storage.open_managed_ledger("doomed")
             await asyncio.gather(*(ml.append(b"d", 0) for _ in range(5)))
-            await ml.open_cursor("a")
-            await ml.open_cursor("b", "earliest")
+            await ml.cursors.open("a")
+            await ml.cursors.open("b", "earliest")
             keep = await storage.open_managed_ledger("kept")
-            await keep.open_cursor("a")
+            await keep.cursors.open("a")
             ledger_topics.extend(storage.ledger_store.topic(i.ledger_id) for i in ml.ledgers())
             assert len(ledger_topics) == 3
             await storage.delete_managed_ledger("doomed")
@@ -92,13 +92,13 @@ def test_delete_managed_ledger_removes_everything(
                 raise AssertionError("deleting twice must fail")
         finally:
             await storage.close()
-        fresh = await StorageService.start(config)
+        fresh = await KafkaStorage.start(config)
         try:
             assert fresh.list_managed_ledgers() == ["kept"]
             reborn = await fresh.open_managed_ledger("doomed")
-            assert reborn.stored_cursor_names() == [] and reborn.number_of_entries() == 0
+            assert reborn.cursors.stored_names() == [] and reborn.number_of_entries() == 0
             kept = await fresh.open_managed_ledger("kept")
-            assert kept.stored_cursor_names() == ["a"]
+            assert kept.cursors.stored_names() == ["a"]
         finally:
             await fresh.close()
 
@@ -111,8 +111,8 @@ def test_metadata_table_between_two_brokers(make_config: ConfigFactory) -> None:
     config = make_config()
 
     async def scenario() -> None:
-        one = await StorageService.start(config)
-        two = await StorageService.start(config)
+        one = await KafkaStorage.start(config)
+        two = await KafkaStorage.start(config)
         try:
             await one.policies.put("ns/public/default", b"dedup=true")
             await one.policies.put("ns/public/other", b"dedup=false")
@@ -133,7 +133,7 @@ def test_metadata_table_between_two_brokers(make_config: ConfigFactory) -> None:
         finally:
             await one.close()
             await two.close()
-        three = await StorageService.start(config)
+        three = await KafkaStorage.start(config)
         try:
             assert three.policies.items() == [
                 ("ns/public/default", b"dedup=true"),
@@ -149,11 +149,11 @@ def test_managed_ledger_properties_are_stored(make_config: ConfigFactory) -> Non
     config = make_config()
 
     async def scenario() -> None:
-        storage = await StorageService.start(config)
+        storage = await KafkaStorage.start(config)
         ml = await storage.open_managed_ledger("props")
         await ml.set_properties({"owner": "team-a", "retention": "7d"})
         await storage.close()
-        again = await StorageService.start(config)
+        again = await KafkaStorage.start(config)
         try:
             assert (await again.open_managed_ledger("props")).properties == {
                 "owner": "team-a",
@@ -173,8 +173,8 @@ def test_refresh_sees_the_fenced_writes_of_the_previous_holder(
     config = make_config()
 
     async def scenario() -> None:
-        one = await StorageService.start(config)
-        two = await StorageService.start(config)
+        one = await KafkaStorage.start(config)
+        two = await KafkaStorage.start(config)
         try:
             fence = await one.acquire_fence(1)
             for i in range(20):
@@ -208,8 +208,8 @@ def test_refresh_reads_on_its_own_when_the_tail_stops(make_config: ConfigFactory
     config = make_config()
 
     async def scenario() -> None:
-        one = await StorageService.start(config)
-        two = await StorageService.start(config)
+        one = await KafkaStorage.start(config)
+        two = await KafkaStorage.start(config)
         try:
             await asyncio.to_thread(two._tail.close)
             for i in range(3):
@@ -230,7 +230,7 @@ def test_opening_while_a_close_is_under_way_gets_a_fresh_ledger(
     the close, never the one being closed (whose appends and reads fail from then on)."""
 
     async def scenario() -> None:
-        storage = await StorageService.start(make_config())
+        storage = await KafkaStorage.start(make_config())
         try:
             old = await storage.open_managed_ledger("t")
             appends = [old.append(b"before-%d" % i, 0) for i in range(20)]

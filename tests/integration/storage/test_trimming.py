@@ -6,10 +6,8 @@ import asyncio
 
 from confluent_kafka.admin import AdminClient
 
-from dedup_broker.storage import StorageService
-from dedup_broker.storage.deletion import Retention
-from dedup_broker.storage.position import Position
-from dedup_broker.storage.status import LedgerStatus
+from dedup_broker.storage.service.kafka_storage import KafkaStorage
+from dedup_broker.storage.values import LedgerStatus, LedgerType, Position, Retention
 from tests.integration.storage.helpers import ConfigFactory, run
 
 
@@ -27,34 +25,34 @@ def test_consumed_ledgers_are_trimmed_and_needed_ones_kept(
     topics: dict[int, str] = {}
 
     async def scenario() -> None:
-        storage = await StorageService.start(config)
+        storage = await KafkaStorage.start(config)
         try:
             ml = await storage.open_managed_ledger("trim")
-            slow = await ml.open_cursor("slow", "earliest")
-            fast = await ml.open_cursor("fast", "earliest")
+            slow = await ml.cursors.open("slow", "earliest")
+            fast = await ml.cursors.open("fast", "earliest")
             positions = await asyncio.gather(*(ml.append(b"e%d" % i, 0) for i in range(10)))
             ids = [info.ledger_id for info in ml.ledgers()]
             topics.update({i: storage.ledger_store.topic(i) for i in ids})
             assert len(ids) == 4  # 3 + 3 + 3 + the current one
             fast.mark_delete(positions[-1])
             # "slow" still needs everything: nothing goes.
-            assert await ml.trim_consumed_ledgers(Retention(0, 0)) == []
+            assert await ml.trimmer.trim(Retention(0, 0)) == []
             slow.mark_delete(positions[4])  # inside the second ledger
-            assert await ml.trim_consumed_ledgers(Retention(0, 0)) == [ids[0]]
+            assert await ml.trimmer.trim(Retention(0, 0)) == [ids[0]]
             # Infinite retention keeps consumed ledgers.
             slow.mark_delete(positions[-1])
-            assert await ml.trim_consumed_ledgers(Retention(-1, -1)) == []
-            assert await ml.trim_consumed_ledgers(Retention(0, 0)) == ids[1:3]
+            assert await ml.trimmer.trim(Retention(-1, -1)) == []
+            assert await ml.trimmer.trim(Retention(0, 0)) == ids[1:3]
             assert [info.ledger_id for info in ml.ledgers()] == ids[3:]
             # The unconsumed last entry is still readable.
             entries = await ml.read_entries(Position(ids[3], 0), 10)
             assert [e.data for e in entries] == [b"e9"]
-            assert ml.ledger_status(ids[0]) is LedgerStatus.DELETABLE
-            assert ml.ledger_status(ids[3]) is LedgerStatus.IN_USE
+            assert ml.trimmer.status(ids[0], LedgerType.LEDGER, "") is LedgerStatus.DELETABLE
+            assert ml.trimmer.status(ids[3], LedgerType.LEDGER, "") is LedgerStatus.IN_USE
         finally:
             await storage.close()
         # A restarted instance sees the trimmed list.
-        storage = await StorageService.start(config)
+        storage = await KafkaStorage.start(config)
         try:
             ml = await storage.open_managed_ledger("trim")
             assert ml.ledgers()[0].ledger_id == ids[3]
@@ -76,7 +74,7 @@ def test_a_ledger_never_listed_is_deleted_when_the_managed_ledger_reopens(
     orphan_topic: list[str] = []
 
     async def scenario() -> None:
-        storage = await StorageService.start(config)
+        storage = await KafkaStorage.start(config)
         try:
             ml = await storage.open_managed_ledger("crashy")
             await ml.append(b"x", 0)
@@ -85,7 +83,7 @@ def test_a_ledger_never_listed_is_deleted_when_the_managed_ledger_reopens(
             orphan_topic.append(storage.ledger_store.topic(orphan))
         finally:
             await storage.close()
-        storage = await StorageService.start(config)
+        storage = await KafkaStorage.start(config)
         try:
             ml = await storage.open_managed_ledger("crashy")
             assert orphan not in [info.ledger_id for info in ml.ledgers()]

@@ -12,11 +12,11 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
+from dedup_broker.app.deletion_worker import run_doctor as check
 from dedup_broker.config import BrokerConfig
-from dedup_broker.testing.admin_http import http_request
-from dedup_broker.testing.broker_process import BrokerProcess
-from dedup_broker.testing.worker_process import WorkerProcess
-from system_topics.doctor import check
+from harness.admin_http import http_request
+from harness.broker_process import BrokerProcess
+from harness.worker_process import WorkerProcess
 
 SMALL_LEDGERS: dict[str, object] = {
     "managed_ledger_max_entries_per_ledger": 5,

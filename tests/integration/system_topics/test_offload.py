@@ -15,8 +15,8 @@ import pulsar
 import pytest
 from confluent_kafka import Producer
 
-from dedup_broker.storage.offload_fs import FilesystemOffloader
-from dedup_broker.storage.status import LedgerType
+from dedup_broker.storage.offload.filesystem import FilesystemOffloader
+from dedup_broker.storage.values import LedgerType
 from system_topics.intents import DeletionIntent, encode_intent
 from system_topics.mark_phase import intent_key
 from tests.integration.system_topics.deletion_helpers import Cluster, metric, wait_until

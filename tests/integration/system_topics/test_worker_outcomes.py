@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from dedup_broker.storage import formats
-from dedup_broker.storage.status import LedgerType
+from dedup_broker.storage.values import LedgerType
 from system_topics.intents import DeletionIntent, encode_intent
 from system_topics.mark_phase import intent_key
 from system_topics.topics import RECONSUME_TIMES

@@ -7,7 +7,7 @@ from collections import Counter
 
 from dedup_broker.cluster.bundles import BundleMap, topic_hash
 from dedup_broker.cluster.membership import BrokerAddress
-from dedup_broker.domain.names import TopicName
+from dedup_broker.domain_base.names import TopicName
 
 
 def test_four_bundles_split_the_hash_space_evenly() -> None:

@@ -10,8 +10,8 @@ from dedup_broker.domain.topic import Topic
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch import build_batch, split_batch
 from dedup_broker.protocol.framing import encode_message, parse_message
-from dedup_broker.storage.position import Position
-from dedup_broker.testing.memory_broker import MemoryBroker
+from dedup_broker.storage.values import Position
+from harness.memory_broker import MemoryBroker
 
 TOPIC = "persistent://public/default/prices"
 

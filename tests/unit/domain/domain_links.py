@@ -8,16 +8,15 @@ from dataclasses import dataclass, field
 from itertools import count
 from typing import Any
 
-from dedup_broker.domain.consumer import Consumer, Delivery
+from dedup_broker.domain.consumer import Consumer, Delivery, SubscriptionType
 from dedup_broker.domain.key_hash import KeySharedSettings
-from dedup_broker.domain.outcomes import PublishOutcome
-from dedup_broker.domain.producer import Producer
-from dedup_broker.domain.subscription import SubscriptionType
 from dedup_broker.domain.topic import Topic
+from dedup_broker.domain_base.outcomes import PublishOutcome
+from dedup_broker.domain_base.producer import Producer
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import parse_metadata_only
-from dedup_broker.storage.position import Position
-from dedup_broker.testing.client_commands import message_block
+from dedup_broker.storage.values import Position
+from harness.client_commands import message_block
 
 _consumer_ids = count(1)
 

@@ -8,18 +8,14 @@ import asyncio
 import pytest
 from domain_links import ConsumerSide, ProducerSide, new_producer, publish, subscribe
 
-from dedup_broker.domain.broker import (
-    InvalidPartitionsError,
-    PartitionedTopicError,
-    TopicBusyError,
-    TopicExistsError,
-)
-from dedup_broker.domain.names import TopicName
-from dedup_broker.domain.subscription import SubscriptionType
+from dedup_broker.domain.consumer import SubscriptionType
+from dedup_broker.domain.partitioned import InvalidPartitionsError, TopicExistsError
+from dedup_broker.domain.registry import PartitionedTopicError, TopicBusyError
+from dedup_broker.domain_base.names import TopicName
 from dedup_broker.errors import ServiceNotReadyError, StorageError, TopicNotFoundError
 from dedup_broker.schema.compatibility import SchemaInfo, SchemaType
-from dedup_broker.storage.position import Position
-from dedup_broker.testing.memory_broker import MemoryBroker, settle
+from dedup_broker.storage.values import Position
+from harness.memory_broker import MemoryBroker, settle
 
 TOPIC = "persistent://public/default/orders"
 
@@ -32,7 +28,7 @@ async def test_concurrent_first_uses_load_the_topic_once() -> None:
     broker = MemoryBroker()
     first, second = await asyncio.gather(broker.topic(TOPIC), broker.topic(TOPIC))
     assert first is second
-    assert broker.broker.list_topics("public/default") == [TOPIC]
+    assert broker.broker.namespaces.list_topics("public/default") == [TOPIC]
 
 
 async def test_a_failed_load_reaches_every_waiter_and_a_later_use_retries() -> None:
@@ -57,20 +53,20 @@ async def test_without_auto_creation_only_existing_topics_load() -> None:
 async def test_partitioned_topics_have_metadata_and_their_partitions_load() -> None:
     broker = MemoryBroker.configured(allow_auto_topic_creation=False)
     domain = broker.broker
-    await domain.create_partitioned_topic(name(TOPIC), 2)
-    assert domain.partitions_of(name(TOPIC)) == 2
+    await domain.partitioned_topics.create_partitioned_topic(name(TOPIC), 2)
+    assert domain.partitioned_topics.partitions_of(name(TOPIC)) == 2
     with pytest.raises(TopicExistsError):
-        await domain.create_partitioned_topic(name(TOPIC), 3)
+        await domain.partitioned_topics.create_partitioned_topic(name(TOPIC), 3)
     with pytest.raises(InvalidPartitionsError):
-        await domain.update_partitions(name(TOPIC), 2)
-    await domain.update_partitions(name(TOPIC), 3)
+        await domain.partitioned_topics.update_partitions(name(TOPIC), 2)
+    await domain.partitioned_topics.update_partitions(name(TOPIC), 3)
     with pytest.raises(PartitionedTopicError):
         await broker.topic(TOPIC)
     assert (await broker.topic(TOPIC + "-partition-2")).name.partition_index == 2
     with pytest.raises(TopicNotFoundError, match="has 3 partitions"):
         await broker.topic(TOPIC + "-partition-3")
-    assert domain.list_partitioned_topics("public/default") == [TOPIC]
-    assert domain.topics_of_namespace("public/default") == [
+    assert domain.partitioned_topics.list_partitioned_topics("public/default") == [TOPIC]
+    assert domain.namespaces.topics_of_namespace("public/default") == [
         f"{TOPIC}-partition-{i}" for i in range(3)
     ]
 
@@ -81,12 +77,12 @@ async def test_deleting_a_busy_topic_needs_force_and_tells_its_clients() -> None
     side = ProducerSide()
     topic.add_producer(new_producer("p", side=side))
     with pytest.raises(TopicBusyError):
-        await broker.broker.delete_topic(name(TOPIC))
-    await broker.broker.delete_topic(name(TOPIC), force=True)
+        await broker.broker.topic_registry.delete_topic(name(TOPIC))
+    await broker.broker.topic_registry.delete_topic(name(TOPIC), force=True)
     assert side.closed == ["p"]
-    assert not broker.broker.topic_exists(name(TOPIC))
+    assert not broker.broker.topic_registry.topic_exists(name(TOPIC))
     with pytest.raises(TopicNotFoundError):
-        await broker.broker.delete_topic(name(TOPIC))
+        await broker.broker.topic_registry.delete_topic(name(TOPIC))
 
 
 async def test_a_reloaded_topic_keeps_durable_subscriptions_where_they_were_acked() -> None:
@@ -126,7 +122,7 @@ async def test_a_deleted_topic_takes_its_schemas_with_it() -> None:
     json_schema = SchemaInfo(SchemaType.JSON, b'{"type": "record", "name": "R", "fields": []}')
     await broker.topic(TOPIC)
     await domain.schemas.register(name(TOPIC), json_schema)
-    await domain.delete_topic(name(TOPIC))
+    await domain.topic_registry.delete_topic(name(TOPIC))
     assert domain.schemas.versions(name(TOPIC)) == []
     # Another type is the topic's first schema again (numbers are not reused).
     stored = await domain.schemas.register(name(TOPIC), SchemaInfo(SchemaType.STRING, b""))
@@ -136,12 +132,12 @@ async def test_a_deleted_topic_takes_its_schemas_with_it() -> None:
 async def test_a_partitioned_topics_schemas_go_with_it_not_with_a_partition() -> None:
     broker = MemoryBroker()
     domain = broker.broker
-    await domain.create_partitioned_topic(name(TOPIC), 2)
+    await domain.partitioned_topics.create_partitioned_topic(name(TOPIC), 2)
     await broker.topic(TOPIC + "-partition-0")
     await domain.schemas.register(name(TOPIC), SchemaInfo(SchemaType.STRING, b""))
-    await domain.delete_topic(name(TOPIC + "-partition-0"))
+    await domain.topic_registry.delete_topic(name(TOPIC + "-partition-0"))
     assert len(domain.schemas.versions(name(TOPIC))) == 1
-    await domain.delete_partitioned_topic(name(TOPIC))
+    await domain.topic_registry.delete_partitioned_topic(name(TOPIC))
     assert domain.schemas.versions(name(TOPIC)) == []
 
 
@@ -156,7 +152,7 @@ async def test_a_topic_used_again_while_it_unloads_loads_after_the_close() -> No
     ledger.hold_appends = True
     in_flight = asyncio.create_task(publish(old, writer, 0))
     await settle()
-    unloading = asyncio.create_task(broker.broker.unload_topic(name(TOPIC)))
+    unloading = asyncio.create_task(broker.broker.topic_registry.unload_topic(name(TOPIC)))
     await settle()  # the close waits for the write in flight
     reloading = asyncio.create_task(broker.topic(TOPIC))
     await settle()

@@ -7,7 +7,7 @@ import asyncio
 from dedup_broker.domain.delayed_delivery import DelayedDelivery
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import encode_message
-from dedup_broker.storage.position import Entry, Position
+from dedup_broker.storage.values import Entry, Position
 
 
 def entry(entry_id: int, deliver_at_ms: int | None) -> Entry:

@@ -8,7 +8,7 @@ import base64
 import pytest
 from domain_links import ConsumerSide, new_producer, publish, subscribe
 
-from dedup_broker.domain.consumer import Consumer
+from dedup_broker.domain.consumer import Consumer, SubscriptionType
 from dedup_broker.domain.key_hash import (
     HASH_RANGE_SIZE,
     NONE_KEY,
@@ -19,11 +19,10 @@ from dedup_broker.domain.key_hash import (
     sticky_key,
 )
 from dedup_broker.domain.key_shared import ConsistentHashSelector, ConsumerAssignError
-from dedup_broker.domain.subscription import SubscriptionType
 from dedup_broker.domain.topic import Topic
 from dedup_broker.protocol import pulsar_api_pb2 as pb
-from dedup_broker.storage.position import Position
-from dedup_broker.testing.memory_broker import MemoryBroker, settle
+from dedup_broker.storage.values import Position
+from harness.memory_broker import MemoryBroker, settle
 
 TOPIC = "persistent://public/default/keyed"
 KEY_SHARED = SubscriptionType.KEY_SHARED

@@ -9,10 +9,8 @@ import pytest
 from domain_links import ConsumerSide, new_producer, publish, subscribe
 from prometheus_client import Counter
 
-from dedup_broker.domain.broker import PartitionedTopicError
-from dedup_broker.domain.consumer import Consumer, Delivery
+from dedup_broker.domain.consumer import Consumer, Delivery, SubscriptionType
 from dedup_broker.domain.key_hash import KeySharedSettings
-from dedup_broker.domain.names import TopicDomain, TopicName
 from dedup_broker.domain.non_persistent.metrics import DropReason
 from dedup_broker.domain.non_persistent.topic import (
     MESSAGE_ID,
@@ -21,11 +19,12 @@ from dedup_broker.domain.non_persistent.topic import (
     NotOnNonPersistentError,
     RateMeter,
 )
-from dedup_broker.domain.outcomes import PublishOutcome
-from dedup_broker.domain.subscription import SubscriptionType
+from dedup_broker.domain.registry import PartitionedTopicError
+from dedup_broker.domain_base.names import TopicDomain, TopicName
+from dedup_broker.domain_base.outcomes import PublishOutcome
 from dedup_broker.errors import InvalidTopicNameError, TopicNotFoundError
 from dedup_broker.protocol.framing import parse_metadata_only
-from dedup_broker.testing.memory_broker import MemoryBroker
+from harness.memory_broker import MemoryBroker
 
 TOPIC = "non-persistent://public/default/ticks"
 SHARED, FAILOVER = SubscriptionType.SHARED, SubscriptionType.FAILOVER
@@ -64,7 +63,7 @@ class RecordingSide(ConsumerSide):
 
 async def np_topic(broker: MemoryBroker | None = None) -> NonPersistentTopic:
     broker = broker or MemoryBroker()
-    topic = await broker.broker.serve(name(TOPIC))
+    topic = await broker.broker.topic_registry.serve(name(TOPIC))
     assert isinstance(topic, NonPersistentTopic)
     return topic
 
@@ -207,32 +206,37 @@ async def test_the_broker_serves_lists_and_forgets_live_topics() -> None:
     broker = MemoryBroker()
     domain = broker.broker
     topic = await np_topic(broker)
-    assert domain.non_persistent_topics_of_namespace("public/default") == [TOPIC]
-    assert domain.topics_of_namespace("public/default") == []
-    assert domain.topic_exists(name(TOPIC))
+    assert domain.topic_registry.non_persistent_topics_of_namespace("public/default") == [TOPIC]
+    assert domain.namespaces.topics_of_namespace("public/default") == []
+    assert domain.topic_registry.topic_exists(name(TOPIC))
     with pytest.raises(InvalidTopicNameError, match=r"is not a persistent topic$"):
-        await domain.get_topic(name(TOPIC))
-    assert await domain.drop_idle_non_persistent(3600.0) == []
-    assert await domain.drop_idle_non_persistent(0.0) == [TOPIC]
-    assert topic.closed and domain.non_persistent == {}
+        await domain.topic_registry.get_topic(name(TOPIC))
+    assert await domain.topic_registry.drop_idle_non_persistent(3600.0) == []
+    assert await domain.topic_registry.drop_idle_non_persistent(0.0) == [TOPIC]
+    assert topic.closed and domain.topic_registry.non_persistent == {}
 
 
 async def test_creation_follows_auto_creation_and_partitions() -> None:
     broker = MemoryBroker.configured(allow_auto_topic_creation=False)
     domain = broker.broker
     with pytest.raises(TopicNotFoundError, match=r"does not exist$"):
-        await domain.serve(name(TOPIC))
-    await domain.create_partitioned_topic(name(TOPIC), 2)
-    assert domain.list_partitioned_topics("public/default", TopicDomain.NON_PERSISTENT) == [TOPIC]
-    assert domain.list_partitioned_topics("public/default") == []
+        await domain.topic_registry.serve(name(TOPIC))
+    await domain.partitioned_topics.create_partitioned_topic(name(TOPIC), 2)
+    assert domain.partitioned_topics.list_partitioned_topics(
+        "public/default", TopicDomain.NON_PERSISTENT
+    ) == [TOPIC]
+    assert domain.partitioned_topics.list_partitioned_topics("public/default") == []
     with pytest.raises(PartitionedTopicError):
-        await domain.serve(name(TOPIC))
-    partition = await domain.serve(name(f"{TOPIC}-partition-1"))
+        await domain.topic_registry.serve(name(TOPIC))
+    partition = await domain.topic_registry.serve(name(f"{TOPIC}-partition-1"))
     assert isinstance(partition, NonPersistentTopic)
     with pytest.raises(TopicNotFoundError, match=r"has 2 partitions"):
-        await domain.serve(name(f"{TOPIC}-partition-2"))
-    await domain.delete_partitioned_topic(name(TOPIC))
-    assert domain.non_persistent == {} and domain.partitions_of(name(TOPIC)) == 0
+        await domain.topic_registry.serve(name(f"{TOPIC}-partition-2"))
+    await domain.topic_registry.delete_partitioned_topic(name(TOPIC))
+    assert (
+        domain.topic_registry.non_persistent == {}
+        and domain.partitioned_topics.partitions_of(name(TOPIC)) == 0
+    )
 
 
 def test_drop_rate_covers_the_last_minute() -> None:

@@ -7,13 +7,13 @@ import asyncio
 import pytest
 from domain_links import ProducerSide
 
-from dedup_broker.domain.producer import Producer, ProducerAccessMode
 from dedup_broker.domain.producer_access import (
     ProducerBusyError,
     ProducerClosedError,
     ProducerFencedError,
 )
-from dedup_broker.testing.memory_broker import MemoryBroker
+from dedup_broker.domain_base.producer import Producer, ProducerAccessMode
+from harness.memory_broker import MemoryBroker
 
 TOPIC = "persistent://public/default/orders"
 Mode = ProducerAccessMode

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from domain_links import ConsumerSide, new_producer, publish, subscribe
 
-from dedup_broker.domain.subscription import ConsumerBusyError, SubscriptionType
+from dedup_broker.domain.consumer import ConsumerBusyError, SubscriptionType
 from dedup_broker.domain.topic import Topic
-from dedup_broker.storage.position import Position
-from dedup_broker.testing.memory_broker import MemoryBroker, settle
+from dedup_broker.storage.values import Position
+from harness.memory_broker import MemoryBroker, settle
 
 TOPIC = "persistent://public/default/orders"
 SHARED, FAILOVER = SubscriptionType.SHARED, SubscriptionType.FAILOVER

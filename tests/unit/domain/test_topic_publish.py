@@ -7,7 +7,7 @@ import asyncio
 
 from domain_links import ProducerSide, new_producer, publish
 
-from dedup_broker.domain.outcomes import (
+from dedup_broker.domain_base.outcomes import (
     DUPLICATE,
     UNKNOWN,
     EarlierCopyInFlightError,
@@ -15,8 +15,8 @@ from dedup_broker.domain.outcomes import (
     PublishStatus,
 )
 from dedup_broker.errors import LedgerFencedError, StorageError
-from dedup_broker.storage.position import Position
-from dedup_broker.testing.memory_broker import MemoryBroker, settle
+from dedup_broker.storage.values import Position
+from harness.memory_broker import MemoryBroker, settle
 
 TOPIC = "persistent://public/default/orders"
 

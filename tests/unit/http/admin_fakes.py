@@ -7,20 +7,20 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.broker import TopicExistsError
 from dedup_broker.domain.metrics import BrokerMetrics
-from dedup_broker.domain.names import TopicName
-from dedup_broker.domain.policies import Policies
+from dedup_broker.domain.partitioned import TopicExistsError
 from dedup_broker.domain.topic import ConsumerStillConnectedError
-from dedup_broker.errors import OffloadInProgressError
+from dedup_broker.domain_base.names import TopicName
+from dedup_broker.domain_base.policies import Policies
+from dedup_broker.errors import OffloadInProgressError, TopicNotFoundError
 from dedup_broker.key_dedup.metrics import KeyDedupMetrics
 from dedup_broker.key_dedup.service import KeyDedupService, TopicDirectory
 from dedup_broker.key_dedup.store import KeyStore
 from dedup_broker.metrics_registry import new_registry
 from dedup_broker.schema.registry import SchemaRegistry
 from dedup_broker.session.metrics import SessionMetrics
-from dedup_broker.storage.position import Position
-from dedup_broker.testing.memory_table import MemoryTable
+from dedup_broker.storage.values import LedgerStatus, LedgerType, Position
+from harness.memory_table import MemoryTable
 
 if TYPE_CHECKING:
     from dedup_broker.domain.broker import Broker
@@ -86,8 +86,11 @@ class FakeBroker:
         self.key_dedup.bind(self.as_directory())
         self.metrics.watch_topics(lambda: list(self.topics.values()))  # type: ignore[arg-type]
         self.connections: set[object] = set()
-        self.partitioned: dict[str, int] = {}
+        self._partitions: dict[str, int] = {}
         self.policy_applications = 0
+        # The broker's collaborators, played by this one object.
+        self.topic_registry = self.namespaces = self.partitioned_topics = self
+        self.partitioned = self
 
     def as_broker(self) -> Broker:
         return cast("Broker", self)
@@ -118,13 +121,30 @@ class FakeBroker:
     async def get_topic(self, name: TopicName) -> FakeTopic:
         return self.topics.get(str(name)) or self.add_topic(str(name))
 
+    async def loaded(self, name: TopicName) -> FakeTopic:
+        if not self.topic_exists(name):
+            raise TopicNotFoundError(f"topic {name} does not exist")
+        return await self.get_topic(name)
+
+    def loaded_ledgers(self) -> list[tuple[TopicName, FakeLedger]]:
+        return [(topic.name, topic.managed_ledger) for topic in self.topics.values()]
+
+    async def owner_of(self, name: TopicName) -> None:
+        return None
+
+    async def ledger_status(
+        self, name: str, ledger_id: int, ledger_type: LedgerType = LedgerType.LEDGER, uid: str = ""
+    ) -> LedgerStatus:
+        """No topic here holds a ledger."""
+        return LedgerStatus.DELETABLE
+
     def partitions_of(self, name: TopicName) -> int:
-        return self.partitioned.get(str(name), 0)
+        return self._partitions.get(str(name), 0)
 
     async def create_partitioned_topic(self, name: TopicName, partitions: int) -> None:
         if self.partitions_of(name):
             raise TopicExistsError(f"partitioned topic {name} already exists")
-        self.partitioned[str(name)] = partitions
+        self._partitions[str(name)] = partitions
 
     def topics_of_namespace(self, namespace: str) -> list[str]:
         return sorted(t for t in self.topics if TopicName.parse(t).namespace_name == namespace)

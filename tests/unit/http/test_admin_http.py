@@ -26,7 +26,7 @@ from dedup_broker.http.bodies import (
 from dedup_broker.http.errors import BROKER_ERROR_STATUSES, HttpError
 from dedup_broker.http.paths import query_flag, query_value
 from dedup_broker.http.serving import MAX_BODY_BYTES, new_app, start_http
-from dedup_broker.testing.admin_http import http_request
+from harness.admin_http import http_request
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -12,7 +12,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from dedup_broker.app import http_app
+from dedup_broker.app.broker_app import http_app
 from dedup_broker.metrics_registry import CONTENT_TYPE
 from tests.unit.http.admin_fakes import FakeBroker, FakeSubscription
 
@@ -25,7 +25,9 @@ NAMESPACE = "/admin/v2/namespaces/public/default"
 
 def with_client(broker: FakeBroker, check: Callable[[Client], Awaitable[None]]) -> None:
     async def main() -> None:
-        async with TestClient(TestServer(http_app(broker.as_broker(), broker.registry))) as client:
+        async with TestClient(
+            TestServer(http_app(broker.as_broker(), broker.registry, broker))
+        ) as client:
             await check(client)
 
     asyncio.run(asyncio.wait_for(main(), 20))

@@ -177,7 +177,7 @@ def test_scope_keys_share_one_cluster_hash_tag() -> None:
 
 
 def test_broker_defaults_are_validated_like_policies() -> None:
-    from dedup_broker.app import validate_settings
+    from dedup_broker.app.broker_app import validate_settings
     from dedup_broker.config import BrokerConfig
     from dedup_broker.errors import ConfigError
     from dedup_broker.key_dedup.service import key_dedup_defaults

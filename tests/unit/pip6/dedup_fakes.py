@@ -8,9 +8,9 @@ from typing import Any
 from dedup_broker.config import BrokerConfig
 from dedup_broker.pip6.state import DEDUP_CURSOR, MessageDeduplication
 from dedup_broker.storage import formats
-from dedup_broker.testing.client_commands import message_block
-from dedup_broker.testing.memory_ledger import MemoryLedger
-from dedup_broker.testing.memory_storage import MemoryStorage
+from harness.client_commands import message_block
+from harness.memory_ledger import MemoryLedger
+from harness.memory_storage import MemoryStorage
 
 LEDGER_NAME = "public/default/persistent/t"
 FIRST_LEDGER_ID = 3

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import Frame, parse_metadata_only
-from dedup_broker.testing import client_commands as client
-from dedup_broker.testing.client_commands import message_block
-from dedup_broker.testing.memory_broker import MemoryBroker, WireClient, settle
+from harness import client_commands as client
+from harness.client_commands import message_block
+from harness.memory_broker import MemoryBroker, WireClient, settle
 
 TOPIC = "persistent://public/default/chunks"
 CHUNKS = 3

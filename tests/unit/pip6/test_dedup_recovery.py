@@ -18,7 +18,7 @@ from dedup_broker.pip6.state import (
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch import build_batch
 from dedup_broker.protocol.framing import encode_message
-from dedup_broker.storage.position import Position
+from dedup_broker.storage.values import Position
 
 
 def batch_without_highest(producer: str, ids: list[int]) -> bytes:
@@ -160,13 +160,13 @@ async def test_enough_replayed_entries_start_a_snapshot_right_away() -> None:
 async def test_disable_deletes_the_cursor_and_forgets() -> None:
     dedup, ledger, _ = make_dedup()
     await dedup.enable()
-    assert ledger.cursor_exists(DEDUP_CURSOR)
+    assert ledger.cursors.exists(DEDUP_CURSOR)
     assert dedup.check("p", 0, 0) is Verdict.NOT_DUP
     dedup.on_persisted("p", 0, ledger.add_entry(message("p", 0)))
     await dedup.take_snapshot()
     await dedup.disable()
     assert dedup.status is DedupStatus.DISABLED
-    assert not ledger.cursor_exists(DEDUP_CURSOR)
+    assert not ledger.cursors.exists(DEDUP_CURSOR)
     assert dedup.last_sequence_id("p") == -1
     assert dedup.check("p", 0, 0) is Verdict.NOT_DUP
     assert dedup.stats()["producers"] == 0

@@ -11,8 +11,8 @@ from dedup_fakes import make_dedup, message, snapshots
 
 from dedup_broker.errors import StorageError
 from dedup_broker.pip6.state import DEDUP_CURSOR, MessageDeduplication, Verdict
-from dedup_broker.storage.position import Position
-from dedup_broker.testing.memory_ledger import MemoryLedger
+from dedup_broker.storage.values import Position
+from harness.memory_ledger import MemoryLedger
 
 
 def publish(dedup: MessageDeduplication, ledger: MemoryLedger, producer: str, seq: int) -> Position:

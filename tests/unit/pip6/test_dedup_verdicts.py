@@ -10,7 +10,7 @@ from dedup_fakes import make_dedup, message
 
 from dedup_broker.errors import StorageError
 from dedup_broker.pip6.state import DedupStatus, MessageDeduplication, Verdict
-from dedup_broker.storage.position import Entry, Position
+from dedup_broker.storage.values import Entry, Position
 
 NOT_DUP, DUP, UNKNOWN = Verdict.NOT_DUP, Verdict.DUP, Verdict.UNKNOWN
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.names import TopicName
-from dedup_broker.domain.policies import Policies
+from dedup_broker.domain_base.names import TopicName
+from dedup_broker.domain_base.policies import Policies
 from dedup_broker.errors import ConfigError
 from dedup_broker.schema.compatibility import (
     CompatibilityStrategy,
@@ -27,7 +27,7 @@ from dedup_broker.schema.registry import (
     version_bytes,
     version_of,
 )
-from dedup_broker.testing.memory_table import MemoryTable
+from harness.memory_table import MemoryTable
 
 TOPIC = TopicName.parse("persistent://public/default/orders")
 

@@ -9,8 +9,8 @@ from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.schema.compatibility import SchemaInfo, SchemaType
 from dedup_broker.schema.registry import version_bytes
-from dedup_broker.testing import client_commands as client
-from dedup_broker.testing.memory_broker import MemoryBroker
+from harness import client_commands as client
+from harness.memory_broker import MemoryBroker
 
 TOPIC = "persistent://public/default/orders"
 BASE = pb.BaseCommand

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.names import TopicName
+from dedup_broker.domain_base.names import TopicName
 from dedup_broker.errors import ConfigError
 from dedup_broker.security.authorization import (
     AuthAction,
@@ -18,7 +18,7 @@ from dedup_broker.security.authorization import (
     TenantInfo,
     actions_of,
 )
-from dedup_broker.testing.memory_table import MemoryTable
+from harness.memory_table import MemoryTable
 
 SECURED = BrokerConfig().with_overrides(
     authentication_enabled=True, authorization_enabled=True, super_user_roles="root, ops"

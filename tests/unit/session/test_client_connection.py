@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from dedup_broker import __version__
 from dedup_broker.cluster.membership import BrokerAddress
-from dedup_broker.domain.names import TopicName
+from dedup_broker.domain_base.names import TopicName
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import Frame
 from dedup_broker.session.handshake import SERVER_PROTOCOL_VERSION
-from dedup_broker.testing import client_commands as client
-from dedup_broker.testing.memory_broker import MemoryBroker, WireClient, settle
+from harness import client_commands as client
+from harness.memory_broker import MemoryBroker, WireClient, settle
 
 TOPIC = "persistent://public/default/orders"
 
@@ -76,7 +76,7 @@ async def test_ping_is_answered_and_unsupported_commands_are_refused() -> None:
 
 async def test_lookups_point_at_this_broker_and_tell_the_partitions() -> None:
     broker = MemoryBroker()
-    await broker.broker.create_partitioned_topic(TopicName.parse(TOPIC), 3)
+    await broker.broker.partitioned_topics.create_partitioned_topic(TopicName.parse(TOPIC), 3)
     connection = await broker.client()
     metadata = pb.BaseCommand(type=pb.BaseCommand.PARTITIONED_METADATA)
     metadata.partitionMetadata.topic, metadata.partitionMetadata.request_id = TOPIC, 1
@@ -120,7 +120,7 @@ async def test_lookups_name_the_tls_urls_too() -> None:
     async def owner_of(name: TopicName) -> BrokerAddress:
         return owner
 
-    broker.broker.owner_of = owner_of  # type: ignore[method-assign]
+    broker.broker.topic_registry.owner_of = owner_of  # type: ignore[method-assign]
     lookup.lookupTopic.request_id = 3
     assert await connection.exchange(lookup) == replies(
         commands.lookup_response(

@@ -7,10 +7,10 @@ from __future__ import annotations
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import Frame
-from dedup_broker.storage.position import Position
-from dedup_broker.testing import client_commands as client
-from dedup_broker.testing.client_commands import message_block
-from dedup_broker.testing.memory_broker import MemoryBroker, WireClient, settle
+from dedup_broker.storage.values import Position
+from harness import client_commands as client
+from harness.client_commands import message_block
+from harness.memory_broker import MemoryBroker, WireClient, settle
 
 TOPIC = "persistent://public/default/orders"
 SHARED, FAILOVER = pb.CommandSubscribe.Shared, pb.CommandSubscribe.Failover
@@ -196,7 +196,7 @@ async def test_unsubscribing_needs_the_last_consumer_and_forgets_the_cursor() ->
     assert await second.exchange(client.close_consumer(8, 61)) == replies(commands.success(61))
     assert await first.exchange(client.unsubscribe(7, 62)) == replies(commands.success(62))
     ledger = broker.ledger(TOPIC)
-    assert not ledger.cursor_exists("sub")
+    assert not ledger.cursors.exists("sub")
     assert ledger.cursor_table.items() == []
 
 

@@ -14,8 +14,8 @@ from dedup_broker.errors import ProtocolError
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import FrameDecoder, encode_command, encode_payload_command
-from dedup_broker.testing import client_commands as client
-from dedup_broker.testing.memory_broker import MemoryBroker, WireClient, settle
+from harness import client_commands as client
+from harness.memory_broker import MemoryBroker, WireClient, settle
 
 TOPIC = "persistent://public/default/fuzzed"
 

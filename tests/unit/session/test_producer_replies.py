@@ -10,9 +10,9 @@ from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch import build_batch
 from dedup_broker.protocol.framing import Frame
-from dedup_broker.testing import client_commands as client
-from dedup_broker.testing.client_commands import message_block
-from dedup_broker.testing.memory_broker import MemoryBroker, WireClient, settle
+from harness import client_commands as client
+from harness.client_commands import message_block
+from harness.memory_broker import MemoryBroker, WireClient, settle
 
 TOPIC = "persistent://public/default/orders"
 IN_FLIGHT = "an earlier copy of this message is still being written; resend later"

@@ -3,10 +3,10 @@ the topic-list watch that reports topics created or deleted later."""
 
 from __future__ import annotations
 
-from dedup_broker.domain.names import TopicName
 from dedup_broker.domain.topic_list import topics_hash
+from dedup_broker.domain_base.names import TopicName
 from dedup_broker.protocol import pulsar_api_pb2 as pb
-from dedup_broker.testing.memory_broker import MemoryBroker
+from harness.memory_broker import MemoryBroker
 
 NS = "public/default"
 PATTERN = "persistent://public/default/orders-.*"
@@ -64,7 +64,7 @@ async def test_a_watch_hears_of_topics_created_and_deleted_later() -> None:
 
     await broker.topic(f"persistent://{NS}/orders-us")
     await broker.topic(f"persistent://{NS}/payments")
-    await broker.broker.topic_watches.check_now()
+    await broker.broker.namespaces.watches.check_now()
     (frame,) = client.received()
     update = frame.command.watchTopicUpdate
     assert list(update.new_topics) == [f"persistent://{NS}/orders-us"]
@@ -72,8 +72,8 @@ async def test_a_watch_hears_of_topics_created_and_deleted_later() -> None:
     both = [f"persistent://{NS}/orders-eu", f"persistent://{NS}/orders-us"]
     assert update.topics_hash == topics_hash(both)
 
-    await broker.broker.delete_topic(TopicName.parse(f"persistent://{NS}/orders-eu"))
-    await broker.broker.topic_watches.check_now()
+    await broker.broker.topic_registry.delete_topic(TopicName.parse(f"persistent://{NS}/orders-eu"))
+    await broker.broker.namespaces.watches.check_now()
     (frame,) = client.received()
     assert list(frame.command.watchTopicUpdate.deleted_topics) == [f"persistent://{NS}/orders-eu"]
 
@@ -83,5 +83,5 @@ async def test_a_watch_hears_of_topics_created_and_deleted_later() -> None:
     (frame,) = await client.exchange(close)
     assert frame.command.type == pb.BaseCommand.SUCCESS
     await broker.topic(f"persistent://{NS}/orders-asia")
-    await broker.broker.topic_watches.check_now()
+    await broker.broker.namespaces.watches.check_now()
     assert client.received() == []

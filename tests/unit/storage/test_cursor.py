@@ -7,9 +7,9 @@ from collections.abc import Awaitable, Callable
 
 from dedup_broker.errors import StorageError
 from dedup_broker.storage import formats
-from dedup_broker.storage.cursor import DEFAULT_MAX_BYTES, ManagedCursor
-from dedup_broker.storage.ledger_list import LedgerList
-from dedup_broker.storage.position import Entry, LedgerInfo, Position
+from dedup_broker.storage.cursor.cursor import ManagedCursorImpl
+from dedup_broker.storage.ledger.ledger_list import LedgerList
+from dedup_broker.storage.values import DEFAULT_MAX_BYTES, Entry, LedgerInfo, Position
 
 P = Position
 
@@ -74,8 +74,8 @@ def run(test: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(asyncio.wait_for(test(), 10))
 
 
-def durable(ledger: FakeLedger, storage: FakeStorage, rate: float = 1.0) -> ManagedCursor:
-    return ManagedCursor(
+def durable(ledger: FakeLedger, storage: FakeStorage, rate: float = 1.0) -> ManagedCursorImpl:
+    return ManagedCursorImpl(
         ledger,
         "sub",
         P(1, -1),
@@ -89,7 +89,7 @@ def durable(ledger: FakeLedger, storage: FakeStorage, rate: float = 1.0) -> Mana
 def test_mark_delete_rules() -> None:
     async def scenario() -> None:
         ledger = FakeLedger()
-        cursor = ManagedCursor(ledger, "r", P(1, -1))
+        cursor = ManagedCursorImpl(ledger, "r", P(1, -1))
         assert cursor.read_position == P(1, 0)
         assert cursor.backlog() == 7
         cursor.mark_delete(P(1, 1), {"seq": 7})
@@ -111,7 +111,7 @@ def test_mark_delete_rules() -> None:
 def test_individual_acks_advance_mark_delete_across_ledgers() -> None:
     async def scenario() -> None:
         ledger = FakeLedger()
-        cursor = ManagedCursor(ledger, "r", P(1, -1))
+        cursor = ManagedCursorImpl(ledger, "r", P(1, -1))
         cursor.delete([P(1, 2), P(2, 0), P(2, 2), P(1, 7), P(2, 8)])
         assert cursor.individually_deleted_ranges() == [
             (P(1, 2), P(1, 2)),
@@ -138,7 +138,7 @@ def test_individual_acks_advance_mark_delete_across_ledgers() -> None:
 def test_read_entries_skips_acknowledged_and_advances() -> None:
     async def scenario() -> None:
         ledger = FakeLedger()
-        cursor = ManagedCursor(ledger, "r", P(1, -1))
+        cursor = ManagedCursorImpl(ledger, "r", P(1, -1))
         cursor.delete([P(1, 1), P(1, 2), P(2, 1)])
         first = await cursor.read_entries(2)
         assert [str(e.position) for e in first] == ["1:0", "2:0"]
@@ -158,7 +158,7 @@ def test_read_entries_skips_acknowledged_and_advances() -> None:
 
 def test_read_entries_respects_max_bytes_but_returns_one() -> None:
     async def scenario() -> None:
-        cursor = ManagedCursor(FakeLedger(), "r", P(1, -1))
+        cursor = ManagedCursorImpl(FakeLedger(), "r", P(1, -1))
         assert [str(e.position) for e in await cursor.read_entries(10, max_bytes=7)] == [
             "1:0",
             "1:1",
@@ -171,7 +171,7 @@ def test_read_entries_respects_max_bytes_but_returns_one() -> None:
 def test_seek_during_read_wins() -> None:
     async def scenario() -> None:
         ledger = FakeLedger()
-        cursor = ManagedCursor(ledger, "r", P(1, -1))
+        cursor = ManagedCursorImpl(ledger, "r", P(1, -1))
         ledger.before_read = lambda: cursor.seek(P(2, 2))
         entries = await cursor.read_entries(2)
         assert [str(e.position) for e in entries] == ["1:0", "1:1"]
@@ -182,7 +182,7 @@ def test_seek_during_read_wins() -> None:
 
 def test_non_durable_cursor_never_writes() -> None:
     async def scenario() -> None:
-        cursor = ManagedCursor(FakeLedger(), "r", P(1, -1))
+        cursor = ManagedCursorImpl(FakeLedger(), "r", P(1, -1))
         assert not cursor.durable
         cursor.mark_delete(P(1, 2))
         await cursor.flush()
@@ -263,7 +263,7 @@ def test_failed_write_is_retried_and_flush_raises() -> None:
 def test_limit_of_stored_ranges() -> None:
     async def scenario() -> None:
         ledger, storage = FakeLedger(), FakeStorage()
-        cursor = ManagedCursor(
+        cursor = ManagedCursorImpl(
             ledger, "s", P(1, -1), storage=storage, persisted=True, max_ranges_to_persist=1
         )
         cursor.delete([P(1, 1), P(2, 1)])
@@ -321,7 +321,7 @@ def test_batch_ack_sets_are_dropped_when_acknowledged_or_passed() -> None:
 def test_stored_batch_ack_sets_are_loaded_and_limited() -> None:
     async def scenario() -> None:
         ledger, storage = FakeLedger(), FakeStorage()
-        cursor = ManagedCursor(
+        cursor = ManagedCursorImpl(
             ledger,
             "s",
             P(1, 0),
@@ -347,7 +347,7 @@ def test_a_mark_delete_never_moves_past_entries_it_does_not_name() -> None:
 
     async def scenario() -> None:
         ledger = FakeLedger()
-        cursor = ManagedCursor(ledger, "r", P(1, -1))
+        cursor = ManagedCursorImpl(ledger, "r", P(1, -1))
         cursor.mark_delete(P(1, 2**64 - 1))
         cursor.mark_delete(P(1, 3))
         assert cursor.mark_delete_position == P(1, -1)

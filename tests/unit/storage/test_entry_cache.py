@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dedup_broker.storage.entry_cache import EntryCache
-from dedup_broker.storage.position import Entry, Position
+from dedup_broker.storage.ledger.entry_cache import EntryCache
+from dedup_broker.storage.values import Entry, Position
 
 
 def entry(ledger: int, entry_id: int, size: int) -> Entry:

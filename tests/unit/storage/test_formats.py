@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dedup_broker.storage import formats
 from dedup_broker.storage import storage_pb2 as pb
-from dedup_broker.storage.position import LedgerInfo, Position
+from dedup_broker.storage.values import LedgerInfo, LedgerMetadata, Position
 
 
 def test_entry_key_is_eight_byte_big_endian_running_size() -> None:
@@ -59,7 +59,7 @@ def test_cursor_info_uses_pulsar_open_closed_ranges() -> None:
 
 
 def test_ledger_metadata_round_trip() -> None:
-    meta = formats.LedgerMetadata(9, "t", "MANAGED_CURSOR", "sub", 1700, "host:6650/1")
+    meta = LedgerMetadata(9, "t", "MANAGED_CURSOR", "sub", 1700, "host:6650/1")
     data = formats.encode_ledger_metadata(meta)
     assert pb.LedgerMetadata.FromString(data).component == pb.MANAGED_CURSOR
     assert formats.decode_ledger_metadata(data) == meta

@@ -11,10 +11,10 @@ from confluent_kafka import KafkaError
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import StorageError, UnknownTopicError
 from dedup_broker.storage import formats
-from dedup_broker.storage.kafka_admin import KafkaAdmin
-from dedup_broker.storage.kafka_producer import SharedProducer, storage_error
-from dedup_broker.storage.kafka_reader import KafkaReader
-from dedup_broker.storage.ledger_store import LedgerStore
+from dedup_broker.storage.kafka.admin import KafkaAdmin
+from dedup_broker.storage.kafka.producer import SharedProducer, storage_error
+from dedup_broker.storage.kafka.reader import KafkaReader
+from dedup_broker.storage.ledger.ledger_store import LedgerStore
 
 
 class _Producer:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dedup_broker.storage.ledger_list import LedgerList
-from dedup_broker.storage.position import LedgerInfo, Position
+from dedup_broker.storage.ledger.ledger_list import LedgerList
+from dedup_broker.storage.values import LedgerInfo, Position
 
 P = Position
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from dedup_broker.storage import formats
-from dedup_broker.storage.broker_registry import broker_key, broker_record, broker_urls
-from dedup_broker.storage.status import LedgerStatus, LedgerType
+from dedup_broker.storage.formats import broker_key, broker_record, broker_urls
+from dedup_broker.storage.values import LedgerStatus, LedgerType
 
 
 def test_statuses_and_types_keep_their_wire_strings() -> None:

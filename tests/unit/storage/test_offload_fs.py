@@ -11,18 +11,18 @@ import pytest
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import ConfigError, StorageError
 from dedup_broker.storage import formats
-from dedup_broker.storage.offload_fs import (
+from dedup_broker.storage.ledger.offloads import over_threshold
+from dedup_broker.storage.offload.filesystem import (
     FilesystemOffloader,
     offload_directory,
     offloader_from_config,
 )
-from dedup_broker.storage.offload_manager import over_threshold
-from dedup_broker.storage.position import Entry, LedgerInfo, OffloadInfo, Position
-from dedup_broker.storage.service import StorageService
+from dedup_broker.storage.service.kafka_storage import KafkaStorage
+from dedup_broker.storage.values import Entry, LedgerInfo, OffloadedHeader, OffloadInfo, Position
 
 
-def _header(ledger_id: int, uid: str, entries: int) -> formats.OffloadedHeader:
-    return formats.OffloadedHeader(
+def _header(ledger_id: int, uid: str, entries: int) -> OffloadedHeader:
+    return OffloadedHeader(
         ledger_id, "public/default/persistent/t", "MANAGED_LEDGER", "", uid, entries, 0, 1, "b", "c"
     )
 
@@ -126,4 +126,4 @@ def test_a_broker_with_a_bad_offload_setting_fails_before_touching_kafka() -> No
         },
     )
     with pytest.raises(ConfigError, match="not supported"):
-        asyncio.run(asyncio.wait_for(StorageService.start(config), 5))
+        asyncio.run(asyncio.wait_for(KafkaStorage.start(config), 5))

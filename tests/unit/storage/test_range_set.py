@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dedup_broker.storage.position import Position
-from dedup_broker.storage.range_set import PositionRangeSet
+from dedup_broker.storage.cursor.range_set import PositionRangeSet
+from dedup_broker.storage.values import Position
 
 P = Position
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.storage.rollover import RolloverPolicy
+from dedup_broker.storage.ledger.rollover import RolloverPolicy
 
 MIN = 60_000.0
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from dedup_broker.storage import entry_reader, formats
-from dedup_broker.storage.offload_fs import FilesystemOffloader
-from dedup_broker.storage.position import Entry, Position
+from dedup_broker.storage.ledger import entry_reader
+from dedup_broker.storage.offload.filesystem import FilesystemOffloader
+from dedup_broker.storage.values import Entry, OffloadedHeader, Position
 
 
 def test_scan_of_an_offloaded_copy_hands_consecutive_runs(
@@ -18,7 +18,7 @@ def test_scan_of_an_offloaded_copy_hands_consecutive_runs(
     monkeypatch.setattr(entry_reader, "_OFFLOADED_SCAN_BYTES", 10)
     offloader = FilesystemOffloader(tmp_path, "c")
     uid = str(uuid.uuid4())
-    header = formats.OffloadedHeader(
+    header = OffloadedHeader(
         7, "public/default/persistent/t", "MANAGED_LEDGER", "", uid, 6, 0, 1, "b", "c"
     )
     writer = offloader.begin(header)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dedup_broker.storage.deletion import MB, Retention, consumed_ledgers
-from dedup_broker.storage.position import LedgerInfo, Position
+from dedup_broker.storage.ledger.deletion import consumed_ledgers
+from dedup_broker.storage.values import MB, LedgerInfo, Position, Retention
 
 NOW = 10_000_000
 LEDGERS = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dedup_broker.storage.status import LedgerType
+from dedup_broker.storage.values import LedgerType
 from system_topics import ledger_deletion_pb2 as pb
 from system_topics.intents import (
     CopyKind,

@@ -1,0 +1,233 @@
+"""One dispatcher per subscription type: who may join, who is active, who gets an entry.
+
+``Exclusive`` and ``Failover`` have one active consumer (by priority level and name; a
+partition picks its own among them) and keep the order of the log: a redelivery rewinds
+the cursor. ``Failover`` lets several consumers join and tells them which one is active.
+``Shared`` spreads entries round-robin over the consumers with permits and redelivers
+single positions out of order; ``Key_Shared`` does the same but gives every key to one
+consumer (``key_shared.py``). The persistent subscription (``subscription.py``) and the
+non-persistent one (``non_persistent/topic.py``) both ask their dispatcher; the type of a
+subscription changes only while it has no consumers, and its dispatcher with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import ClassVar, Protocol
+
+from dedup_broker.domain.consumer import Consumer, ConsumerBusyError, SubscriptionType
+from dedup_broker.domain.key_hash import key_hash
+from dedup_broker.domain.key_shared import KeySharedRouting, entry_key
+from dedup_broker.storage.api import Entry, ManagedCursor, ManagedLedger, Position
+
+
+class Rounds(Protocol):
+    """The two ways a persistent subscription runs a dispatch round."""
+
+    async def dispatch_in_order(self) -> bool:
+        """Entries from the replay set, the compacted view or the cursor, in order."""
+        ...
+
+    async def dispatch_by_key(self, routing: KeySharedRouting[Consumer]) -> bool:
+        """Entries to the owners of their keys' slots."""
+        ...
+
+
+class Dispatcher:
+    """Shared by every type: no active consumer, round-robin over those that can take."""
+
+    __slots__ = ("_next", "active", "partition_index")
+
+    type: ClassVar[SubscriptionType]
+    redelivers_singly: ClassVar[bool] = False
+    """Shared and Key_Shared redeliver positions; the others rewind the cursor."""
+    delays: ClassVar[bool] = False
+    """Shared and Key_Shared hold a message until its delivery time."""
+
+    def __init__(self, partition_index: int) -> None:
+        self.partition_index = partition_index
+        self.active: Consumer | None = None
+        self._next = 0
+
+    def admit(self, consumer: Consumer, consumers: Sequence[Consumer]) -> None:
+        """``consumer`` joins ``consumers`` (raises if it may not)."""
+
+    def joining(
+        self,
+        consumer: Consumer,
+        consumers: Sequence[Consumer],
+        cursor: ManagedCursor,
+        ledger: ManagedLedger,
+    ) -> None:
+        """A persistent subscription's consumer joins where its cursor stands."""
+
+    def removed(self, consumer: Consumer) -> None:
+        """``consumer`` left."""
+
+    def elect(self, consumers: Sequence[Consumer]) -> Consumer | None:
+        """Choose the active consumer; the one that stopped being active if it handed
+        over (Failover), else None."""
+        self.active = None
+        return None
+
+    def targets(
+        self, consumers: Sequence[Consumer], can_take: Callable[[Consumer], bool]
+    ) -> list[Consumer]:
+        """The consumers that may receive now."""
+        return [c for c in consumers if can_take(c)]
+
+    def pick(self, targets: list[Consumer]) -> Consumer:
+        """The next of ``targets`` to receive an entry (round-robin over permits)."""
+        if len(targets) == 1:
+            return targets[0]
+        for _ in range(len(targets)):
+            self._next = (self._next + 1) % len(targets)
+            candidate = targets[self._next]
+            if candidate.permits > 0:
+                return candidate
+        return max(targets, key=lambda c: c.permits)
+
+    def taker(self, entry: Entry, consumers: Sequence[Consumer]) -> Consumer | None:
+        """Non-persistent topics: who takes ``entry`` now, if anyone (round-robin over the
+        consumers ready for it)."""
+        for step in range(len(consumers)):
+            candidate = consumers[(self._next + step) % len(consumers)]
+            if ready(candidate):
+                self._next = (self._next + step + 1) % len(consumers)
+                return candidate
+        return None
+
+    async def dispatch(self, rounds: Rounds) -> bool:
+        return await rounds.dispatch_in_order()
+
+    def describe(self, consumer: Consumer, stats: dict[str, object]) -> None:
+        """Add what this type knows of the consumer to its stats."""
+
+    def forget(self, position: Position) -> None:
+        """The entry at ``position`` is acknowledged."""
+
+    def forget_up_to(self, position: Position) -> None:
+        """Everything up to ``position`` is acknowledged."""
+
+    def clear(self) -> None:
+        """The subscription was reset (seek)."""
+
+
+class ExclusiveDispatcher(Dispatcher):
+    __slots__ = ()
+    type = SubscriptionType.EXCLUSIVE
+
+    def admit(self, consumer: Consumer, consumers: Sequence[Consumer]) -> None:
+        if consumers:
+            name = consumer.subscription_name
+            raise ConsumerBusyError(f"exclusive subscription {name!r} already has a consumer")
+
+    def elect(self, consumers: Sequence[Consumer]) -> Consumer | None:
+        self.active = elect_active(consumers, self.partition_index)
+        return None
+
+    def targets(
+        self, consumers: Sequence[Consumer], can_take: Callable[[Consumer], bool]
+    ) -> list[Consumer]:
+        active = self.active
+        return [active] if active and active.permits > 0 and active.writable else []
+
+    def taker(self, entry: Entry, consumers: Sequence[Consumer]) -> Consumer | None:
+        return self.active if self.active is not None and ready(self.active) else None
+
+
+class FailoverDispatcher(ExclusiveDispatcher):
+    __slots__ = ()
+    type = SubscriptionType.FAILOVER
+
+    def admit(self, consumer: Consumer, consumers: Sequence[Consumer]) -> None:
+        """Any number may join; one is active."""
+
+    def elect(self, consumers: Sequence[Consumer]) -> Consumer | None:
+        previous, self.active = self.active, elect_active(consumers, self.partition_index)
+        if self.active is previous:
+            return None
+        for consumer in consumers:
+            consumer.link.active_consumer_changed(consumer, consumer is self.active)
+        return previous
+
+
+class SharedDispatcher(Dispatcher):
+    __slots__ = ()
+    type = SubscriptionType.SHARED
+    redelivers_singly = True
+    delays = True
+
+
+class KeySharedDispatcher(SharedDispatcher):
+    __slots__ = ("routing",)
+    type = SubscriptionType.KEY_SHARED
+
+    def __init__(self, partition_index: int) -> None:
+        super().__init__(partition_index)
+        self.routing: KeySharedRouting[Consumer] = KeySharedRouting()
+
+    def admit(self, consumer: Consumer, consumers: Sequence[Consumer]) -> None:
+        self.routing.assign(consumer, consumers)
+
+    def joining(
+        self,
+        consumer: Consumer,
+        consumers: Sequence[Consumer],
+        cursor: ManagedCursor,
+        ledger: ManagedLedger,
+    ) -> None:
+        self.routing.joined(consumer, consumers, cursor, ledger)
+
+    def removed(self, consumer: Consumer) -> None:
+        self.routing.remove_consumer(consumer)
+
+    def taker(self, entry: Entry, consumers: Sequence[Consumer]) -> Consumer | None:
+        owner = self.routing.selector.select(entry_key(entry).hash)
+        return owner if owner is not None and ready(owner) else None
+
+    async def dispatch(self, rounds: Rounds) -> bool:
+        return await rounds.dispatch_by_key(self.routing)
+
+    def owner_of_key(self, key: bytes) -> Consumer | None:
+        """The consumer that owns a sticky key's hash slot now."""
+        return self.routing.selector.select(key_hash(key))
+
+    def describe(self, consumer: Consumer, stats: dict[str, object]) -> None:
+        ranges = self.routing.selector.ranges_of(consumer)
+        stats["keyHashRanges"] = [f"[{start}, {end}]" for start, end in ranges]
+
+    def forget(self, position: Position) -> None:
+        self.routing.forget(position)
+
+    def forget_up_to(self, position: Position) -> None:
+        self.routing.forget_up_to(position)
+
+    def clear(self) -> None:
+        self.routing.clear()
+
+
+DISPATCHERS: dict[SubscriptionType, type[Dispatcher]] = {
+    SubscriptionType.EXCLUSIVE: ExclusiveDispatcher,
+    SubscriptionType.SHARED: SharedDispatcher,
+    SubscriptionType.FAILOVER: FailoverDispatcher,
+    SubscriptionType.KEY_SHARED: KeySharedDispatcher,
+}
+
+
+def dispatcher_for(sub_type: SubscriptionType, partition_index: int) -> Dispatcher:
+    return DISPATCHERS[sub_type](partition_index)
+
+
+def elect_active(consumers: Sequence[Consumer], partition_index: int) -> Consumer | None:
+    """Exclusive and Failover: the consumer that receives, by priority level and name (a
+    partition picks its own among them, so partitions spread over the consumers)."""
+    if not consumers:
+        return None
+    ordered = sorted(consumers, key=lambda c: (c.priority_level, c.name))
+    return ordered[partition_index % len(ordered) if partition_index >= 0 else 0]
+
+
+def ready(consumer: Consumer) -> bool:
+    """Able to take an entry now: permits left and its connection not full."""
+    return consumer.permits > 0 and consumer.writable

@@ -1,0 +1,103 @@
+"""Partitioned topics: their metadata (the number of partitions), stored in the policies
+table under ``partitioned-topics/{topic}`` as Pulsar stores it in its metadata store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from dedup_broker.config import BrokerConfig
+from dedup_broker.domain_base.names import TopicDomain, TopicName
+from dedup_broker.errors import InvalidTopicNameError, PermanentError, TopicNotFoundError
+from dedup_broker.storage.api import StorageService
+
+PARTITIONS_KEY = "partitioned-topics/"
+
+
+class InvalidPartitionsError(PermanentError):
+    """A partition count that cannot be set (not positive, or not an increase)."""
+
+
+class TopicExistsError(PermanentError):
+    """The topic (or partitioned topic) already exists."""
+
+
+TopicLimit = Callable[[TopicName, int], None]
+"""Raises unless the namespace of the name may hold that many more topics."""
+
+
+class PartitionedTopics:
+    def __init__(self, config: BrokerConfig, storage: StorageService, limit: TopicLimit) -> None:
+        self.config = config
+        self._storage = storage
+        self._limit = limit
+        self.clustered = False
+        """Other brokers may change the metadata too: read the table afresh when asked."""
+
+    def partitions_of(self, name: TopicName) -> int:
+        raw = self._storage.policies.get(PARTITIONS_KEY + str(name))
+        if raw is None:
+            return 0
+        return int(json.loads(raw)["partitions"])
+
+    def list_partitioned_topics(
+        self, namespace: str, domain: TopicDomain = TopicDomain.PERSISTENT
+    ) -> list[str]:
+        prefix = f"{PARTITIONS_KEY}{domain}://{namespace}/"
+        items = self._storage.policies.items(prefix)
+        return sorted(key[len(PARTITIONS_KEY) :] for key, _ in items)
+
+    async def partitioned_metadata(self, name: TopicName) -> int:
+        """Partitions of ``name`` as stored now (another broker may have just created,
+        grown or deleted it)."""
+        if self.clustered:
+            await self._storage.policies.refresh()
+        partitions = self.partitions_of(name)
+        if partitions == 0 and self._auto_creates_partitioned(name):
+            try:
+                await self.create_partitioned_topic(name, self.config.default_num_partitions)
+            except TopicExistsError:  # created meanwhile (through another broker)
+                await self._storage.policies.refresh()
+            partitions = self.partitions_of(name)
+        return partitions
+
+    def _auto_creates_partitioned(self, name: TopicName) -> bool:
+        """Pulsar's ``allowAutoTopicCreationType=partitioned``: a client asking for the
+        partitions of a topic nobody created makes it a partitioned topic."""
+        return (
+            self.config.allow_auto_topic_creation
+            and self.config.allow_auto_topic_creation_type == "partitioned"
+            and not name.is_partition
+            and not self._storage.managed_ledger_exists(name.managed_ledger_name)
+        )
+
+    async def create_partitioned_topic(self, name: TopicName, partitions: int) -> None:
+        if name.is_partition:
+            raise InvalidTopicNameError(f"{name} is a partition name; use the base topic name")
+        if partitions <= 0:
+            raise InvalidPartitionsError(f"the number of partitions must be > 0, got {partitions}")
+        current = self.partitions_of(name)
+        if current:
+            raise TopicExistsError(f"partitioned topic {name} already exists")
+        if self._storage.managed_ledger_exists(name.managed_ledger_name):
+            raise TopicExistsError(f"non-partitioned topic {name} already exists")
+        self._limit(name, partitions)
+        await self._store(name, partitions)
+
+    async def update_partitions(self, name: TopicName, partitions: int) -> None:
+        current = self.partitions_of(name)
+        if not current:
+            raise TopicNotFoundError(f"partitioned topic {name} does not exist")
+        if partitions <= current:
+            raise InvalidPartitionsError(
+                f"partitions can only be increased: {name} has {current}, asked {partitions}"
+            )
+        await self._store(name, partitions)
+
+    async def _store(self, name: TopicName, partitions: int) -> None:
+        value = json.dumps({"partitions": partitions}).encode()
+        await self._storage.policies.put(PARTITIONS_KEY + str(name), value)
+
+    async def remove(self, name: TopicName) -> None:
+        """Forget the metadata (its partitions are deleted already)."""
+        await self._storage.policies.delete(PARTITIONS_KEY + str(name))

@@ -1,0 +1,242 @@
+"""HTTP security: authentication and authorization of every admin and lookup request, and
+the routes of tenants, namespaces and their permissions.
+
+- ``GET /admin/v2/tenants``; ``PUT/POST/GET/DELETE /admin/v2/tenants/{tenant}`` with
+  ``{"adminRoles": [...], "allowedClusters": [...]}``
+- ``GET /admin/v2/namespaces/{tenant}``; ``PUT/DELETE /admin/v2/namespaces/{tenant}/{namespace}``
+- ``GET .../{namespace}/permissions``; ``POST/DELETE .../{namespace}/permissions/{role}``
+  with ``["produce", "consume"]``
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+
+from dedup_broker.domain.listing import NamespaceListing
+from dedup_broker.domain_base.names import TopicName
+from dedup_broker.http.bodies import json_response, no_content, read_json
+from dedup_broker.http.errors import ErrorStatuses
+from dedup_broker.http.paths import NAMESPACES, TOPIC, namespace_of, topic_of
+from dedup_broker.security.authentication import AuthenticationError, Authenticator
+from dedup_broker.security.authorization import (
+    AuthorizationError,
+    Authorizer,
+    InvalidTenancyError,
+    TenancyConflictError,
+    TenancyNotFoundError,
+    TenantInfo,
+    actions_of,
+)
+from dedup_broker.security.tls import PeerCertificate, peer_certificate
+
+UNAUTHENTICATED_PATHS = frozenset({"/metrics", "/admin/v2/brokers/health"})
+"""Liveness and metrics stay open, for probes and scrapers (as Pulsar's
+``authenticateMetricsEndpoint=false``)."""
+
+TENANTS = "/admin/v2/tenants"
+TENANT = TENANTS + "/{tenant}"
+PERMISSIONS = NAMESPACES + "/permissions"
+TOPIC_PERMISSIONS = TOPIC + "/permissions"
+
+SECURITY_ERROR_STATUSES: ErrorStatuses = {
+    AuthenticationError: HTTPStatus.UNAUTHORIZED,
+    AuthorizationError: HTTPStatus.FORBIDDEN,
+    TenancyConflictError: HTTPStatus.CONFLICT,
+    TenancyNotFoundError: HTTPStatus.NOT_FOUND,
+    InvalidTenancyError: HTTPStatus.BAD_REQUEST,
+}
+
+
+def request_certificate(request: web.Request) -> PeerCertificate | None:
+    """The verified client certificate of an HTTPS request (None over plain HTTP)."""
+    transport = request.transport
+    if transport is None:
+        return None
+    return peer_certificate(transport.get_extra_info("ssl_object"))
+
+
+def authentication_middleware(authenticator: Authenticator) -> Middleware:
+    """401 with Pulsar's reason shape unless the request authenticates; the role is
+    ``request["role"]``."""
+
+    @web.middleware
+    async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if authenticator.enabled and request.path.rstrip("/") not in UNAUTHENTICATED_PATHS:
+            try:
+                request["role"] = authenticator.authenticate_http(
+                    request.headers, request_certificate(request)
+                )
+            except AuthenticationError as exc:
+                return web.json_response(
+                    {"reason": f"Authentication required: {exc}"},
+                    status=HTTPStatus.UNAUTHORIZED,
+                    headers={"WWW-Authenticate": 'Bearer realm="pulsar"'},
+                )
+        return await handler(request)
+
+    return authenticate
+
+
+def authorization_middleware(authorizer: Authorizer) -> Middleware:
+    """Every route is checked, by its path shape: lookups need produce or consume on the
+    topic; a tenant's routes (its namespaces, topics, policies) need an admin of the tenant
+    (reading the tenant too); everything else (creating tenants, clusters, brokers,
+    ledger deletion) needs a superuser. A refusal is a 403 with the reason."""
+
+    @web.middleware
+    async def authorize(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if authorizer.enabled and request.path.rstrip("/") not in UNAUTHENTICATED_PATHS:
+            _authorize(authorizer, request)
+        return await handler(request)
+
+    return authorize
+
+
+def _authorize(authorizer: Authorizer, request: web.Request) -> None:
+    resource = request.match_info.route.resource
+    if resource is None:
+        return  # no such route: a 404 follows
+    shape = resource.canonical.rstrip("/")
+    role: str | None = request.get("role")
+    params = request.match_info
+    what = f"{request.method} {request.path}"
+    if shape.startswith("/lookup/"):
+        domain = params.get("domain", "persistent")
+        topic = TopicName.parse(
+            f"{domain}://{params['tenant']}/{params['namespace']}/{params['topic']}"
+        )
+        authorizer.check_lookup(role, topic)
+    elif "tenant" in params and (shape != TENANT or request.method == "GET"):
+        authorizer.check_tenant_admin(role, params["tenant"], what)
+    else:
+        authorizer.check_superuser(role, what)
+
+
+def tenancy_routes(authorizer: Authorizer, namespaces: NamespaceListing) -> list[web.RouteDef]:
+    """A namespace is deleted only when ``namespaces`` says it holds no topic."""
+    api = _TenancyApi(authorizer, namespaces)
+    return [
+        web.get(TENANTS, api.list_tenants),
+        web.get(TENANT, api.get_tenant),
+        web.put(TENANT, api.create_tenant),
+        web.post(TENANT, api.update_tenant),
+        web.delete(TENANT, api.delete_tenant),
+        web.get("/admin/v2/namespaces/{tenant}", api.list_namespaces),
+        web.put(NAMESPACES, api.create_namespace),
+        web.delete(NAMESPACES, api.delete_namespace),
+        web.get(PERMISSIONS, api.get_permissions),
+        web.post(PERMISSIONS + "/{role}", api.grant),
+        web.delete(PERMISSIONS + "/{role}", api.revoke),
+        web.get(TOPIC_PERMISSIONS, api.get_topic_permissions),
+        web.post(TOPIC_PERMISSIONS + "/{role}", api.grant_topic),
+        web.delete(TOPIC_PERMISSIONS + "/{role}", api.revoke_topic),
+    ]
+
+
+class _TenancyApi:
+    def __init__(self, authorizer: Authorizer, namespaces: NamespaceListing) -> None:
+        self.tenancy = authorizer.tenancy
+        self.namespaces = namespaces
+
+    async def list_tenants(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        return json_response(self.tenancy.tenants())
+
+    async def get_tenant(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        name = request.match_info["tenant"]
+        info = self.tenancy.tenant(name)
+        if info is None:
+            raise TenancyNotFoundError(f"Tenant does not exist: {name}")
+        return json_response(info.to_json())
+
+    async def create_tenant(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        info = TenantInfo.from_json(await _optional_json(request))
+        await self.tenancy.create_tenant(request.match_info["tenant"], info)
+        return no_content()
+
+    async def update_tenant(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        info = TenantInfo.from_json(await read_json(request))
+        await self.tenancy.update_tenant(request.match_info["tenant"], info)
+        return no_content()
+
+    async def delete_tenant(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        await self.tenancy.delete_tenant(request.match_info["tenant"])
+        return no_content()
+
+    async def list_namespaces(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        tenant = request.match_info["tenant"]
+        if self.tenancy.tenant(tenant) is None:
+            raise TenancyNotFoundError(f"Tenant does not exist: {tenant}")
+        return json_response(self.tenancy.namespaces(tenant))
+
+    async def create_namespace(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        await self.tenancy.create_namespace(namespace_of(request))
+        return no_content()
+
+    async def delete_namespace(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        namespace = namespace_of(request)
+        if await self.namespaces.current_topics_of_namespace(namespace):
+            raise TenancyConflictError(f"Cannot delete non empty namespace: {namespace}")
+        await self.tenancy.delete_namespace(namespace)
+        return no_content()
+
+    async def get_permissions(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        info = self.tenancy.namespace(namespace_of(request))
+        if info is None:
+            raise TenancyNotFoundError(f"Namespace does not exist: {namespace_of(request)}")
+        return json_response(info.to_json()["permissions"])
+
+    async def grant(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        actions = actions_of(await read_json(request))
+        await self.tenancy.grant(namespace_of(request), request.match_info["role"], actions)
+        return no_content()
+
+    async def revoke(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        await self.tenancy.revoke(namespace_of(request), request.match_info["role"])
+        return no_content()
+
+    async def get_topic_permissions(self, request: web.Request) -> web.Response:
+        """The namespace's grants and the topic's own, merged (as Pulsar answers)."""
+        await self.tenancy.table.refresh()
+        topic = topic_of(request)
+        info = self.tenancy.namespace(topic.namespace_name)
+        if info is None:
+            raise TenancyNotFoundError(f"Namespace does not exist: {topic.namespace_name}")
+        merged = {role: set(actions) for role, actions in info.permissions.items()}
+        for role, actions in self.tenancy.topic_permissions(topic).items():
+            merged.setdefault(role, set()).update(actions)
+        return json_response(
+            {
+                role: [a.value for a in actions_of([x.value for x in granted])]
+                for role, granted in sorted(merged.items())
+            }
+        )
+
+    async def grant_topic(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        actions = actions_of(await read_json(request))
+        await self.tenancy.grant_topic(topic_of(request), request.match_info["role"], actions)
+        return no_content()
+
+    async def revoke_topic(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        await self.tenancy.revoke_topic(topic_of(request), request.match_info["role"])
+        return no_content()
+
+
+async def _optional_json(request: web.Request) -> object:
+    """Pulsar's admin client may create a tenant with no body."""
+    return await read_json(request) if (await request.read()).strip() else None

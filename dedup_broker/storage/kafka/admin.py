@@ -1,0 +1,268 @@
+"""Kafka admin operations the storage layer needs, as coroutines.
+
+The admin client resolves its futures from librdkafka's own background thread, so
+awaiting them (``asyncio.wrap_future``) never blocks the event loop and needs no worker
+thread of ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+
+# These names are public API; the package's stubs merely do not re-export them.
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    OffsetSpec,
+)
+
+from dedup_broker.config import BrokerConfig
+from dedup_broker.kafka_logging import kafka_logger
+from dedup_broker.storage.kafka.producer import storage_error
+
+log = logging.getLogger(__name__)
+
+SEALED_MAX_MESSAGE_BYTES = "0"
+"""``max.message.bytes`` of a sealed ledger topic: Kafka rejects every further write."""
+LIST_OFFSETS_ATTEMPTS = 6
+"""Offset queries tried this often (about 3 s of back-off in all) before they fail."""
+
+
+def _error_code(exc: BaseException) -> int | None:
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return int(exc.args[0].code())
+    return None
+
+
+@dataclass
+class _PendingCreation:
+    """A topic waiting for the next CreateTopics request, and who waits for it."""
+
+    topic: NewTopic
+    done: asyncio.Future[bool]
+
+    def settle(self, created: bool) -> None:
+        if not self.done.done():
+            self.done.set_result(created)
+
+    def fail(self, error: BaseException) -> None:
+        if not self.done.done():
+            self.done.set_exception(error)
+
+
+class KafkaAdmin:
+    def __init__(self, config: BrokerConfig) -> None:
+        self._timeout_s = config.kafka_request_timeout_ms / 1000
+        self._replication_factor = config.kafka_replication_factor
+        conf: dict[str, Any] = {
+            **config.kafka_connection(),
+            "client.id": f"{config.cluster_name}.broker-admin",
+            "logger": kafka_logger(),
+            "allow.auto.create.topics": False,
+        }
+        self._client = AdminClient(conf)
+        # Kafka answers one request per connection at a time and a CreateTopics waits for
+        # the controller, so creations get their own client (offset queries do not queue
+        # behind them) and go in batches (see create_topic).
+        self._topics_client = AdminClient({**conf, "client.id": f"{conf['client.id']}-topics"})
+        self._pending_creations: dict[str, _PendingCreation] = {}
+        self._creator: asyncio.Task[None] | None = None
+
+    async def _wait(self, what: str, future: concurrent.futures.Future[Any]) -> Any:
+        try:
+            return await asyncio.wrap_future(future)
+        except KafkaException as exc:
+            self._client.poll(0)  # librdkafka's reason (refused credentials...) gets logged
+            raise storage_error(what, exc) from exc
+
+    async def create_topic(
+        self, topic: str, config: Mapping[str, str], partitions: int = 1
+    ) -> bool:
+        """Create ``topic``; False if it already existed.
+
+        Creations asked for while a CreateTopics request is in flight go together in the
+        next one: a single-node KRaft Kafka takes about as long for a hundred topics in
+        one request as for one, so loading many topics at once is not one round trip each.
+        """
+        pending = self._pending_creations.get(topic)
+        if pending is not None:
+            # Asked twice before it was sent: the second asker finds it existing.
+            await asyncio.shield(pending.done)
+            return False
+        loop = asyncio.get_running_loop()
+        new = NewTopic(topic, partitions, self._replication_factor, config=dict(config))
+        creation = _PendingCreation(new, loop.create_future())
+        self._pending_creations[topic] = creation
+        if self._creator is None or self._creator.done():
+            self._creator = loop.create_task(self._create_pending())
+        return await asyncio.shield(creation.done)
+
+    async def _create_pending(self) -> None:
+        while self._pending_creations:
+            batch, self._pending_creations = self._pending_creations, {}
+            try:
+                futures = self._topics_client.create_topics(
+                    [creation.topic for creation in batch.values()],
+                    operation_timeout=self._timeout_s,
+                    request_timeout=self._timeout_s,
+                )
+            except Exception as exc:  # a refused request fails each of its creations
+                for creation in batch.values():
+                    creation.fail(storage_error("create topics", exc))
+                continue
+            for topic, creation in batch.items():
+                try:
+                    await asyncio.wrap_future(futures[topic])
+                except KafkaException as exc:
+                    if _error_code(exc) == KafkaError.TOPIC_ALREADY_EXISTS:
+                        creation.settle(False)
+                        continue
+                    # librdkafka's reason (refused credentials...) gets logged
+                    self._topics_client.poll(0)
+                    creation.fail(storage_error(f"create topic {topic}", exc))
+                else:
+                    creation.settle(True)
+
+    async def topic_exists(self, topic: str) -> bool:
+        return await asyncio.to_thread(self._topic_exists, topic)
+
+    def _topic_exists(self, topic: str) -> bool:
+        try:
+            described = self._client.list_topics(topic, timeout=self._timeout_s).topics.get(topic)
+        except KafkaException as exc:
+            raise storage_error(f"describe topic {topic}", exc) from exc
+        if described is None:
+            return False
+        if described.error is None:
+            return True
+        if described.error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+            return False
+        raise storage_error(f"describe topic {topic}", described.error)
+
+    async def list_topics(self) -> list[str]:
+        """Every topic of the Kafka cluster, sorted."""
+        try:
+            metadata = await asyncio.to_thread(self._client.list_topics, timeout=self._timeout_s)
+        except KafkaException as exc:
+            raise storage_error("list topics", exc) from exc
+        return sorted(metadata.topics)
+
+    async def delete_topic(self, topic: str) -> bool:
+        """Delete ``topic``; False if it did not exist."""
+        futures = self._topics_client.delete_topics(
+            [topic], operation_timeout=self._timeout_s, request_timeout=self._timeout_s
+        )
+        try:
+            await asyncio.wrap_future(futures[topic])
+        except KafkaException as exc:
+            if _error_code(exc) == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                return False
+            raise storage_error(f"delete topic {topic}", exc) from exc
+        return True
+
+    async def delete_topics(self, topics: list[str]) -> None:
+        """Delete ``topics``; ones that do not exist are not an error."""
+        if not topics:
+            return
+        futures = self._topics_client.delete_topics(
+            topics, operation_timeout=self._timeout_s, request_timeout=self._timeout_s
+        )
+        for topic, future in futures.items():
+            try:
+                await asyncio.wrap_future(future)
+            except KafkaException as exc:
+                if _error_code(exc) != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise storage_error(f"delete topic {topic}", exc) from exc
+
+    async def _list_offsets(
+        self,
+        request: dict[TopicPartition, Any],
+        what: str,
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+    ) -> dict[str, int]:
+        """Offsets per topic for ``request`` (partition -> OffsetSpec)."""
+        topics = sorted({tp.topic for tp in request})
+        for attempt in range(1, LIST_OFFSETS_ATTEMPTS + 1):
+            futures = self._client.list_offsets(
+                request, isolation_level=isolation, request_timeout=self._timeout_s
+            )
+            try:
+                return {
+                    tp.topic: int((await asyncio.wrap_future(future)).offset)
+                    for tp, future in futures.items()
+                }
+            except KafkaException as exc:
+                if attempt == LIST_OFFSETS_ATTEMPTS:
+                    raise storage_error(what, exc) from exc
+                # The client sends these from cached metadata (leader, leader epoch) and
+                # does not refresh it when they fail, e.g. after a broker restart; a topic
+                # created a moment ago may have no leader in that metadata yet.
+                log.debug("%s failed (%s); refreshing metadata of %s", what, exc, topics)
+                await asyncio.to_thread(self._refresh_metadata, topics)
+                await asyncio.sleep(0.05 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    def _refresh_metadata(self, topics: list[str]) -> None:
+        for topic in topics:
+            with contextlib.suppress(KafkaException):
+                self._client.list_topics(topic, timeout=self._timeout_s)
+
+    async def high_watermark(self, topic: str, partition: int = 0) -> int:
+        """The partition's end offset: one past the last record readers may see."""
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        request = {TopicPartition(topic, partition): latest}
+        return (await self._list_offsets(request, f"end offset of {topic}"))[topic]
+
+    async def stable_end(self, topic: str, partition: int = 0) -> int:
+        """The partition's last stable offset: one past the last record that is not part
+        of a transaction still open (the end a read-committed reader reaches)."""
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        request = {TopicPartition(topic, partition): latest}
+        return (
+            await self._list_offsets(
+                request, f"stable end of {topic}", IsolationLevel.READ_COMMITTED
+            )
+        )[topic]
+
+    async def offsets_for_time(self, topics: list[str], timestamp_ms: int) -> dict[str, int]:
+        """Per topic (partition 0): offset of the first record with timestamp >= the
+        given one, or -1 if there is none."""
+        if not topics:
+            return {}
+        request = {
+            TopicPartition(topic, 0): OffsetSpec.for_timestamp(timestamp_ms) for topic in topics
+        }
+        return await self._list_offsets(request, f"offsets by time in {len(topics)} ledgers")
+
+    async def seal_topic(self, topic: str) -> None:
+        """Make Kafka refuse every further write to ``topic`` (reads are unaffected).
+
+        A broker that recovers a ledger another process may still be writing seals it
+        first, so that writer fails instead of adding records past the recorded end.
+        """
+        resource = ConfigResource(
+            ConfigResource.Type.TOPIC,
+            topic,
+            incremental_configs=[
+                ConfigEntry(
+                    "max.message.bytes",
+                    SEALED_MAX_MESSAGE_BYTES,
+                    incremental_operation=AlterConfigOpType.SET,
+                )
+            ],
+        )
+        futures = self._client.incremental_alter_configs(
+            [resource], request_timeout=self._timeout_s
+        )
+        await self._wait(f"seal {topic}", next(iter(futures.values())))

@@ -1,0 +1,333 @@
+"""Write fences: Kafka's transactional producer fencing for one ownership slot.
+
+A broker may lose a slot without knowing it (paused, cut off, stalled) while another
+broker takes it over. Timing cannot rule that out; Kafka's transaction coordinator can.
+Each slot has two ``transactional.id`` s, ``{cluster}.slot.{slot}`` and
+``{cluster}.slot.{slot}.b``; taking the fence (``init_transactions`` on both) bumps their
+epochs, aborts any open transaction of an earlier holder and makes every later commit of
+that holder fail.
+
+Two uses:
+
+- **Acknowledgements.** Entries are written to ledger topics outside transactions (entry
+  ids stay offsets, with no control records among them). A managed ledger with a fence
+  resolves an append only after a fence transaction that *began after Kafka acknowledged
+  the append* has committed. If that commit succeeded, it preceded the new owner's
+  ``init_transactions``, so the append was stored before the new owner sealed the ledger
+  and read its end: it lies within the recorded ledger. An append stored later lies past
+  the recorded end, is never read, and its commit fails: no client hears of it.
+- **Metadata.** Ledger lists and cursor positions of a fenced managed ledger are written
+  inside the fence's transactions, and readers read committed records only: a late write
+  of an old owner is aborted and never becomes visible.
+
+Cost: every acknowledgement waits for one commit (a round trip to the transaction
+coordinator plus markers); commits are pipelined, one in flight per slot, each covering
+every append acknowledged before it began, so under load a commit serves many appends.
+The two producers take turns: a transactional id cannot begin its next transaction until
+Kafka has written the markers of its last one (the coordinator answers
+``CONCURRENT_TRANSACTIONS`` and librdkafka backs off 20 ms at a time), and with one id
+that wait came into every commit (about 45 ms instead of 15 ms here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from dedup_broker.config import BrokerConfig
+from dedup_broker.errors import OwnershipLostError, StorageError
+from dedup_broker.kafka_logging import kafka_logger
+from dedup_broker.storage import formats
+from dedup_broker.storage.kafka.producer import max_record_bytes, storage_error
+
+log = logging.getLogger(__name__)
+
+TRANSACTION_TIMEOUT_MS = 15000
+_IDLE_WAIT_S = 0.5
+
+
+def fence_transactional_ids(cluster_name: str, slot: int) -> tuple[str, str]:
+    """The slot's two transactional ids (used in turn; a new holder fences both)."""
+    return f"{cluster_name}.slot.{slot}", f"{cluster_name}.slot.{slot}.b"
+
+
+@dataclass(slots=True)
+class _Send:
+    topic: str
+    value: bytes | None
+    key: bytes | None
+    partition: int
+    future: asyncio.Future[int]
+    offset: int = -1
+
+
+class KafkaWriteFence:
+    """The right to write for one slot; use :meth:`acquire` to take it."""
+
+    def __init__(self, config: BrokerConfig, slot: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.slot = slot
+        self._loop = loop
+        self._topic = formats.fences_topic(config.cluster_name)
+        self._commit_timeout_s = config.kafka_request_timeout_ms / 1000
+        conf: dict[str, Any] = {
+            **config.kafka_connection(),
+            "client.id": f"{config.cluster_name}.fence-{slot}",
+            "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 0,
+            # A commit fails (abortable) once its records could not be delivered in this
+            # time, instead of waiting for Kafka indefinitely.
+            "message.timeout.ms": min(config.kafka_delivery_timeout_ms, TRANSACTION_TIMEOUT_MS),
+            "message.max.bytes": max_record_bytes(config),
+            "allow.auto.create.topics": False,
+            "logger": kafka_logger(),
+        }
+        self._producers = [
+            Producer({**conf, "transactional.id": transactional_id})
+            for transactional_id in fence_transactional_ids(config.cluster_name, slot)
+        ]
+        self._turn = 0
+        self._lock = threading.Condition()
+        self._confirms: list[asyncio.Future[None]] = []
+        self._sends: list[_Send] = []
+        self._closing = False
+        self.lost: BaseException | None = None
+        self.commits = 0
+        """Transactions committed so far (one serves many appends)."""
+        self._watchers: list[Callable[[BaseException], None]] = []
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    async def acquire(cls, config: BrokerConfig, slot: int) -> KafkaWriteFence:
+        """Take the slot's fence: once this returns, no earlier holder commits again.
+
+        Transactional calls run on the fence's own daemon thread and are never given a
+        timeout: librdkafka must not destroy a producer while one is in progress, and a
+        thread blocked while Kafka is unreachable must not hold up the process's exit.
+        The caller's wait is bounded by ``kafkaRequestTimeoutMs``."""
+        fence = cls(config, slot, asyncio.get_running_loop())
+        initialized: asyncio.Future[None] = fence._loop.create_future()
+        fence._thread = threading.Thread(
+            target=fence._run, args=(initialized,), name=f"fence-{slot}", daemon=True
+        )
+        fence._thread.start()
+        try:
+            await asyncio.wait_for(asyncio.shield(initialized), fence._commit_timeout_s)
+        except TimeoutError:
+            fence._closing = True
+            raise StorageError(
+                f"taking the write fence of slot {slot}: Kafka did not answer "
+                f"within {fence._commit_timeout_s:.0f}s"
+            ) from None
+        log.info("write fence of slot %d taken", slot)
+        return fence
+
+    # --- event loop side --------------------------------------------------------------
+    def confirm(self) -> asyncio.Future[None]:
+        """Resolves once a transaction begun after this call has committed."""
+        future: asyncio.Future[None] = self._loop.create_future()
+        with self._lock:
+            if self._refusal() is not None:
+                future.set_exception(self._refusal_error())
+                return future
+            self._confirms.append(future)
+            self._lock.notify()
+        return future
+
+    def send(
+        self, topic: str, value: bytes | None, *, key: bytes | None = None, partition: int = -1
+    ) -> asyncio.Future[int]:
+        """A record written in the next transaction; its offset once that committed."""
+        future: asyncio.Future[int] = self._loop.create_future()
+        with self._lock:
+            if self._refusal() is not None:
+                future.set_exception(self._refusal_error())
+                return future
+            self._sends.append(_Send(topic, value, key, partition, future))
+            self._lock.notify()
+        return future
+
+    def watch(self, on_lost: Callable[[BaseException], None]) -> None:
+        """``on_lost(error)`` runs on the loop if the fence is lost (never on close)."""
+        self._watchers.append(on_lost)
+
+    async def close(self, timeout_seconds: float = 5.0) -> None:
+        """Release: no more transactions; what still waits fails."""
+        with self._lock:
+            self._closing = True
+            self._lock.notify()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, timeout_seconds)
+
+    def _refusal(self) -> str | None:
+        if self.lost is not None:
+            return f"the write fence of slot {self.slot} was taken by another broker"
+        if self._closing:
+            return f"slot {self.slot} was released by this broker"
+        return None
+
+    def _refusal_error(self) -> OwnershipLostError:
+        return OwnershipLostError(self._refusal() or f"slot {self.slot} is not writable")
+
+    # --- fence thread -----------------------------------------------------------------
+    def _run(self, initialized: asyncio.Future[None]) -> None:
+        for producer in self._producers:
+            while True:
+                try:
+                    producer.init_transactions()
+                    break
+                except KafkaException as exc:
+                    cause = _kafka_error(exc)
+                    if cause is not None and cause.retriable() and not self._closing:
+                        continue  # "retry call to resume"
+                    failure = storage_error(f"taking the write fence of slot {self.slot}", exc)
+                    self._call_soon(_settle_future, initialized, failure)
+                    return
+        self._call_soon(_settle_future, initialized, None)
+        while True:
+            with self._lock:
+                while not (self._confirms or self._sends or self._closing):
+                    self._lock.wait(_IDLE_WAIT_S)
+                if self._closing:
+                    confirms, sends = self._confirms, self._sends
+                    self._confirms, self._sends = [], []
+                    break
+                confirms, sends = self._confirms, self._sends
+                self._confirms, self._sends = [], []
+            outcome = self._commit(sends)
+            self._call_soon(self._settle, confirms, sends, outcome)
+            if outcome is not None and self.lost is not None:
+                confirms, sends = [], []
+                break
+        error = self._refusal_error()
+        self._call_soon(self._settle, confirms, sends, error)
+        with self._lock:
+            rest, more = self._confirms, self._sends
+            self._confirms, self._sends = [], []
+        if rest or more:
+            self._call_soon(self._settle, rest, more, error)
+
+    def _commit(self, sends: list[_Send]) -> BaseException | None:
+        """One transaction holding ``sends`` and a fence record; the error if it failed.
+
+        Fatal errors (fenced by a newer holder above all) lose the fence for good; an
+        abortable one aborts the transaction (its waiters fail, retriably); a retriable
+        one retries the commit a few times, then aborts."""
+        producer = self._producers[self._turn]
+        self._turn = 1 - self._turn
+        try:
+            producer.begin_transaction()
+            for record in sends:
+                producer.produce(
+                    record.topic,
+                    record.value,
+                    record.key,
+                    record.partition,
+                    on_delivery=_offset_into(record),
+                )
+            producer.produce(self._topic, b"", str(self.slot).encode(), 0)
+        except KafkaException as exc:
+            return self._failed(producer, exc)
+        except BufferError as exc:
+            return self._abort(producer, StorageError(f"commit of slot {self.slot}: {exc}"))
+        # A commit that timed out (Kafka unreachable) is resumed by calling it again,
+        # never aborted while it is in progress: until it succeeds, Kafka says it cannot
+        # (abortable, or the coordinator timed the transaction out), or the fence closes.
+        while True:
+            try:
+                producer.commit_transaction()
+                self.commits += 1
+                return None
+            except KafkaException as exc:
+                error = _kafka_error(exc)
+                if error is None or error.fatal() or not error.retriable():
+                    return self._failed(producer, exc)
+                if self._closing:
+                    return self._refusal_error()
+                log.warning("slot %d: commit not confirmed yet, retrying: %s", self.slot, exc)
+
+    def _failed(self, producer: Producer, exc: KafkaException) -> BaseException:
+        error = _kafka_error(exc)
+        if error is not None and error.txn_requires_abort() and not error.fatal():
+            return self._abort(producer, storage_error(f"transaction of slot {self.slot}", exc))
+        self.lost = exc
+        log.error("slot %d: write fence lost: %s", self.slot, exc)
+        return self._refusal_error()
+
+    def _abort(self, producer: Producer, error: BaseException) -> BaseException:
+        """Abort the open transaction (retried while Kafka is unreachable); ``error`` is
+        what its waiters get. A fence whose transaction cannot be aborted is lost."""
+        while True:
+            try:
+                producer.abort_transaction()
+                log.warning("slot %d: transaction aborted: %s", self.slot, error)
+                return error
+            except KafkaException as exc:
+                kafka_error = _kafka_error(exc)
+                retriable = kafka_error is not None and kafka_error.retriable()
+                if not retriable or kafka_error is None or kafka_error.fatal() or self._closing:
+                    self.lost = exc
+                    log.error("slot %d: write fence lost (abort failed): %s", self.slot, exc)
+                    return self._refusal_error()
+
+    def _call_soon(self, callback: Callable[..., None], *args: Any) -> None:
+        try:
+            self._loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # the loop is closed: the process is ending
+            log.debug("slot %d: event loop closed; %s dropped", self.slot, callback)
+
+    # --- back on the loop -------------------------------------------------------------
+    def _settle(
+        self,
+        confirms: list[asyncio.Future[None]],
+        sends: list[_Send],
+        error: BaseException | None,
+    ) -> None:
+        for future in confirms:
+            if not future.done():
+                if error is None:
+                    future.set_result(None)
+                else:
+                    future.set_exception(error)
+        for record in sends:
+            if record.future.done():
+                continue
+            if error is None:
+                record.future.set_result(record.offset)
+            else:
+                record.future.set_exception(error)
+        if error is not None and self.lost is not None:
+            watchers, self._watchers = self._watchers, []
+            for watcher in watchers:
+                try:
+                    watcher(error)
+                except Exception:
+                    log.exception("slot %d: a fence watcher failed", self.slot)
+
+
+def _settle_future(future: asyncio.Future[None], error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
+
+
+def _kafka_error(exc: KafkaException) -> KafkaError | None:
+    return exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+
+
+def _offset_into(record: _Send) -> Callable[[KafkaError | None, Any], None]:
+    def on_delivery(error: KafkaError | None, msg: Any) -> None:
+        if error is None and msg is not None and msg.offset() is not None:
+            record.offset = int(msg.offset())
+
+    return on_delivery

@@ -1,0 +1,72 @@
+"""Opening a managed ledger: the stored ledger list made safe to append after.
+
+Runs while nothing else touches the managed ledger (before it serves anyone): it reads the
+stored list to its end (the write fence, if any, is held, so every earlier holder's
+committed writes are visible), secures the deletion of ledgers a crash left unlisted,
+closes a ledger left open at the end Kafka really has, drops empty ledgers at the end and
+lists a fresh ledger for appends.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from dedup_broker.errors import StorageError
+from dedup_broker.storage import formats
+from dedup_broker.storage.ledger.context import StorageContext
+from dedup_broker.storage.ledger.info_store import LedgerInfoWriter
+from dedup_broker.storage.ledger.trimmer import LedgerTrimmer
+from dedup_broker.storage.values import LedgerInfo, LedgerToDelete
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedList:
+    ledgers: list[LedgerInfo]
+    """The stored list; its last ledger is the new, open one."""
+    properties: dict[str, str]
+    dropped: list[int]
+    """Empty ledgers left out of the stored list: their deletion is to be finished."""
+
+
+async def open_ledger_list(
+    name: str, ctx: StorageContext, info: LedgerInfoWriter, trimmer: LedgerTrimmer
+) -> OpenedList:
+    await ctx.managed_ledger_infos.refresh()
+    stored = ctx.managed_ledger_infos.get(name)
+    info.last = stored
+    record = (
+        formats.decode_managed_ledger_info(stored)
+        if stored is not None
+        else formats.ManagedLedgerRecord([])
+    )
+    ledgers = list(record.ledgers)
+    orphans: list[int] = []
+    if ledgers:
+        # Ledgers allocated to this name after the last listed one were never listed:
+        # a crash between creating a ledger and recording it.
+        listed = {ledger.ledger_id for ledger in ledgers}
+        allocated = await ctx.ledgers.allocated_to(name, ledgers[-1].ledger_id)
+        orphans = [ledger_id for ledger_id in allocated if ledger_id not in listed]
+    if orphans:
+        # Before a new ledger is listed: until their deletion is recorded they still
+        # follow the last listed ledger, so a crash here finds them again next time.
+        log.warning("%s: ledgers %s were never listed; deleting them", name, orphans)
+        if set(await trimmer.delete_orphans(orphans)) != set(orphans):
+            raise StorageError(f"{name}: the deletion of unlisted ledgers not recorded")
+    if ledgers and ledgers[-1].is_open:
+        ledgers[-1] = await ctx.ledgers.close_at_true_end(ledgers[-1].ledger_id)
+    # Empty ledgers at the end hold nothing; drop them rather than pile them up.
+    empty = []
+    while ledgers and ledgers[-1].entries == 0:
+        empty.append(ledgers.pop())
+    # Until the list without them is stored, a worker asking is told to come back.
+    with ctx.pending_deletions.during(name, [ledger.ledger_id for ledger in empty]):
+        dropped = await ctx.deleter.mark([LedgerToDelete(name, e.ledger_id) for e in empty])
+        ledgers.extend(ledger for ledger in reversed(empty) if ledger.ledger_id not in dropped)
+        new_id = await ctx.ledgers.create(name)
+        ledgers.append(LedgerInfo(new_id, -1, 0, 0))
+        await info.write(ledgers, record.properties)
+    return OpenedList(ledgers, dict(record.properties), sorted(dropped))

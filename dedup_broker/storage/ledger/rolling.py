@@ -1,0 +1,129 @@
+"""Rolling a managed ledger over: closing the current ledger and listing the next one.
+
+The rules are ``rollover.py``'s, checked on every append and on a timer armed for the
+moment age alone may change the answer. A rollover waits until every append in flight is
+acknowledged (appends meanwhile queue in call order), then stores the list with the
+current ledger closed and a fresh one open, and sends what queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from dedup_broker.errors import ManagedLedgerFencedError
+from dedup_broker.storage.ledger.appends import AppendPipeline
+from dedup_broker.storage.ledger.coalesced import cancel_and_wait
+from dedup_broker.storage.ledger.confirmed import ConfirmedLedgers
+from dedup_broker.storage.ledger.context import StorageContext
+from dedup_broker.storage.ledger.list_store import LedgerListStore
+
+log = logging.getLogger(__name__)
+
+
+class LedgerRollover:
+    """The rollover of one managed ledger: its timer and the roll itself."""
+
+    def __init__(
+        self,
+        ctx: StorageContext,
+        confirmed: ConfirmedLedgers,
+        list_store: LedgerListStore,
+        appends: AppendPipeline,
+        on_lost: Callable[[Exception], Coroutine[Any, Any, None]],
+        rolled: Callable[[], None],
+    ) -> None:
+        self.name = list_store.name
+        self._ctx = ctx
+        self._confirmed = confirmed
+        self._list_store = list_store
+        self._appends = appends
+        self._on_lost = on_lost
+        self._rolled = rolled
+        """Told after each rollover (trimming and offloading look again)."""
+        self._loop = asyncio.get_running_loop()
+        self._started = time.monotonic()
+        self.rolling = False
+        """Set from the decision to roll until the next ledger is listed."""
+        self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def _age_ms(self) -> float:
+        return (time.monotonic() - self._started) * 1000
+
+    def due(self) -> bool:
+        appends = self._appends
+        return self._ctx.rollover.should_rollover(
+            appends.next_entry_id, appends.produced_size, self._age_ms()
+        )
+
+    def started(self) -> None:
+        """A fresh ledger takes the appends from now on."""
+        self._started = time.monotonic()
+        self._arm_timer()
+
+    def _arm_timer(self) -> None:
+        self.cancel_timer()
+        wait_ms = self._ctx.rollover.next_check_in_ms(self._age_ms())
+        if wait_ms is not None:
+            self._timer = self._loop.call_later(wait_ms / 1000, self._on_timer)
+
+    def cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if not self._appends.is_writable_state() or self.rolling:
+            return
+        if self.due():
+            self.begin()
+        else:
+            self._arm_timer()
+
+    def begin(self) -> None:
+        self.rolling = True
+        self.cancel_timer()
+        if not self._appends.inflight and self._task is None:
+            self._task = self._loop.create_task(self._roll())
+
+    def drained(self) -> None:
+        """Every append in flight settled: a pending rollover goes ahead."""
+        if self.rolling and self._task is None:
+            self._task = self._loop.create_task(self._roll())
+
+    async def _roll(self) -> None:
+        """Close the current ledger (everything in it is acknowledged) and open the next."""
+        store, confirmed = self._list_store, self._confirmed
+        try:
+            new_id = await self._ctx.ledgers.create(self.name)
+            async with store.lock:
+                closed = store.closing_current()
+                await store.write(store.with_current(closed, new_id))
+                confirmed.close_current(closed.entries, closed.size, closed.timestamp_ms)
+                confirmed.add_open_ledger(new_id)
+                self._appends.start_ledger(new_id)
+        except ManagedLedgerFencedError as exc:
+            self._task = None
+            await self._on_lost(exc)
+            return
+        except Exception as exc:
+            self._task = None
+            self._appends.fence(exc)
+            return
+        self._task = None
+        self.rolling = False
+        log.debug("%s rolled over to ledger %d", self.name, new_id)
+        self._rolled()
+        self._appends.send_queued()
+
+    async def cancel(self) -> None:
+        """Closing: no more rollovers; one under way is abandoned."""
+        self.rolling = False
+        self.cancel_timer()
+        task, self._task = self._task, None
+        await cancel_and_wait(task, self.name, "rollover")
