@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=Path("verify-runs"), help="where runs are kept")
     parser.add_argument("--no-reader-case", action="store_true", help="skip the reader case")
+    parser.add_argument("--seed", type=int, help="the faults' random seed")
     parser.add_argument(
         "--faults",
         help="comma-separated fault kinds to inject (default: all): "
@@ -48,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         profile = PROFILES[args.profile]
         if args.minutes is not None:
             profile = profile.with_minutes(args.minutes)
+        if args.seed is not None:
+            profile = dataclasses.replace(profile, seed=args.seed)
         if args.faults:
             kinds = tuple(k.strip() for k in args.faults.split(",") if k.strip())
             unknown = set(kinds) - {k.value for k in FaultKind}

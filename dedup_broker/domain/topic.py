@@ -22,7 +22,6 @@ from dedup_broker.domain.producer_access import TOPIC_EPOCH_PROPERTY, ProducerHo
 from dedup_broker.domain.subscription import Subscription
 from dedup_broker.domain_base.names import TopicName
 from dedup_broker.domain_base.outcomes import (
-    DUPLICATE,
     UNKNOWN,
     PublishOutcome,
     PublishResult,
@@ -206,12 +205,15 @@ class Topic(ProducerHost):
         if timestamp is None:
             timestamp = metadata.publish_time or int(time.time() * 1000)
         try:
-            verdict, dedup_name, highest_seen = self.dedup.check(send, entry, metadata)
+            admission = self.dedup.check(send, entry, metadata)
         except BrokerError as exc:
             return self._refused(send, exc)
+        verdict = admission.verdict
         if verdict is not Verdict.NOT_DUP:
             self.services.metrics.dedup_verdicts.labels(verdict=verdict.value).inc()
-            return settled(DUPLICATE if verdict is Verdict.DUP else UNKNOWN)
+            if verdict is Verdict.DUP:
+                return settled(PublishOutcome.duplicate(admission.stored_at))
+            return settled(UNKNOWN)
         appended = self.managed_ledger.append(entry, timestamp)
         result: PublishResult = asyncio.get_running_loop().create_future()
         producer.pending_sends += 1
@@ -231,7 +233,7 @@ class Topic(ProducerHost):
                 result.set_result(PublishOutcome.failed(exc))
                 return
             position = done.result()
-            self.dedup.persisted(dedup_name, highest_seen, position)
+            self.dedup.persisted(admission, position)
             self._last_entry_batch = (position, in_batch)
             self.msgs_in += count
             self.bytes_in += len(entry)

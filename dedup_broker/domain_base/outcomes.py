@@ -45,6 +45,14 @@ class PublishOutcome:
         return PublishOutcome(PublishStatus.STORED, position)
 
     @staticmethod
+    def duplicate(stored_at: Position | None = None) -> PublishOutcome:
+        """Stored before: the receipt has no position (-1:-1), as Pulsar answers, unless
+        the copy stored is known (a resent chunk of a chunked message)."""
+        return (
+            DUPLICATE if stored_at is None else PublishOutcome(PublishStatus.DUPLICATE, stored_at)
+        )
+
+    @staticmethod
     def failed(error: BaseException) -> PublishOutcome:
         return PublishOutcome(PublishStatus.FAILED, error=error)
 

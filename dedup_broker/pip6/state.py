@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
 import logging
 import time
 from collections.abc import Callable
@@ -21,8 +20,12 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from dedup_broker.errors import CursorNotFoundError, ProtocolError
+from dedup_broker.pip6.activity import ProducerActivity
+from dedup_broker.pip6.chunks import Chunk, ChunkProgress, ChunkVerdict
+from dedup_broker.pip6.snapshot_task import SnapshotTask
 from dedup_broker.pip6.stored import ReplayFold, StoredSequence, stored_sequence
 from dedup_broker.protocol.commands import as_signed64
+from dedup_broker.protocol.framing import parse_metadata_only
 from dedup_broker.storage.api import Position
 
 if TYPE_CHECKING:
@@ -94,8 +97,9 @@ class MessageDeduplication:
         self.status = DedupStatus.DISABLED
         self._pushed: dict[str, int] = {}
         self._persisted: dict[str, int] = {}
-        self._last_active: dict[str, float] = {}
-        self._connected: dict[str, int] = {}
+        self.chunks = ChunkProgress()
+        """Each producer's chunked message in progress (its chunks are stored once)."""
+        self._activity = ProducerActivity(clock)
         self._cursor: ManagedCursor | None = None
         self._write_failed = False
         self._last_persisted: Position | None = None
@@ -105,10 +109,8 @@ class MessageDeduplication:
         self._entries_since_snapshot = 0
         self._recovery_ms = 0
         self._acked_while_recovering: list[tuple[str, int, Position]] = []
-        self._snapshot_task: asyncio.Task[None] | None = None
-        self._snapshot_lock = asyncio.Lock()
+        self._snapshots = SnapshotTask(ledger.name, self._snapshot_once, self._snapshot_due)
         self._transition_lock = asyncio.Lock()
-        self._closed = False
 
     # --- lifecycle ------------------------------------------------------------------
     async def enable(self) -> None:
@@ -134,8 +136,8 @@ class MessageDeduplication:
                 self._entries_since_snapshot,
                 self._recovery_ms,
             )
-            if self._entries_since_snapshot >= self._config.broker_deduplication_entries_interval:
-                self._start_snapshot()
+            if self._snapshot_due():
+                self._snapshots.start()
 
     async def _recover(self) -> None:
         cursor = await self._ledger.cursors.open(DEDUP_CURSOR, "earliest")
@@ -143,7 +145,8 @@ class MessageDeduplication:
         now = self._clock()
         self._persisted = {name: as_signed64(seq) for name, seq in cursor.properties.items()}
         self._pushed = {}
-        self._last_active = dict.fromkeys(self._persisted, now)
+        self.chunks = ChunkProgress()
+        self._activity.reset(list(self._persisted))
         self._write_failed = False
         snapshot = cursor.mark_delete_position
         self._snapshot_position = snapshot
@@ -176,8 +179,8 @@ class MessageDeduplication:
                 return
             self.status = DedupStatus.REMOVING
             try:
-                await self._cancel_snapshot_task()
-                async with self._snapshot_lock:
+                await self._snapshots.cancel()
+                async with self._snapshots.lock:
                     self._reset_state()
                     self._cursor = None
                     if self._ledger.cursors.exists(DEDUP_CURSOR):
@@ -194,10 +197,7 @@ class MessageDeduplication:
         Best effort: a failure is logged, since the entries after the previous
         snapshot are replayed on the next open anyway. Call before closing the ledger.
         """
-        self._closed = True
-        task = self._snapshot_task
-        if task is not None:
-            await asyncio.gather(task, return_exceptions=True)
+        await self._snapshots.close()
         if self.status is not DedupStatus.ENABLED or not self._has_unsnapshotted_entries():
             return
         try:
@@ -208,7 +208,8 @@ class MessageDeduplication:
     def _reset_state(self) -> None:
         self._pushed = {}
         self._persisted = {}
-        self._last_active = {}
+        self.chunks = ChunkProgress()
+        self._activity.reset()
         self._write_failed = False
         self._last_persisted = None
         self._snapshot_position = None
@@ -233,7 +234,7 @@ class MessageDeduplication:
             return Verdict.UNKNOWN
         low = as_signed64(lowest)
         high = max(as_signed64(highest), low)
-        self._last_active[producer_name] = self._clock()
+        self._activity.touch(producer_name)
         pushed = self._pushed.get(producer_name)
         if pushed is not None and low <= pushed:
             persisted = self._persisted.get(producer_name)
@@ -245,6 +246,35 @@ class MessageDeduplication:
         self._pushed[producer_name] = high
         return Verdict.NOT_DUP
 
+    def check_chunk(self, chunk: Chunk) -> tuple[Verdict, Position | None]:
+        """The verdict for an early chunk (any but the last) of a chunked message: a
+        chunk stored already is a duplicate at its position, so that a message resent
+        after a failover never holds the same chunk twice."""
+        status = self.status
+        if status is not DedupStatus.ENABLED:
+            if status is DedupStatus.DISABLED or status is DedupStatus.REMOVING:
+                return Verdict.NOT_DUP, None
+            return Verdict.UNKNOWN, None
+        name = chunk.producer_name
+        self._activity.touch(name)
+        persisted = self._persisted.get(name)
+        if persisted is not None and chunk.sequence_id <= persisted:
+            return Verdict.DUP, None
+        pushed = self._pushed.get(name)
+        if (pushed is not None and chunk.sequence_id <= pushed) or self._write_failed:
+            return Verdict.UNKNOWN, None
+        verdict, position = self.chunks.check(chunk)
+        if verdict is ChunkVerdict.STORED:
+            return Verdict.DUP, position
+        return (Verdict.NOT_DUP if verdict is ChunkVerdict.NEW else Verdict.UNKNOWN), None
+
+    def on_chunk_persisted(self, chunk: Chunk, position: Position) -> None:
+        """Kafka acknowledged an early chunk."""
+        if self.status in (DedupStatus.ENABLED, DedupStatus.RECOVERING):
+            self.chunks.stored(chunk, position)
+        if self.status is DedupStatus.ENABLED:
+            self._count_unmarked(position)
+
     def on_persisted(self, producer_name: str, highest: int, position: Position) -> None:
         """Kafka acknowledged an admitted entry: raise persisted, maybe start a snapshot."""
         status = self.status
@@ -254,9 +284,9 @@ class MessageDeduplication:
         if status is not DedupStatus.ENABLED:
             return
         self._record(producer_name, as_signed64(highest), position)
-        self._last_active[producer_name] = self._clock()
-        if self._entries_since_snapshot >= self._config.broker_deduplication_entries_interval:
-            self._start_snapshot()
+        self._activity.touch(producer_name)
+        if self._snapshot_due():
+            self._snapshots.start()
 
     def on_write_failed(self) -> None:
         """A Kafka write failed: admit nothing new until :meth:`resolve_after_failure`.
@@ -287,12 +317,13 @@ class MessageDeduplication:
         if status is not DedupStatus.ENABLED:
             self._write_failed = False
             return
+        self.chunks.failed()
         for entry in entries:
             self._record_entry(entry)
         self._pushed = dict(self._persisted)
         self._write_failed = False
-        if self._entries_since_snapshot >= self._config.broker_deduplication_entries_interval:
-            self._start_snapshot()
+        if self._snapshot_due():
+            self._snapshots.start()
 
     def last_sequence_id(self, producer_name: str) -> int:
         """The highest persisted sequence id of a producer, -1 if none is known."""
@@ -306,6 +337,7 @@ class MessageDeduplication:
         previous = self._persisted.get(producer_name)
         if previous is None or highest > previous:
             self._persisted[producer_name] = highest
+            self.chunks.complete(producer_name, highest)
         pushed = self._pushed.get(producer_name)
         if pushed is None or highest > pushed:
             # Keeps pushed >= persisted also for writes admitted before enabling.
@@ -315,13 +347,14 @@ class MessageDeduplication:
 
     def _merge_replayed(self, fold: ReplayFold, last: Position) -> None:
         """Counts what one replay scan folded, up to and including ``last``."""
-        highest, entries, unreadable = fold.take()
+        highest, entries, unreadable, chunks = fold.take()
         for ledger_id, entry_id, exc in unreadable:
             self._warn_unreadable(Position(ledger_id, entry_id), exc)
-        now = self._clock()
+        for chunk, ledger_id, entry_id in chunks:
+            self.chunks.stored(chunk, Position(ledger_id, entry_id))
         for name, sequence in highest.items():
             self._raise_marks(name, sequence, last)
-            self._last_active[name] = now
+            self._activity.touch(name)
         if self._last_persisted is None or last > self._last_persisted:
             self._last_persisted = last
         self._entries_since_snapshot += entries
@@ -330,12 +363,22 @@ class MessageDeduplication:
         """Counts one stored entry (replay, failure resolution)."""
         stored = self._parse_entry(entry)
         if stored is None:
-            if self._last_persisted is None or entry.position > self._last_persisted:
-                self._last_persisted = entry.position
-            self._entries_since_snapshot += 1
+            try:
+                chunk = Chunk.of(parse_metadata_only(entry.data))
+            except ProtocolError:
+                chunk = None
+            if chunk is not None:
+                self.chunks.stored(chunk, entry.position)
+            self._count_unmarked(entry.position)
             return
         self._record(stored.producer_name, stored.highest, entry.position)
-        self._last_active[stored.producer_name] = self._clock()
+        self._activity.touch(stored.producer_name)
+
+    def _count_unmarked(self, position: Position) -> None:
+        """An entry that moves no producer's mark (an early chunk, a marker)."""
+        if self._last_persisted is None or position > self._last_persisted:
+            self._last_persisted = position
+        self._entries_since_snapshot += 1
 
     def _parse_entry(self, entry: Entry) -> StoredSequence | None:
         """The entry's sequence facts; entries without readable metadata are skipped."""
@@ -356,34 +399,22 @@ class MessageDeduplication:
     # --- producers ------------------------------------------------------------------
     def producer_connected(self, name: str) -> None:
         """A connected producer is never dropped for inactivity."""
-        self._connected[name] = self._connected.get(name, 0) + 1
-        self._last_active[name] = self._clock()
+        self._activity.connected(name)
 
     def producer_disconnected(self, name: str) -> None:
-        """Inactivity is counted from the moment the last producer of that name left."""
-        count = self._connected.get(name, 0) - 1
-        if count > 0:
-            self._connected[name] = count
-        else:
-            self._connected.pop(name, None)
-        if name in self._pushed or name in self._persisted:
-            self._last_active[name] = self._clock()
+        self._activity.disconnected(name, name in self._pushed or name in self._persisted)
 
-    def _drop_inactive(self, now: float) -> None:
+    def _drop_inactive(self) -> None:
         timeout = self._config.broker_deduplication_producer_inactivity_timeout_minutes * 60
-        if timeout <= 0:
-            return
-        deadline = now - timeout
-        for name, seen in list(self._last_active.items()):
-            if seen > deadline or name in self._connected:
-                continue
+        for name in self._activity.idle(timeout):
             pushed = self._pushed.get(name)
             persisted = self._persisted.get(name)
             if pushed is not None and (persisted is None or pushed > persisted):
                 continue  # a write is in flight (or unresolved): keep its mark
             self._pushed.pop(name, None)
             self._persisted.pop(name, None)
-            del self._last_active[name]
+            self.chunks.forget(name)
+            self._activity.forget(name)
             log.info("deduplication on %s forgets inactive producer %r", self._ledger.name, name)
 
     # --- snapshots ------------------------------------------------------------------
@@ -398,16 +429,21 @@ class MessageDeduplication:
 
     async def _snapshot_once(self) -> bool:
         """True when a new snapshot was stored."""
-        async with self._snapshot_lock:
+        async with self._snapshots.lock:
             cursor = self._cursor
             position = self._last_persisted
             if self.status is not DedupStatus.ENABLED or cursor is None or position is None:
                 return False
+            first_chunk = self.chunks.oldest_first_position()
+            if first_chunk is not None:
+                # Never past a chunked message in progress: recovery replays its chunks.
+                position = min(position, self._ledger.previous_position(first_chunk))
             if self._snapshot_position is not None and position <= self._snapshot_position:
                 self._entries_since_snapshot = 0
                 return False
             counted = self._entries_since_snapshot
-            cursor.mark_delete(position, self._snapshot_properties())
+            limit = self._config.broker_deduplication_max_number_of_producers
+            cursor.mark_delete(position, self._activity.newest(self._persisted, limit))
             if cursor.mark_delete_position != position:
                 # The cursor refused the move (it is ahead, or the entry is gone), so
                 # the properties did not change either: nothing was snapshotted.
@@ -427,61 +463,25 @@ class MessageDeduplication:
 
     def maybe_snapshot_on_timer(self) -> None:
         """Periodic housekeeping: forget idle producers, snapshot when the interval passed."""
-        if self.status is not DedupStatus.ENABLED or self._closed:
+        if self.status is not DedupStatus.ENABLED or self._snapshots.closed:
             return
         now = self._clock()
-        self._drop_inactive(now)
+        self._drop_inactive()
         interval = self.snapshot_interval_seconds
         if (
             interval > 0
             and now - self._snapshot_clock >= interval
             and self._has_unsnapshotted_entries()
         ):
-            self._start_snapshot()
-
-    def _snapshot_properties(self) -> dict[str, int]:
-        limit = self._config.broker_deduplication_max_number_of_producers
-        if len(self._persisted) <= limit:
-            return dict(self._persisted)
-        active = self._last_active
-        newest = heapq.nlargest(limit, self._persisted, key=lambda n: active.get(n, float("-inf")))
-        return {name: self._persisted[name] for name in newest}
+            self._snapshots.start()
 
     def _has_unsnapshotted_entries(self) -> bool:
         last = self._last_persisted
         snap = self._snapshot_position
         return last is not None and (snap is None or last > snap)
 
-    def _start_snapshot(self) -> None:
-        """Starts a background snapshot unless one is already running (at most one)."""
-        if self._closed:
-            return
-        task = self._snapshot_task
-        if task is not None and not task.done():
-            return
-        self._snapshot_task = asyncio.get_running_loop().create_task(self._snapshot_quietly())
-
-    async def _snapshot_quietly(self) -> None:
-        interval = self._config.broker_deduplication_entries_interval
-        try:
-            # A full interval may have been persisted while one snapshot was being
-            # stored; with no further entry nothing else would trigger the one due.
-            while (
-                await self._snapshot_once()
-                and self._entries_since_snapshot >= interval
-                and not self._closed
-            ):
-                pass
-        except Exception as exc:
-            # Entries stay counted, so the next persisted entry or timer tick retries.
-            log.warning("deduplication snapshot of %s failed: %s", self._ledger.name, exc)
-
-    async def _cancel_snapshot_task(self) -> None:
-        task = self._snapshot_task
-        self._snapshot_task = None
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+    def _snapshot_due(self) -> bool:
+        return self._entries_since_snapshot >= self._config.broker_deduplication_entries_interval
 
     # --- observability --------------------------------------------------------------
     def stats(self) -> dict[str, object]:

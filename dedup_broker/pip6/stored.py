@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from google.protobuf.message import DecodeError
 
 from dedup_broker.errors import ProtocolError
+from dedup_broker.pip6.chunks import Chunk
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch import batch_sequence_range, is_batch
 from dedup_broker.protocol.commands import as_signed64
@@ -61,6 +62,10 @@ def stored_sequence(block: bytes) -> StoredSequence | None:
     return StoredSequence(metadata.producer_name, low, max(as_signed64(highest), low))
 
 
+FoldedChunks = list[tuple[Chunk, int, int]]
+Unreadable = list[tuple[int, int, ProtocolError]]
+
+
 class ReplayFold:
     """Folds replayed entries into ``producer -> highest sequence id`` (an EntryVisitor).
 
@@ -68,20 +73,25 @@ class ReplayFold:
     event loop between scans (:meth:`take`), never while a scan runs.
     """
 
-    __slots__ = ("_metadata", "entries", "highest", "unreadable")
+    __slots__ = ("_metadata", "chunks", "entries", "highest", "unreadable")
 
     def __init__(self) -> None:
         self._metadata = pb.MessageMetadata()
         self.highest: dict[str, int] = {}
         self.entries = 0
         """Entries folded, counted or not (markers, early chunks, unreadable ones)."""
-        self.unreadable: list[tuple[int, int, ProtocolError]] = []
+        self.unreadable: Unreadable = []
         """``(ledger_id, entry_id, why)`` of entries whose metadata does not parse."""
+        self.chunks: FoldedChunks = []
+        """``(chunk, ledger_id, entry_id)`` of every early chunk (all but a last one)."""
 
-    def take(self) -> tuple[dict[str, int], int, list[tuple[int, int, ProtocolError]]]:
-        """What was folded since the last call: highest ids, entry count, unreadable."""
-        taken = (self.highest, self.entries, self.unreadable)
-        self.highest, self.entries, self.unreadable = {}, 0, []
+    def take(
+        self,
+    ) -> tuple[dict[str, int], int, list[tuple[int, int, ProtocolError]], FoldedChunks]:
+        """What was folded since the last call: highest ids, entry count, unreadable
+        entries, early chunks."""
+        taken = (self.highest, self.entries, self.unreadable, self.chunks)
+        self.highest, self.entries, self.unreadable, self.chunks = {}, 0, [], []
         return taken
 
     def __call__(self, ledger_id: int, first_entry_id: int, blocks: list[bytes]) -> None:
@@ -123,6 +133,9 @@ class ReplayFold:
                     self.unreadable.append((ledger_id, entry_id, exc))
                     continue
                 if stored is None:
+                    chunk = Chunk.of(parse_metadata_only(block))
+                    if chunk is not None:
+                        self.chunks.append((chunk, ledger_id, entry_id))
                     continue
                 name, sequence = stored.producer_name, stored.highest
             previous = highest.get(name)

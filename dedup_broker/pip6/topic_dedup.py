@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dedup_broker.errors import BrokerError
+from dedup_broker.pip6.chunks import Chunk
 from dedup_broker.pip6.policy import deduplication_enabled, snapshot_interval_seconds
 from dedup_broker.pip6.state import DedupStatus, MessageDeduplication, Verdict
 from dedup_broker.protocol import pulsar_api_pb2 as pb
@@ -29,6 +31,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FAILURE_READ_CHUNK = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A SEND's verdict and what its write is recorded as once stored."""
+
+    verdict: Verdict
+    producer_name: str
+    highest: int
+    chunk: Chunk | None = None
+    """An early chunk of a chunked message (recorded as a chunk, not as a mark)."""
+    stored_at: Position | None = None
+    """A duplicate chunk's stored position (its receipt names it)."""
 
 
 class TopicDeduplication:
@@ -74,30 +89,32 @@ class TopicDeduplication:
                 await state.disable()
                 log.info("deduplication disabled on %s", self.name)
 
-    def check(
-        self, send: pb.CommandSend, entry: bytes, metadata: pb.MessageMetadata
-    ) -> tuple[Verdict, str, int]:
-        """The verdict for one SEND, with the producer name and highest sequence id."""
+    def check(self, send: pb.CommandSend, entry: bytes, metadata: pb.MessageMetadata) -> Admission:
+        """The verdict for one SEND, with what ``persisted`` needs once it is stored."""
         state = self.state
         name = metadata.producer_name
         lowest = as_signed64(send.sequence_id)
         if state is None:
-            return Verdict.NOT_DUP, name, lowest
-        chunks = metadata.num_chunks_from_msg if metadata.HasField("num_chunks_from_msg") else 1
-        if chunks > 1 and metadata.chunk_id < chunks - 1:
-            # Only the last chunk completes a message; earlier chunks pass through.
-            return Verdict.NOT_DUP, "", lowest
+            return Admission(Verdict.NOT_DUP, name, lowest)
+        chunk = Chunk.of(metadata)
+        if chunk is not None and not chunk.is_last:
+            verdict, stored_at = state.check_chunk(chunk)
+            return Admission(verdict, "", lowest, chunk, stored_at)
         highest = lowest
         if send.HasField("highest_sequence_id") and as_signed64(send.highest_sequence_id) >= lowest:
             highest = as_signed64(send.highest_sequence_id)
         elif metadata.HasField("num_messages_in_batch"):
             parsed = parse_message(entry)
             highest = max(lowest, batch_sequence_range(parsed.metadata, parsed.payload)[1])
-        return state.check(name, lowest, highest), name, highest
+        return Admission(state.check(name, lowest, highest), name, highest)
 
-    def persisted(self, name: str, highest: int, position: Position) -> None:
-        if self.state is not None and name:
-            self.state.on_persisted(name, highest, position)
+    def persisted(self, admission: Admission, position: Position) -> None:
+        if self.state is None:
+            return
+        if admission.chunk is not None:
+            self.state.on_chunk_persisted(admission.chunk, position)
+        elif admission.producer_name:
+            self.state.on_persisted(admission.producer_name, admission.highest, position)
 
     def write_failed(self) -> None:
         if self.state is not None:

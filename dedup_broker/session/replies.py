@@ -79,7 +79,9 @@ def publish_reply(
             producer_id, send.sequence_id, position.ledger_id, position.entry_id, highest
         )
     if outcome.status is PublishStatus.DUPLICATE:
-        return commands.send_receipt(producer_id, send.sequence_id, -1, -1, highest)
+        at = outcome.position
+        ledger_id, entry_id = (at.ledger_id, at.entry_id) if at is not None else (-1, -1)
+        return commands.send_receipt(producer_id, send.sequence_id, ledger_id, entry_id, highest)
     return commands.send_error(
         producer_id, send.sequence_id, send_error_code(outcome.error), str(outcome.error)
     )

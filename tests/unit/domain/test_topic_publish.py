@@ -119,7 +119,7 @@ async def test_after_a_failed_write_deduplication_learns_what_landed() -> None:
     assert await publish(topic, producer, 1) == PublishOutcome.stored(Position(2, 0))
 
 
-async def test_an_earlier_chunk_passes_and_the_last_chunk_completes_the_message() -> None:
+async def test_an_earlier_chunk_is_stored_once_and_the_last_completes_the_message() -> None:
     topic = await MemoryBroker.configured(broker_deduplication_enabled=True).topic(TOPIC)
     producer = new_producer("p")
     topic.add_producer(producer)
@@ -128,14 +128,16 @@ async def test_an_earlier_chunk_passes_and_the_last_chunk_completes_the_message(
         Position(1, 0)
     )
     assert topic.last_sequence_id("p") == -1
-    assert await publish(topic, producer, 5, chunk_id=0, **chunk) == PublishOutcome.stored(
-        Position(1, 1)
+    # Sent again: answered with where it is, not stored twice.
+    assert await publish(topic, producer, 5, chunk_id=0, **chunk) == PublishOutcome.duplicate(
+        Position(1, 0)
     )
     assert await publish(topic, producer, 5, chunk_id=1, **chunk) == PublishOutcome.stored(
-        Position(1, 2)
+        Position(1, 1)
     )
     assert topic.last_sequence_id("p") == 5
     assert await publish(topic, producer, 5, chunk_id=1, **chunk) is DUPLICATE
+    assert await publish(topic, producer, 5, chunk_id=0, **chunk) is DUPLICATE
 
 
 async def test_a_producer_name_is_held_by_one_live_producer() -> None:

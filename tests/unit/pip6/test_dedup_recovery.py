@@ -8,6 +8,7 @@ import pytest
 from dedup_fakes import make_dedup, message, new_ledger, snapshots
 
 from dedup_broker.pip6 import state as sequence
+from dedup_broker.pip6.chunks import Chunk
 from dedup_broker.pip6.state import (
     DEDUP_CURSOR,
     DedupStatus,
@@ -121,7 +122,9 @@ async def test_replay_counts_batches_chunks_and_skips_what_does_not_count(
     ledger.add_entry(message("java", 0, num_messages_in_batch=10, highest_sequence_id=9))
     ledger.add_entry(message("chunked", 0, uuid="c-0", num_chunks_from_msg=2, chunk_id=0))
     ledger.add_entry(message("chunked", 0, uuid="c-0", num_chunks_from_msg=2, chunk_id=1))
-    ledger.add_entry(message("chunked", 1, uuid="c-1", num_chunks_from_msg=2, chunk_id=0))
+    in_progress = ledger.add_entry(
+        message("chunked", 1, uuid="c-1", num_chunks_from_msg=2, chunk_id=0)
+    )
     ledger.add_entry(message("marker", 5, marker_type=2))
     garbage = ledger.add_entry(b"\x00\x00\x00\x09not-proto")
     dedup, _, _ = make_dedup(ledger)
@@ -133,16 +136,23 @@ async def test_replay_counts_batches_chunks_and_skips_what_does_not_count(
         0,
         -1,
     ]
-    # The incomplete chunked message 1 is not stored: its resend must be accepted.
-    assert dedup.check("chunked", 1, 1) is Verdict.NOT_DUP
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1
     assert warnings[0].startswith(
         f"entry {garbage} of {ledger.name} has no readable metadata, ignored for deduplication"
     )
-    # Every entry is covered by the next snapshot, readable or not.
+    # The incomplete chunked message 1: its stored chunk 0 is known (a resend of it is
+    # answered with where it is), its last chunk is accepted ...
+    chunk = Chunk("chunked", 1, "c-1", 0, 2)
+    assert dedup.check_chunk(chunk) == (Verdict.DUP, in_progress)
+    assert dedup.check("chunked", 1, 1) is Verdict.NOT_DUP
+    # ... and until it is stored, snapshots stay before chunk 0, so that a recovery
+    # replays it (the entries after it are replayed again, readable or not).
     await dedup.take_snapshot()
-    assert ledger.stored_cursor(DEDUP_CURSOR).mark_delete == garbage
+    assert ledger.stored_cursor(DEDUP_CURSOR).mark_delete == ledger.previous_position(in_progress)
+    dedup.on_persisted("chunked", 1, ledger.add_entry(b"the last chunk"))
+    await dedup.take_snapshot()
+    assert ledger.stored_cursor(DEDUP_CURSOR).mark_delete > garbage
 
 
 async def test_enough_replayed_entries_start_a_snapshot_right_away() -> None:

@@ -27,7 +27,7 @@ def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         r.getMessage()
         for r in caplog.records
-        if r.name == "dedup_broker.pip6.state" and r.levelno >= logging.WARNING
+        if r.name.startswith("dedup_broker.pip6.") and r.levelno >= logging.WARNING
     ]
 
 
@@ -89,7 +89,7 @@ async def test_failed_snapshot_is_logged_and_retried_later(
     dedup, ledger, _ = make_dedup(broker_deduplication_entries_interval=2)
     await dedup.enable()
     ledger.cursor_table.failure = StorageError("Kafka did not acknowledge the cursor write")
-    with caplog.at_level(logging.WARNING, logger="dedup_broker.pip6.state"):
+    with caplog.at_level(logging.WARNING, logger="dedup_broker.pip6"):
         publish(dedup, ledger, "p", 0)
         publish(dedup, ledger, "p", 1)
         await settle()

@@ -85,7 +85,7 @@ def test_the_fold_agrees_with_the_reference_reading() -> None:
     blocks = BLOCKS + UNREADABLE
     fold(7, 0, blocks[:5])
     fold(8, 5, blocks[5:])
-    highest, entries, unreadable = fold.take()
+    highest, entries, unreadable, chunks = fold.take()
     expected, broken = reference(blocks)
     assert highest == expected
     assert highest["c"] == 1 and highest["b"] == 14 and highest["d"] == 35
@@ -93,7 +93,8 @@ def test_the_fold_agrees_with_the_reference_reading() -> None:
     assert entries == len(blocks)
     assert [(lid, eid) for lid, eid, _ in unreadable] == [(7 if i < 5 else 8, i) for i in broken]
     assert set(range(len(BLOCKS), len(blocks))) <= set(broken)
-    assert fold.take() == ({}, 0, [])
+    assert all(not chunk.is_last for chunk, _, _ in chunks)
+    assert fold.take() == ({}, 0, [], [])
 
 
 def test_the_fold_keeps_its_state_across_calls() -> None:

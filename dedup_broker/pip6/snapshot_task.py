@@ -1,0 +1,53 @@
+"""The deduplication snapshot running in the background: at most one at a time, another
+right after it while a full interval of entries waits, never after the state closed."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+log = logging.getLogger(__name__)
+
+
+class SnapshotTask:
+    def __init__(
+        self, name: str, snapshot_once: Callable[[], Awaitable[bool]], due: Callable[[], bool]
+    ) -> None:
+        self._name = name
+        self._snapshot_once = snapshot_once
+        self._due = due
+        self._task: asyncio.Task[None] | None = None
+        self.lock = asyncio.Lock()
+        """Held while a snapshot is stored (and while the state is reset)."""
+        self.closed = False
+
+    def start(self) -> None:
+        """Starts a background snapshot unless one is already running."""
+        if self.closed:
+            return
+        if self._task is not None and not self._task.done():
+            return
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        try:
+            # A full interval may have been persisted while one snapshot was being
+            # stored; with no further entry nothing else would trigger the one due.
+            while await self._snapshot_once() and self._due() and not self.closed:
+                pass
+        except Exception as exc:
+            # Entries stay counted, so the next persisted entry or timer tick retries.
+            log.warning("deduplication snapshot of %s failed: %s", self._name, exc)
+
+    async def cancel(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def close(self) -> None:
+        """No more background snapshots; waits for the one running."""
+        self.closed = True
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
