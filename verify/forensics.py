@@ -16,6 +16,7 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from dedup_broker.domain_base.names import TopicName
 from dedup_broker.protocol.batch import split_batch
 from dedup_broker.protocol.framing import parse_message
 from dedup_broker.storage import formats
@@ -35,6 +36,25 @@ def entry_ids(data: bytes) -> list[int]:
         return [id_of(m.payload) for m in split_batch(parsed.metadata, parsed.payload)]
     except Exception:  # not ours, or damaged: shown as such
         return []
+
+
+def _owner(bootstrap: str, topic: str) -> str:
+    """The managed ledger a ledger topic belongs to (its header record), '' if unknown."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "verify-forensics"})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        for _ in range(10):
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None and message.offset() == 0:
+                try:
+                    return formats.decode_ledger_metadata(
+                        message.value() or b""
+                    ).managed_ledger_name
+                except Exception:
+                    return ""
+        return ""
+    finally:
+        consumer.close()
 
 
 def _read_topic(bootstrap: str, topic: str, isolation: str) -> list[tuple[int, list[int]]]:
@@ -91,7 +111,10 @@ def describe_losses(
         (t for t in kafka.list_topics(timeout=30).topics if t.startswith(prefix)),
         key=lambda t: formats.ledger_id_of_topic(cluster_name, t) or 0,
     )
+    managed_ledger = TopicName.parse(topic).managed_ledger_name
     for ledger_topic in ledger_topics:
+        if _owner(bootstrap, ledger_topic) != managed_ledger:
+            continue
         committed = _read_topic(bootstrap, ledger_topic, "read_committed")
         found = [(e, sorted(lost & set(ids))) for e, ids in committed if lost & set(ids)]
         if found:
