@@ -20,6 +20,7 @@ from connectors.arrow_entries import (
     MessageColumns,
     UInt64s,
     binary_offsets,
+    concat,
     constant_key_value_fields,
     key_value_fields,
 )
@@ -42,9 +43,7 @@ def message_columns(spec: WriterSpec, batch: pa.RecordBatch) -> MessageColumns:
     return MessageColumns(
         values=payloads(batch.column(spec.value_index)),
         keys=keys,
-        properties=None
-        if not properties
-        else pc.binary_join_element_wise(*properties, b"", null_handling="skip"),
+        properties=None if not properties else concat(*properties),
         event_times=None
         if spec.event_time_index is None
         else event_millis(batch.column(spec.event_time_index)),

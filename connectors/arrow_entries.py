@@ -7,7 +7,7 @@ A batch entry's payload is a run of records, one per message::
 Each record's ``SingleMessageMetadata`` is protobuf, written here column-wise: every field
 of every row is a binary column (its tag, then a varint or a length and bytes), built with
 numpy and joined row by row by Arrow's ``binary_join_element_wise``; an absent field is a
-null, which the join skips. Fields go out in field-number order, as protobuf's own encoder
+null, which adds nothing to its row. Fields go out in field-number order, as protobuf's own encoder
 writes them: ``properties`` (1), ``partition_key`` (2), ``payload_size`` (3),
 ``event_time`` (5), ``sequence_id`` (8). The joined records of a batch lie back to back
 in one Arrow buffer, so an entry's payload is a slice of it, and its metadata
@@ -129,10 +129,18 @@ def encode_records(columns: MessageColumns, sequence_ids: UInt64s) -> Records:
             )
         )
     parts.append(tagged_varints(SEQUENCE_ID_TAG, sequence_ids))
-    metadata = pc.binary_join_element_wise(*parts, b"", null_handling="skip")
+    metadata = concat(*parts)
     size_prefix = _fixed_width(_lengths(metadata).astype(">u4").view(np.uint8), 4)
-    records = pc.binary_join_element_wise(size_prefix, metadata, values, b"", null_handling="skip")
+    records = concat(size_prefix, metadata, values)
     return Records(records.buffers()[2], binary_offsets(records))
+
+
+def concat(*arrays: pa.Array) -> pa.Array:
+    """Row by row, the arrays' values one after the other; a null adds nothing.
+
+    (Nulls are replaced by empty values rather than skipped: Arrow's "skip" drops a row
+    whose values are all null.)"""
+    return pc.binary_join_element_wise(*arrays, b"", null_handling="replace", null_replacement="")
 
 
 def binary_offsets(array: pa.Array) -> Int64s:
