@@ -37,7 +37,8 @@ PRODUCER = "__producer"
 SEQUENCE = "__sequence"
 PARTITION = "__partition"
 EVENT_TIME = "__event_time"
-COUNTS_SCHEMA = "rows long, stored long, duplicates long, skipped long"
+COUNT_NAMES = ("rows", "stored", "duplicates", "skipped")
+COUNTS_SCHEMA = ", ".join(f"{name} long" for name in COUNT_NAMES)
 """What each ``mapInArrow`` task returns: its ``PartitionResult``."""
 
 
@@ -252,14 +253,11 @@ def _arrow_task(spec: WriterSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
         if first is not None:
             counts = write_arrow_partition(spec, partition, _chain(first, batches)).as_tuple()
         yield pa.RecordBatch.from_pydict(
-            {name: [value] for name, value in zip(_COUNT_NAMES, counts, strict=True)},
-            schema=pa.schema([(name, pa.int64()) for name in _COUNT_NAMES]),
+            {name: [value] for name, value in zip(COUNT_NAMES, counts, strict=True)},
+            schema=pa.schema([(name, pa.int64()) for name in COUNT_NAMES]),
         )
 
     return run
-
-
-_COUNT_NAMES = ("rows", "stored", "duplicates", "skipped")
 
 
 def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
