@@ -5,7 +5,6 @@ redirected, for writing and for reading)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -21,8 +20,12 @@ from connectors.wire import EntryReader, WireClient, WireSettings
 from dedup_broker.testing.cluster_processes import ClusterProcesses
 from tests.integration.cluster.conftest import owner_of
 from tests.integration.connectors.sink_fixtures import stored_values
-from tests.integration.security.test_tls import TlsBroker, start_tls_broker
-from tests.tls_certificates import Certificates, make_certificates
+from tests.integration.security.test_tls import TlsBroker
+
+# The TLS tests' fixtures: a CA, a client certificate, a broker that authenticates with it.
+from tests.integration.security.test_tls import certs as certs
+from tests.integration.security.test_tls import tls_auth as tls_auth
+from tests.tls_certificates import Certificates
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -59,30 +62,10 @@ def last_position(service_url: str, topic: str, settings: WireSettings) -> Posit
     return last
 
 
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
-    return make_certificates(tmp_path_factory.mktemp("certs"))
-
-
-@pytest.fixture(scope="module")
-def tls_auth(
-    kafka_bootstrap: str, certs: Certificates, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[TlsBroker]:
-    broker = start_tls_broker(
-        kafka_bootstrap,
-        tmp_path_factory.mktemp("lean-tls"),
-        certs,
-        authentication_enabled=True,
-        authentication_providers="tls",
-        broker_service_port="none",
-    )
-    try:
-        yield broker
-    finally:
-        broker.process.stop()
-
-
-def test_tls_with_a_client_certificate(tls_auth: TlsBroker, certs: Certificates) -> None:
+def test_tls_with_a_client_certificate(
+    tls_auth: TlsBroker,
+    certs: Certificates,
+) -> None:
     topic = f"persistent://public/default/lean-tls-{uuid.uuid4().hex[:8]}"
     url = tls_auth.url("localhost")
     credentials = {
