@@ -18,7 +18,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
-from connectors.wire.client import CLOSE_TIMEOUT_SECONDS, WireClient
+from connectors.wire.client import CLOSE_TIMEOUT_SECONDS, FIRST_BACKOFF_SECONDS, WireClient
 from connectors.wire.connection import BrokerConnection
 from connectors.wire.errors import ConnectionClosedError, WireError
 from dedup_broker.protocol import Frame, as_signed64, payload_command_parts
@@ -242,7 +242,11 @@ class EntryProducer:
             self._reconnecting = self._client.loop.create_task(self._reconnect())
 
     async def _reconnect(self) -> None:
-        """Attach again until it works (the send timeout fails what waits too long)."""
+        """Attach again until it works (the send timeout fails what waits too long).
+
+        After a short pause, as the official clients do: a SEND refused because its first
+        copy is still being written is only answered once that copy is stored."""
+        await asyncio.sleep(FIRST_BACKOFF_SECONDS)
         try:
             await self._client.retrying(self._attach_again, math.inf)
         except WireError as exc:
