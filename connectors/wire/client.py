@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from connectors.wire.connection import BrokerConnection
-from connectors.wire.errors import WireError
+from connectors.wire.errors import ConnectionClosedError, WireError
 from connectors.wire.settings import BrokerAddress, WireSettings
 from dedup_broker.protocol import client_commands as commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
@@ -39,7 +39,9 @@ class WireClient:
 
     def __init__(self, service_url: str, settings: WireSettings | None = None) -> None:
         self.service_url = service_url
-        self.service_address = BrokerAddress.parse(service_url)
+        self.service_addresses = BrokerAddress.parse_all(service_url)
+        self.service_address = self.service_addresses[0]
+        """The service URL's host in use; the next one when it cannot be reached."""
         self.settings = settings or WireSettings()
         self.loop = asyncio.new_event_loop()
         self._ids = itertools.count()
@@ -115,9 +117,27 @@ class WireClient:
         if self._connections.get(key) is future:
             del self._connections[key]
 
+    async def service_connection(self) -> BrokerConnection:
+        """A connection to one of the service URL's hosts: the one in use, else the next
+        one that answers (as the official clients go round a list of hosts)."""
+        hosts = len(self.service_addresses)
+        first = self.service_addresses.index(self.service_address)
+        for step in range(hosts):
+            address = self.service_addresses[(first + step) % hosts]
+            try:
+                connection = await self.connection(address)
+            except ConnectionClosedError:
+                if step == hosts - 1:
+                    raise
+                continue
+            self.service_address = address
+            return connection
+        raise AssertionError("a service URL names at least one host")
+
     async def lookup(self, topic: str) -> BrokerConnection:
         """A connection to the broker that serves ``topic``, following redirects."""
-        address, authoritative = self.service_address, False
+        connection = await self.service_connection()
+        address, authoritative = connection.address, False
         for _ in range(MAX_REDIRECTS):
             connection = await self.connection(address)
             request_id = self.next_id()
@@ -140,7 +160,7 @@ class WireClient:
         raise WireError(f"the lookup of {topic} was redirected more than {MAX_REDIRECTS} times")
 
     async def _partition_count(self, topic: str) -> int:
-        connection = await self.connection(self.service_address)
+        connection = await self.service_connection()
         request_id = self.next_id()
         answer = await connection.request(
             commands.partitioned_metadata(topic, request_id), request_id

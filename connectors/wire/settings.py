@@ -30,15 +30,23 @@ class BrokerAddress:
     @classmethod
     def parse(cls, url: str) -> BrokerAddress:
         """``pulsar://host:6650`` or ``pulsar+ssl://host:6651`` (the first host of a list)."""
+        return cls.parse_all(url)[0]
+
+    @classmethod
+    def parse_all(cls, url: str) -> list[BrokerAddress]:
+        """Every host of ``pulsar://host1:6650,host2:6650`` (a cluster's service URL)."""
         parts = urlsplit(url)
         if parts.scheme not in ("pulsar", "pulsar+ssl"):
             raise ValueError(f"service URL {url!r} is neither pulsar:// nor pulsar+ssl://")
         tls = parts.scheme == "pulsar+ssl"
-        host_port = parts.netloc.split(",")[0]
-        host, _, port = host_port.rpartition(":")
-        if not host:
-            host, port = host_port, ""
-        return cls(host.strip("[]"), int(port) if port else (6651 if tls else 6650), tls)
+        addresses = []
+        for host_port in parts.netloc.split(","):
+            host, _, port = host_port.rpartition(":")
+            if not host:
+                host, port = host_port, ""
+            default = 6651 if tls else 6650
+            addresses.append(cls(host.strip("[]"), int(port) if port else default, tls))
+        return addresses
 
     def __str__(self) -> str:
         return f"{'pulsar+ssl' if self.tls else 'pulsar'}://{self.host}:{self.port}"

@@ -22,7 +22,7 @@ from connectors.sink_writer import write_partition
 from connectors.wire import EntryProducer, EntryReader, OutgoingEntry, WireClient
 from dedup_broker.protocol import parse_message, split_batch
 from dedup_broker.protocol import pulsar_api_pb2 as pb
-from dedup_broker.testing.broker_process import BrokerProcess
+from dedup_broker.testing.broker_process import BrokerProcess, free_port
 from tests.integration.connectors.sink_fixtures import stored_messages, stored_values
 
 pytestmark = pytest.mark.timeout(300)
@@ -188,6 +188,22 @@ def test_a_producer_rides_a_broker_kill_out(dedup_broker: BrokerProcess) -> None
     assert Counter(stored_values(dedup_broker.service_url, topic)) == Counter(
         f"crash-{i}-{j}" for i in range(total) for j in range(10)
     )
+
+
+def test_a_service_url_host_that_does_not_answer_is_passed_over(
+    dedup_broker: BrokerProcess,
+) -> None:
+    topic = new_topic()
+    url = f"pulsar://127.0.0.1:{free_port()},127.0.0.1:{dedup_broker.port}"
+    client = WireClient(url)
+    try:
+        assert client.partitions(topic) == [topic]
+        producer = EntryProducer.create(client, topic, "hosts")
+        producer.send(entry("hosts", first=0))
+        assert producer.flush(30).stored == 10
+        producer.close()
+    finally:
+        client.close()
 
 
 def entry(prefix: str, first: int, count: int = 10) -> OutgoingEntry:
