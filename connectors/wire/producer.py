@@ -172,9 +172,8 @@ class EntryProducer:
     def _enqueue(self, entry: OutgoingEntry) -> None:
         if self._error is not None or self._closing:
             return
-        deadline = None if self._send_timeout is None else self._client.loop.time()
-        if deadline is not None and self._send_timeout is not None:
-            deadline += self._send_timeout
+        timeout = self._send_timeout
+        deadline = None if timeout is None else self._client.loop.time() + timeout
         self._pending.append(_Pending(entry, deadline))
         if self._connection is not None:
             self._write(entry)
@@ -211,8 +210,8 @@ class EntryProducer:
         if receipt.sequence_id < head.sequence_id:
             return  # the answer to an earlier copy of an entry already acknowledged
         if receipt.sequence_id > head.sequence_id:
-            log.warning("%s: receipt for %d before %d", self.topic, receipt.sequence_id,
-                        head.sequence_id)  # fmt: skip
+            expected = head.sequence_id
+            log.warning("%s: receipt for %d before %d", self.topic, receipt.sequence_id, expected)
             self._drop_connection()
             return
         self._pending.popleft()
