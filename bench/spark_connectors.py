@@ -15,8 +15,12 @@ Sources: the same number of records of the same size is read, with one Spark tas
   written directly with confluent-kafka: the baseline;
 - by ``spark.read.format("dedup-broker")`` from the topic the Data Source sink wrote.
 
+The connectors run on their default, lean client; ``--official`` adds the same paths on
+the official ``pulsar-client`` (option ``client="official"``) for comparison.
+
 Every path is warmed up first (JVM classes, Python workers), then timed three times; the
-best of the three counts. Alone: ``python -m bench.spark_connectors [--rows N --size B]``.
+best of the three counts. Alone: ``python -m bench.spark_connectors [--rows N --size B]
+[--official]``.
 """
 
 from __future__ import annotations
@@ -35,15 +39,17 @@ from bench.spark_kafka_connector import connector_jars
 from connectors.datasource import FORMAT, register
 from connectors.local_spark import local_session
 from connectors.sink import PulsarSink
+from connectors.sink_options import ClientKind
 from dedup_broker.devservers import provide_kafka
 from harness.broker_process import BrokerProcess
 
 WARM_UP_ROWS = 2_000
 RUNS = 3
+CLIENTS = (ClientKind.LEAN, ClientKind.OFFICIAL)
 
 
-def run(bootstrap: str, rows: int, size: int, partitions: int = 2) -> None:
-    """Measure and print the Spark tables."""
+def run(bootstrap: str, rows: int, size: int, partitions: int = 2, official: bool = False) -> None:
+    """Measure and print the Spark tables (``official``: the official client's paths too)."""
     import pyspark
 
     jars = connector_jars(pyspark.__version__)
@@ -59,14 +65,24 @@ def run(bootstrap: str, rows: int, size: int, partitions: int = 2) -> None:
         data = _rows(spark, rows, size, partitions).cache()
         data.count()
         warm = _rows(spark, WARM_UP_ROWS, size, partitions)
-        sinks = [
-            ("Spark Kafka sink (at-least-once, baseline)", paths.kafka_write),
-            ("PulsarSink via the broker (dedup on)", paths.pulsar_sink_write),
-            ("PulsarSink replaying the same batch", paths.pulsar_sink_replay),
-            ('format("dedup-broker") sink (dedup on)', paths.datasource_write),
-            ('format("dedup-broker") replaying the batch', paths.datasource_replay),
+        sinks: list[tuple[str, Callable[..., float], tuple[Any, ...]]] = [
+            ("Spark Kafka sink (at-least-once, baseline)", paths.kafka_write, ()),
         ]
-        sink_seconds = [(label, _best(write, (warm,), (data,))) for label, write in sinks]
+        for client in CLIENTS if official else CLIENTS[:1]:
+            note = "" if client is ClientKind.LEAN else " [official client]"
+            sinks += [
+                (f"PulsarSink via the broker (dedup on){note}", paths.pulsar_sink_write, (client,)),
+                (f"PulsarSink replaying the same batch{note}", paths.pulsar_sink_replay, (client,)),
+                (
+                    f'format("dedup-broker") sink (dedup on){note}',
+                    paths.datasource_write,
+                    (client,),
+                ),
+                (f'format("dedup-broker") replaying{note}', paths.datasource_replay, (client,)),
+            ]
+        sink_seconds = [
+            (label, _best(write, (warm, *extra), (data, *extra))) for label, write, extra in sinks
+        ]
         data.unpersist()
 
         kafka_topic = paths.kafka_fill(rows, size)
@@ -77,12 +93,20 @@ def run(bootstrap: str, rows: int, size: int, partitions: int = 2) -> None:
             (
                 "Spark Kafka source (baseline)",
                 _best(paths.kafka_read, (warm_kafka, WARM_UP_ROWS), (kafka_topic, rows)),
-            ),
-            (
-                'format("dedup-broker") source',
-                _best(paths.datasource_read, (warm_broker, WARM_UP_ROWS), (broker_topic, rows)),
-            ),
+            )
         ]
+        for client in CLIENTS if official else CLIENTS[:1]:
+            note = "" if client is ClientKind.LEAN else " [official client]"
+            source_seconds.append(
+                (
+                    f'format("dedup-broker") source{note}',
+                    _best(
+                        paths.datasource_read,
+                        (warm_broker, WARM_UP_ROWS, client),
+                        (broker_topic, rows, client),
+                    ),
+                )
+            )
     spark.stop()
 
     connector = next(j.name for j in jars if j.name.startswith("spark-sql-kafka"))
@@ -99,9 +123,9 @@ def _best(measure: Callable[..., float], warm_up: tuple[Any, ...], timed: tuple[
 
 def _table(title: str, rows: int, seconds: list[tuple[str, float]]) -> None:
     base = rows / seconds[0][1]
-    print(f"\n{title:48} {'rows/s':>10} {'ratio':>6}")
+    print(f"\n{title:58} {'rows/s':>10} {'ratio':>6}")
     for label, took in seconds:
-        print(f"{label:48} {rows / took:10.0f} {rows / took / base:6.2f}")
+        print(f"{label:58} {rows / took:10.0f} {rows / took / base:6.2f}")
 
 
 def _rows(spark: Any, count: int, size: int, partitions: int) -> Any:
@@ -145,21 +169,25 @@ class _Paths:
         )
         return time.perf_counter() - started
 
-    def pulsar_sink_write(self, data: Any) -> float:
+    def pulsar_sink_write(self, data: Any, client: ClientKind = ClientKind.LEAN) -> float:
         self.last_sink_topic = _topic()
-        return self.pulsar_sink_replay(data)
+        return self.pulsar_sink_replay(data, client)
 
-    def pulsar_sink_replay(self, data: Any) -> float:
-        sink = PulsarSink(self.broker.service_url, self.last_sink_topic, name="bench")
+    def pulsar_sink_replay(self, data: Any, client: ClientKind = ClientKind.LEAN) -> float:
+        sink = PulsarSink(
+            self.broker.service_url, self.last_sink_topic, name="bench", client=client
+        )
         started = time.perf_counter()
-        sink.write(data, 0)
-        return time.perf_counter() - started
+        result = sink.write(data, 0)
+        took = time.perf_counter() - started
+        assert result.stored + result.replayed == result.rows, result
+        return took
 
-    def datasource_write(self, data: Any) -> float:
+    def datasource_write(self, data: Any, client: ClientKind = ClientKind.LEAN) -> float:
         self.last_datasource_topic = _topic()
-        return self.datasource_replay(data)
+        return self.datasource_replay(data, client)
 
-    def datasource_replay(self, data: Any) -> float:
+    def datasource_replay(self, data: Any, client: ClientKind = ClientKind.LEAN) -> float:
         started = time.perf_counter()
         (
             data.write.format(FORMAT)
@@ -167,6 +195,7 @@ class _Paths:
             .option("topic", self.last_datasource_topic)
             .option("name", "bench")
             .option("batchId", 0)
+            .option("client", client.value)
             .mode("append")
             .save()
         )
@@ -203,12 +232,15 @@ class _Paths:
         )
         return _timed_read(reader, count)
 
-    def datasource_read(self, topic: str, count: int) -> float:
+    def datasource_read(
+        self, topic: str, count: int, client: ClientKind = ClientKind.LEAN
+    ) -> float:
         reader = (
             self.spark.read.format(FORMAT)
             .option("serviceUrl", self.broker.service_url)
             .option("adminUrl", self.broker.http_url)
             .option("topic", topic)
+            .option("client", client.value)
         )
         return _timed_read(reader, count)
 
@@ -228,10 +260,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.spark_connectors")
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=100)
+    parser.add_argument(
+        "--official", action="store_true", help="also the paths on the official client"
+    )
     args = parser.parse_args()
     kafka = provide_kafka()
     try:
-        run(kafka.bootstrap_servers, args.rows, args.size)
+        run(kafka.bootstrap_servers, args.rows, args.size, official=args.official)
     finally:
         kafka.stop()
 

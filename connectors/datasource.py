@@ -20,6 +20,7 @@ options, columns and guarantees: docs/spark.md, "Data Source API".
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -32,7 +33,13 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from connectors.datasource_reader import SCHEMA, BatchReader, SourceOptions, StreamReader
-from connectors.datasource_writer import BatchWriter, StreamWriter
+from connectors.datasource_writer import (
+    ArrowBatchWriter,
+    ArrowStreamWriter,
+    BatchWriter,
+    StreamWriter,
+)
+from connectors.sink_options import ClientKind
 
 FORMAT = "dedup-broker"
 
@@ -54,12 +61,21 @@ class DedupBrokerDataSource(DataSource):
         return StreamReader(SourceOptions.parse(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        return BatchWriter(self.options, schema)
+        if _client(self.options) is ClientKind.OFFICIAL:
+            return BatchWriter(self.options, schema)
+        return ArrowBatchWriter(self.options, schema)
 
     def streamWriter(  # noqa: N802 - Spark's name
         self, schema: StructType, overwrite: bool
     ) -> DataSourceStreamWriter:
-        return StreamWriter(self.options, schema)
+        if _client(self.options) is ClientKind.OFFICIAL:
+            return StreamWriter(self.options, schema)
+        return ArrowStreamWriter(self.options, schema)
+
+
+def _client(options: Mapping[str, str]) -> ClientKind:
+    """The ``client`` option: ``lean`` (default) or ``official``."""
+    return ClientKind(options.get("client") or ClientKind.LEAN.value)
 
 
 def register(spark: Any) -> None:

@@ -4,14 +4,17 @@ The driver decides, per topic partition, the range ``(start, end]`` of message p
 batch covers (``connectors.datasource_offsets``): the end is the partition's last message
 (the broker's ``lastMessageId`` admin call), or, with ``maxOffsetsPerTrigger``, the
 position reached after reading that many messages ahead. Each Spark task then reads one
-partition's range with the official client's ``Reader``, from the start of the start's
-entry, skipping what lies before the range and stopping at its end, so a replayed batch
-returns exactly the same rows in the same order.
+partition's range from the start of the start's entry, cutting off what lies before the
+range and stopping at its end, so a replayed batch returns exactly the same rows in the
+same order: by default whole entries with the lean client, handed to Spark as Arrow
+record batches (``connectors.arrow_reader``); with the option ``client`` = ``official``,
+message by message with the official client's ``Reader``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
 import urllib.error
@@ -22,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulsar
+import pyarrow as pa
+from pyspark.sql import types as t
 from pyspark.sql.datasource import (
     DataSourceReader,
     DataSourceStreamReader,
@@ -29,6 +34,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+from connectors.arrow_reader import ReadError, count_ahead, read_arrow_range
 from connectors.client_security import ClientSecurity
 from connectors.datasource_offsets import (
     Offset,
@@ -43,21 +49,47 @@ from connectors.datasource_offsets import (
     starting_positions,
 )
 from connectors.positions import NOTHING, Position, partition_index
+from connectors.sink_options import ClientKind
+from connectors.wire import WireClient, WireSettings
+
+__all__ = [
+    "SCHEMA",
+    "BatchReader",
+    "ReadError",
+    "SourceOptions",
+    "StreamReader",
+    "TopicRange",
+    "read_range",
+]
 
 log = logging.getLogger(__name__)
 
-SCHEMA = (
-    "key string, value binary, properties map<string,string>, publish_time timestamp, "
-    "event_time timestamp, message_id string, producer_name string, topic string, "
-    "partition int"
+SPARK_SCHEMA = t.StructType(
+    [
+        t.StructField("key", t.StringType()),
+        t.StructField("value", t.BinaryType()),
+        t.StructField("properties", t.MapType(t.StringType(), t.StringType())),
+        t.StructField("publish_time", t.TimestampType()),
+        t.StructField("event_time", t.TimestampType()),
+        t.StructField("message_id", t.StringType()),
+        t.StructField("producer_name", t.StringType()),
+        t.StructField("topic", t.StringType()),
+        t.StructField("partition", t.IntegerType()),
+    ]
 )
+SCHEMA = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in SPARK_SCHEMA.fields)
 """The rows' columns. ``message_id`` is ``ledger:entry:batchIndex`` in ``topic``."""
 
 DEFAULT_READ_TIMEOUT_MS = 30_000
 
 
-class ReadError(RuntimeError):
-    """A range the driver planned could not be read in full (the task fails)."""
+@functools.cache
+def arrow_schema() -> pa.Schema:
+    """The rows' columns as Arrow types, exactly as Spark expects record batches."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema: pa.Schema = to_arrow_schema(SPARK_SCHEMA, timezone="UTC")
+    return schema
 
 
 @dataclass(frozen=True)
@@ -71,6 +103,7 @@ class SourceOptions:
     max_offsets_per_trigger: int | None
     read_timeout_ms: int
     security: ClientSecurity = field(default_factory=ClientSecurity)
+    client: ClientKind = ClientKind.LEAN
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -94,6 +127,7 @@ class SourceOptions:
             max_offsets_per_trigger=int(limit) if limit is not None else None,
             read_timeout_ms=int(get("readTimeoutMs") or DEFAULT_READ_TIMEOUT_MS),
             security=ClientSecurity.from_options(get),
+            client=ClientKind(get("client") or ClientKind.LEAN.value),
         )
 
 
@@ -107,6 +141,7 @@ class TopicRange(InputPartition):
     end: tuple[int, int, int]
     read_timeout_ms: int
     security: ClientSecurity = field(default_factory=ClientSecurity)
+    client: ClientKind = ClientKind.LEAN
 
 
 # --- driver side -------------------------------------------------------------------------
@@ -116,6 +151,7 @@ class _Planner:
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._client: pulsar.Client | None = None
+        self._wire: WireClient | None = None
 
     @property
     def client(self) -> pulsar.Client:
@@ -127,10 +163,20 @@ class _Planner:
             )
         return self._client
 
+    @property
+    def wire(self) -> WireClient:
+        if self._wire is None:
+            settings = WireSettings(security=self.options.security)
+            self._wire = WireClient(self.options.service_url, settings)
+        return self._wire
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
             self._client = None
+        if self._wire is not None:
+            self._wire.close()
+            self._wire = None
 
     def partitions(self) -> list[str]:
         """Every partition of every topic read (a partitioned topic's ``-partition-N``)."""
@@ -166,6 +212,9 @@ class _Planner:
     ) -> tuple[Position, int]:
         """The position of the ``count``-th message after ``start`` (not past ``last``), and
         how many messages that is (fewer if ``last`` comes first)."""
+        if self.options.client is ClientKind.LEAN:
+            timeout = self.options.read_timeout_ms
+            return count_ahead(self.wire, partition, start, last, count, timeout)
         reader = self.client.create_reader(
             partition, _reader_start(partition, start), start_message_id_inclusive=True
         )
@@ -203,6 +252,7 @@ def _ranges(
                     _tuple(last),
                     options.read_timeout_ms,
                     options.security,
+                    options.client,
                 )
             )
     return ranges
@@ -225,9 +275,9 @@ class BatchReader(DataSourceReader):
         ranges = _ranges(self.options, start, latest)
         return ranges or [TopicRange(self.options.service_url, "", _EMPTY, _EMPTY, 0)]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, TopicRange)
-        return read_range(partition)
+        return read_partition(partition)
 
 
 class StreamReader(DataSourceStreamReader):
@@ -290,9 +340,9 @@ class StreamReader(DataSourceStreamReader):
     def partitions(self, start: Offset, end: Offset) -> Sequence[InputPartition]:
         return _ranges(self.options, decode(start), decode(end))
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, TopicRange)
-        return read_range(partition)
+        return read_partition(partition)
 
     def commit(self, end: Offset) -> None:
         """Nothing to release: the source keeps no subscription on the broker."""
@@ -310,8 +360,26 @@ def _later(start: Position, latest: Position) -> Position:
 _EMPTY = (-1, -1, -1)
 
 
+def read_partition(spec: TopicRange) -> Iterator[Any]:
+    """One planned range, in log order (runs in a Spark task): Arrow record batches on
+    the lean client, rows on the official one."""
+    if spec.client is ClientKind.OFFICIAL:
+        return read_range(spec)
+    if not spec.topic:
+        return iter(())
+    return read_arrow_range(
+        spec.service_url,
+        spec.security,
+        spec.topic,
+        Position(*spec.start),
+        Position(*spec.end),
+        spec.read_timeout_ms,
+        arrow_schema(),
+    )
+
+
 def read_range(spec: TopicRange) -> Iterator[tuple[Any, ...]]:
-    """The rows of one planned range, in log order (runs in a Spark task)."""
+    """The rows of one planned range with the official client, in log order."""
     if not spec.topic:
         return
     start, end = Position(*spec.start), Position(*spec.end)

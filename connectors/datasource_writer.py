@@ -1,8 +1,11 @@
 """Writing side of the ``dedup-broker`` Spark data source (``df.write`` / ``writeStream``).
 
-The same publishing code as ``connectors.sink.PulsarSink`` (``connectors.sink_writer``),
-with the same producer names and sequence ids, so that the broker's deduplication stores
-each row once however often Spark replays a task or a micro-batch. In ``sequence`` mode a
+The same publishing code as ``connectors.sink.PulsarSink``: Spark's Arrow batches published
+as whole batch entries by the lean client (``connectors.arrow_writer``, the default), or
+rows through the official client (``connectors.sink_writer``, option ``client`` =
+``official``); with the same producer names and sequence ids either way, so that the
+broker's deduplication stores each row once however often Spark replays a task or a
+micro-batch. In ``sequence`` mode a
 task publishes as ``{name}-{Spark partition}`` with sequence ids
 ``(batch_id << 32) | row index``; the batch id is the micro-batch's (Spark hands it to the
 tasks as the local property ``streaming.sql.batchId``), or the ``batchId`` option for
@@ -16,21 +19,34 @@ import dataclasses
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+import pyarrow as pa
 from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
     DataSourceStreamWriter,
     DataSourceWriter,
     WriterCommitMessage,
 )
 from pyspark.sql.types import MapType, StructType
 
+from connectors.arrow_writer import write_arrow_partition
 from connectors.client_security import ClientSecurity
 from connectors.sink_ids import check_name
-from connectors.sink_options import ProducerSettings, Routing, SinkDataError, SinkMode, WriterSpec
+from connectors.sink_options import (
+    ClientKind,
+    ProducerSettings,
+    Routing,
+    SinkDataError,
+    SinkMode,
+    WriterSpec,
+)
 from connectors.sink_writer import write_partition
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 """The local property Structured Streaming sets on the jobs of a micro-batch."""
@@ -113,6 +129,7 @@ def writer_spec(options: Mapping[str, str], schema: StructType) -> WriterSpec:
         max_pending_messages=int(get("maxPendingMessages") or defaults.max_pending_messages),
         send_timeout_ms=int(get("sendTimeoutMs") or defaults.send_timeout_ms),
         compression=get("compression"),
+        batching_max_bytes=int(get("batchingMaxBytes") or defaults.batching_max_bytes),
     )
     return WriterSpec(
         service_url=service_url,
@@ -134,10 +151,12 @@ def writer_spec(options: Mapping[str, str], schema: StructType) -> WriterSpec:
             for name, value in dataclasses.asdict(ClientSecurity.from_options(get)).items()
             if value
         ),
+        client=ClientKind(get("client") or ClientKind.LEAN.value),
     )
 
 
-def _write_task(spec: WriterSpec, rows: Iterator[Any], batch_id: int | None) -> WriteCounts:
+def _task_spec(spec: WriterSpec, batch_id: int | None) -> tuple[int, WriterSpec]:
+    """The task's Spark partition, and the spec with the batch id (sequence mode)."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
@@ -152,6 +171,11 @@ def _write_task(spec: WriterSpec, rows: Iterator[Any], batch_id: int | None) -> 
                 )
             batch_id = int(text)
         spec = dataclasses.replace(spec, batch_id=batch_id)
+    return partition, spec
+
+
+def _write_task(spec: WriterSpec, rows: Iterator[Any], batch_id: int | None) -> WriteCounts:
+    partition, spec = _task_spec(spec, batch_id)
     first = next(rows, None)
     if first is None:
         return WriteCounts(partition, 0, 0, 0, 0)
@@ -159,7 +183,18 @@ def _write_task(spec: WriterSpec, rows: Iterator[Any], batch_id: int | None) -> 
     return WriteCounts(partition, *result.as_tuple())
 
 
-def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
+def _write_arrow_task(
+    spec: WriterSpec, batches: Iterator[pa.RecordBatch], batch_id: int | None
+) -> WriteCounts:
+    partition, spec = _task_spec(spec, batch_id)
+    first = next((batch for batch in batches if batch.num_rows), None)
+    if first is None:
+        return WriteCounts(partition, 0, 0, 0, 0)
+    result = write_arrow_partition(spec, partition, _chain(first, batches))
+    return WriteCounts(partition, *result.as_tuple())
+
+
+def _chain(first: T, rest: Iterator[T]) -> Iterator[T]:
     yield first
     yield from rest
 
@@ -202,6 +237,13 @@ class BatchWriter(DataSourceWriter):
         _log_commit("aborted write", messages, self.batch_id)
 
 
+class ArrowBatchWriter(BatchWriter, DataSourceArrowWriter):
+    """``df.write`` on the lean client: Spark's Arrow batches, published a batch at a time."""
+
+    def write(self, iterator: Iterator[Any]) -> WriteCounts:
+        return _write_arrow_task(self.spec, iterator, self.batch_id)
+
+
 class StreamWriter(DataSourceStreamWriter):
     """``writeStream``: sequence mode takes the micro-batch id from the task."""
 
@@ -217,3 +259,10 @@ class StreamWriter(DataSourceStreamWriter):
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         # Rows already stored stay; the replay of this batch is recognised as duplicates.
         _log_commit("aborted micro", messages, batchId)
+
+
+class ArrowStreamWriter(StreamWriter, DataSourceStreamArrowWriter):
+    """``writeStream`` on the lean client: Spark's Arrow batches, a batch at a time."""
+
+    def write(self, iterator: Iterator[Any]) -> WriteCounts:
+        return _write_arrow_task(self.spec, iterator, None)

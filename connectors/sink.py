@@ -3,9 +3,11 @@
 ``PulsarSink`` is a ``foreachBatch`` function (``df.writeStream.foreachBatch(sink)``) and
 also writes plain DataFrames (``sink.write(df, batch_id)``). The driver prepares the
 batch (a deterministic partitioning and order when asked, and a projection to the
-columns the messages need); the executors publish with the official ``pulsar-client``
-(``connectors.sink_writer``). See docs/spark.md for the modes and what the query must
-guarantee.
+columns the messages need); the executors publish it: by default Spark's Arrow batches as
+whole batch entries with the connectors' own client (``mapInArrow`` and
+``connectors.arrow_writer``), with ``client="official"`` row by row with the official
+``pulsar-client`` (``DataFrame.rdd`` and ``connectors.sink_writer``). See docs/spark.md
+for the modes and what the query must guarantee.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from connectors.arrow_writer import write_arrow_partition
 from connectors.sink_ids import check_name
 from connectors.sink_options import (
+    ClientKind,
     ProducerSettings,
     Routing,
     SinkMode,
@@ -33,6 +37,9 @@ PRODUCER = "__producer"
 SEQUENCE = "__sequence"
 PARTITION = "__partition"
 EVENT_TIME = "__event_time"
+COUNT_NAMES = ("rows", "stored", "duplicates", "skipped")
+COUNTS_SCHEMA = ", ".join(f"{name} long" for name in COUNT_NAMES)
+"""What each ``mapInArrow`` task returns: its ``PartitionResult``."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,7 @@ class PulsarSink:
         num_partitions: int | None = None,
         producer: ProducerSettings | None = None,
         client_options: Mapping[str, Any] | None = None,
+        client: str | ClientKind = ClientKind.LEAN,
     ) -> None:
         self.service_url = service_url
         self.topic = topic
@@ -105,6 +113,7 @@ class PulsarSink:
         self.num_partitions = num_partitions
         self.producer = producer or ProducerSettings()
         self.client_options = dict(client_options or {})
+        self.client = ClientKind(client)
         self.last_result: SinkResult | None = None
         self._validate()
 
@@ -141,7 +150,10 @@ class PulsarSink:
         started = time.monotonic()
         prepared = self._prepare(df)
         projected, spec = self._project(prepared, batch_id)
-        counts = projected.rdd.mapPartitionsWithIndex(_task(spec)).collect()
+        if self.client is ClientKind.LEAN:
+            counts = projected.mapInArrow(_arrow_task(spec), COUNTS_SCHEMA).collect()
+        else:
+            counts = projected.rdd.mapPartitionsWithIndex(_task(spec)).collect()
         rows, stored, duplicates, skipped = (sum(c[i] for c in counts) for i in range(4))
         result = SinkResult(
             batch_id, rows, stored, duplicates, skipped, seconds=time.monotonic() - started
@@ -211,6 +223,7 @@ class PulsarSink:
             property_indexes=property_indexes,
             producer=self.producer,
             client_options=tuple(self.client_options.items()),
+            client=self.client,
         )
         return df.select(*columns), spec
 
@@ -224,6 +237,25 @@ def _task(
             yield (0, 0, 0, 0)
             return
         yield write_partition(spec, spark_partition, _chain(first, rows)).as_tuple()
+
+    return run
+
+
+def _arrow_task(spec: WriterSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        partition = context.partitionId() if context is not None else 0
+        first = next((batch for batch in batches if batch.num_rows), None)
+        counts = (0, 0, 0, 0)
+        if first is not None:
+            counts = write_arrow_partition(spec, partition, _chain(first, batches)).as_tuple()
+        yield pa.RecordBatch.from_pydict(
+            {name: [value] for name, value in zip(COUNT_NAMES, counts, strict=True)},
+            schema=pa.schema([(name, pa.int64()) for name in COUNT_NAMES]),
+        )
 
     return run
 

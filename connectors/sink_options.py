@@ -38,6 +38,16 @@ class Routing(StrEnum):
     """The ``partition_column``'s integer value, modulo the partition count."""
 
 
+class ClientKind(StrEnum):
+    """Which client the connectors publish and read with."""
+
+    LEAN = "lean"
+    """The connectors' own protocol client (``connectors.wire``): Arrow batches in and out,
+    whole batch entries built and split a column at a time."""
+    OFFICIAL = "official"
+    """The official ``pulsar-client``, one Python call per message: the reference path."""
+
+
 class SinkPublishError(RetriableError):
     """Rows of a task were not all acknowledged by the broker; Spark retries the task."""
 
@@ -57,6 +67,8 @@ class ProducerSettings:
     send_timeout_ms: int = 30_000
     compression: str | None = None
     """``LZ4``, ``ZLib``, ``ZSTD``, ``SNAPPY`` or None."""
+    batching_max_bytes: int = 128 * 1024
+    """At most this many bytes of messages in one batch entry (the clients' default)."""
 
 
 @dataclass(frozen=True)
@@ -80,3 +92,4 @@ class WriterSpec:
     """A map column whose entries all go out as properties (before ``property_indexes``)."""
     producer: ProducerSettings = field(default_factory=ProducerSettings)
     client_options: tuple[tuple[str, Any], ...] = ()
+    client: ClientKind = ClientKind.LEAN

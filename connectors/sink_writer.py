@@ -18,7 +18,7 @@ import logging
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pulsar
 
@@ -33,6 +33,7 @@ from connectors.sink_ids import (
     spark_partition_route,
 )
 from connectors.sink_options import (
+    ProducerSettings,
     Routing,
     SinkDataError,
     SinkMode,
@@ -210,6 +211,7 @@ class PartitionWriter:
                 "batching_enabled": settings.batching_enabled,
                 "batching_max_messages": settings.batching_max_messages,
                 "batching_max_publish_delay_ms": settings.batching_max_publish_delay_ms,
+                "batching_max_allowed_size_in_bytes": settings.batching_max_bytes,
                 "max_pending_messages": settings.max_pending_messages,
                 "block_if_queue_full": True,
                 "send_timeout_millis": settings.send_timeout_ms,
@@ -229,8 +231,7 @@ class PartitionWriter:
         """Wait until every row is acknowledged; raise if any was not."""
         for slot in self._slots.values():
             slot.producer.flush()
-        timeout_ms = self.spec.producer.send_timeout_ms
-        timeout = None if timeout_ms <= 0 else 2 * timeout_ms / 1000 + WAIT_MARGIN_SECONDS
+        timeout = acknowledgement_timeout(self.spec.producer)
         if not self._acks.wait_all(timeout):
             raise SinkPublishError(
                 f"{self._acks.sent - self._acks.acked} rows to {self.spec.topic} were not "
@@ -245,12 +246,28 @@ class PartitionWriter:
         return self.result
 
     def close(self) -> None:
-        for slot in self._slots.values():
-            try:
-                slot.producer.close()
-            except Exception as exc:  # closing after a failure: the task fails anyway
-                log.debug("closing producer: %s", exc)
+        close_quietly(slot.producer for slot in self._slots.values())
         self._slots.clear()
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+def close_quietly(producers: Iterable[Closable]) -> None:
+    """Close every producer; a failure to close changes nothing (the task may be failing)."""
+    for producer in producers:
+        try:
+            producer.close()
+        except Exception as exc:
+            log.debug("closing producer: %s", exc)
+
+
+def acknowledgement_timeout(settings: ProducerSettings) -> float | None:
+    """How long a task waits for its last acknowledgements: beyond twice the send timeout
+    (a resend may take one more), none when the send timeout is off."""
+    timeout_ms = settings.send_timeout_ms
+    return None if timeout_ms <= 0 else 2 * timeout_ms / 1000 + WAIT_MARGIN_SECONDS
 
 
 def write_partition(

@@ -53,6 +53,7 @@ FOLDER_LAYERS: dict[str, float] = {
     "dedup_broker.app": 6,
     # users of the broker, and the test and bench harness
     "connectors": 7,
+    "connectors.wire": 7,
     "examples": 8,
     "examples.demo": 8,
     "harness": 8,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,6 +26,19 @@ from tests.integration.connectors.sink_fixtures import (
 FAILURE_DELAY_SECONDS = 3.0
 PAD = "x" * 200
 """Rows reach a Python task in 64 KiB chunks: padded rows make a failing task publish some."""
+ARROW_BATCH_ROWS = 200
+"""The same for Arrow batches: small ones make a failing task publish some first."""
+
+
+@pytest.fixture(autouse=True)
+def small_arrow_batches(spark: Any) -> Iterator[None]:
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    previous = spark.conf.get(key)
+    spark.conf.set(key, str(ARROW_BATCH_ROWS))
+    try:
+        yield
+    finally:
+        spark.conf.set(key, previous)
 
 
 def _fail_first_attempt_at(*values: str) -> Any:
