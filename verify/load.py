@@ -160,6 +160,11 @@ class Load:
             batching_enabled=kind in (Kind.BATCHED, Kind.PARTITIONED),
             batching_max_messages=1000,
             batching_max_publish_delay_ms=5,
+            # Key_Shared needs one key per batch (Pulsar's advice): a batch is delivered to
+            # the consumer of its key as a whole.
+            batching_type=pulsar.BatchingType.KeyBased
+            if kind is Kind.PARTITIONED
+            else pulsar.BatchingType.Default,
             chunking_enabled=kind is Kind.CHUNKED,
             block_if_queue_full=True,
             max_pending_messages=5000,
