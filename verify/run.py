@@ -301,7 +301,7 @@ def verdict(run_dir: Path) -> Outcome:
             f"{samples[-1]['rss_mb']} MB at the end, peak {peak} MB"
         )
     lines.extend(f"PROBLEM {p}" for p in outcome.problems)
-    total = sum(len(t) for t in producers.values())
+    total = sum(len(t) for t in ack_times.values())
     lines.append(
         f"{'PASSED' if outcome.ok else 'FAILED'}: {len(results)} paths, {total:,} messages "
         f"acknowledged, {len(faults)} faults ({run_dir})"
