@@ -27,6 +27,7 @@ LEDGER_HEADER_KEY = "dedup-broker-ledger-metadata"
 LEDGER_HEADER_VALUE = b"1"
 
 _SIZE = struct.Struct(">q")
+_ENTRY_KEY = struct.Struct(">qq")
 
 
 # --- topic names ----------------------------------------------------------------
@@ -73,19 +74,35 @@ def policies_topic(cluster_name: str) -> str:
 # --- ledger topics --------------------------------------------------------------
 
 
-def encode_entry_key(cumulative_size: int) -> bytes:
-    """Key of an entry record: bytes of entry data in the ledger up to and including it.
+@dataclass(frozen=True, slots=True)
+class EntryKey:
+    """What an entry record's key says: the ledger's bytes up to and including it, and
+    the entry id it was written as (None in records written before ids were kept)."""
 
-    Lets a recovering broker learn a ledger's size from its last record alone (the way
-    BookKeeper keeps a running length in each entry).
-    """
-    return _SIZE.pack(cumulative_size)
+    cumulative_size: int
+    entry_id: int | None = None
 
 
-def decode_entry_key(key: bytes | None) -> int | None:
-    if key is None or len(key) != _SIZE.size:
+def encode_entry_key(cumulative_size: int, entry_id: int) -> bytes:
+    """Key of an entry record: bytes of entry data in the ledger up to and including it
+    (a recovering broker learns a ledger's size from its last record alone, the way
+    BookKeeper keeps a running length in each entry), and the entry id it was sent as.
+
+    The id tells a recovering broker where the records stop following the writer's order:
+    a write that timed out in the producer's queue leaves a gap, and the records sent
+    after it land one place early (librdkafka's idempotent producer allows such gaps)."""
+    return _ENTRY_KEY.pack(cumulative_size, entry_id)
+
+
+def decode_entry_key(key: bytes | None) -> EntryKey | None:
+    if key is None:
         return None
-    return int(_SIZE.unpack(key)[0])
+    if len(key) == _ENTRY_KEY.size:
+        size, entry_id = _ENTRY_KEY.unpack(key)
+        return EntryKey(int(size), int(entry_id))
+    if len(key) == _SIZE.size:
+        return EntryKey(int(_SIZE.unpack(key)[0]))
+    return None
 
 
 def encode_ledger_metadata(meta: LedgerMetadata) -> bytes:

@@ -180,7 +180,7 @@ class AppendPipeline:
                 self._topic,
                 op.data,
                 op,
-                key=formats.encode_entry_key(size),
+                key=formats.encode_entry_key(size, op.entry_id),
                 timestamp_ms=op.timestamp_ms,
             )
         except StorageError as exc:

@@ -192,16 +192,48 @@ class LedgerStore(LedgerLookup):
         topic = self.topic(ledger_id)
         await self._admin.seal_topic(topic)
         end = await self._admin.high_watermark(topic)
-        entries = max(end - FIRST_ENTRY_OFFSET, 0)
-        size = 0
-        if entries > 0:
-            last = await self._reader.fetch(topic, end - 1, end)
-            if not last or last[-1].offset != end - 1:
-                raise StorageError(f"ledger {ledger_id}: cannot read its last record")
-            stored = formats.decode_entry_key(last[-1].key)
-            size = stored if stored is not None else 0
+        entries, size = 0, 0
+        if end > FIRST_ENTRY_OFFSET:
+            last = await self._key_at(topic, end - 1)
+            if last.entry_id is None or last.entry_id == end - 1 - FIRST_ENTRY_OFFSET:
+                entries, size = end - FIRST_ENTRY_OFFSET, last.cumulative_size
+            else:
+                entries, size = await self._end_before_gap(topic, end)
+                log.warning(
+                    "ledger %d: records after entry %d landed out of place (a write that "
+                    "failed left a gap); the ledger ends there, %d record(s) after it are "
+                    "not part of it",
+                    ledger_id,
+                    entries - 1,
+                    end - FIRST_ENTRY_OFFSET - entries,
+                )
         log.info("ledger %d closed at its end in Kafka: %d entries", ledger_id, entries)
         return LedgerInfo(ledger_id, entries, size, now_ms())
+
+    async def _key_at(self, topic: str, offset: int) -> formats.EntryKey:
+        records = await self._reader.fetch(topic, offset, offset + 1)
+        if not records or records[-1].offset != offset:
+            raise StorageError(f"{topic}: cannot read its record at offset {offset}")
+        key = formats.decode_entry_key(records[-1].key)
+        return key if key is not None else formats.EntryKey(0)
+
+    async def _end_before_gap(self, topic: str, end: int) -> tuple[int, int]:
+        """(entries, size) of the longest run of records at the places they were sent to.
+
+        After a gap every later record lands early by the gap's length, so "in place" holds
+        for a prefix of the records: found by bisection."""
+        low, high = FIRST_ENTRY_OFFSET - 1, end - 1  # low: in place (or none); high: not
+        size = 0
+        while high - low > 1:
+            middle = (low + high) // 2
+            key = await self._key_at(topic, middle)
+            if key.entry_id == middle - FIRST_ENTRY_OFFSET:
+                low, size = middle, key.cumulative_size
+            else:
+                high = middle
+        if low >= FIRST_ENTRY_OFFSET and size == 0:
+            size = (await self._key_at(topic, low)).cumulative_size
+        return low + 1 - FIRST_ENTRY_OFFSET, size
 
     # --- reads ----------------------------------------------------------------------
     async def read(

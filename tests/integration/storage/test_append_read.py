@@ -248,7 +248,9 @@ def test_ledger_topics_headers_keys_and_ids(
     entries = records[1:]
     assert [m.value() for m in entries] == [b"abc" * (i + 1) for i in range(5)]
     assert [m.timestamp()[1] for m in entries] == [7000 + i for i in range(5)]
-    assert [formats.decode_entry_key(m.key()) for m in entries] == [3, 9, 18, 30, 45]
+    assert [formats.decode_entry_key(m.key()) for m in entries] == [
+        formats.EntryKey(size, entry_id) for entry_id, size in enumerate([3, 9, 18, 30, 45])
+    ]
 
     # One partition and the retention the broker relies on.
     metadata = admin.list_topics(topic, timeout=10)

@@ -90,6 +90,15 @@ def test_reopen_after_an_unclean_stop(make_config: ConfigFactory) -> None:
     run(scenario)
 
 
+def _land(kafka_bootstrap: str, topic: str, records: list[tuple[bytes, int, int]]) -> None:
+    """Records written as this broker writes them (key: size so far, entry id), but not
+    by it: as the records of writes whose reports failed would land."""
+    outsider = Producer({"bootstrap.servers": kafka_bootstrap})
+    for value, size, entry_id in records:
+        outsider.produce(topic, value, formats.encode_entry_key(size, entry_id))
+    assert outsider.flush(10) == 0
+
+
 def test_records_that_landed_despite_a_failure_become_entries(
     make_config: ConfigFactory, kafka_bootstrap: str
 ) -> None:
@@ -103,12 +112,11 @@ def test_records_that_landed_despite_a_failure_become_entries(
             ml.on_write_failure_resolved = lambda told, true: resolved.append((told, true))
             told = [await ml.append(f"ok{i}".encode(), 0) for i in range(3)]
             ledger = told[0].ledger_id
-            # Records this broker did not write land in its ledger (as records of a
-            # write whose report failed would): the next append sees the wrong offset.
-            outsider = Producer({"bootstrap.servers": kafka_bootstrap})
-            for name in (b"stray-1", b"stray-2"):
-                outsider.produce(storage.ledger_store.topic(ledger), name)
-            assert outsider.flush(10) == 0
+            # Entries 3 and 4 land in their places, their reports lost: the broker's
+            # next append (entry 3 for it) then lands at offset 6.
+            _land(kafka_bootstrap, storage.ledger_store.topic(ledger), [
+                (b"landed-3", 16, 3), (b"landed-4", 24, 4)
+            ])  # fmt: skip
             failed = ml.append(b"mine", 0)
             try:
                 await failed
@@ -126,21 +134,55 @@ def test_records_that_landed_despite_a_failure_become_entries(
                 raise AssertionError("appends must fail while fenced")
             await asyncio.wait_for(ml.wait_writable(), 30)
             assert ml.state == "Open"
-            truth = Position(ledger, 5)
+            truth = Position(ledger, 4)
             assert resolved == [(told[-1], truth)]
             assert ml.last_confirmed == truth
-            assert [(i.ledger_id, i.entries) for i in ml.ledgers()[:-1]] == [(ledger, 6)]
+            assert [(i.ledger_id, i.entries) for i in ml.ledgers()[:-1]] == [(ledger, 5)]
             entries = await ml.read_entries(told[0], 10)
-            assert [e.data for e in entries] == [
-                b"ok0",
-                b"ok1",
-                b"ok2",
-                b"stray-1",
-                b"stray-2",
-                b"mine",
-            ]
+            # "mine" lies past the end: its append failed, its client sends it again.
+            assert [e.data for e in entries] == [b"ok0", b"ok1", b"ok2", b"landed-3", b"landed-4"]
             after = await ml.append(b"next", 0)
             assert after == Position(ml.ledgers()[-1].ledger_id, 0)
+        finally:
+            await storage.close()
+
+    run(scenario)
+
+
+def test_records_after_a_gap_are_not_part_of_the_ledger(
+    make_config: ConfigFactory, kafka_bootstrap: str
+) -> None:
+    """A write that timed out in the producer's queue leaves a gap and the records sent
+    after it land one place early (librdkafka allows that): the ledger ends before the
+    gap, so nothing lands where a reader would take it for the missing entry (whose
+    resend PIP-6 would otherwise answer as a duplicate of what landed after it)."""
+    config = make_config()
+
+    async def scenario() -> None:
+        storage = await KafkaStorage.start(config)
+        try:
+            ml = await storage.open_managed_ledger("gap")
+            told = [await ml.append(f"ok{i}".encode(), 0) for i in range(2)]
+            ledger = told[0].ledger_id
+            # Entry 2 never landed; entries 3 and 4 did, at offsets 3 and 4.
+            _land(kafka_bootstrap, storage.ledger_store.topic(ledger), [
+                (b"entry-3", 20, 3), (b"entry-4", 27, 4)
+            ])  # fmt: skip
+            failed = ml.append(b"mine", 0)
+            try:
+                await failed
+            except StorageError:
+                pass
+            else:
+                raise AssertionError("a misplaced write must fail")
+            await asyncio.wait_for(ml.wait_writable(), 30)
+            assert ml.last_confirmed == told[-1]
+            assert [(i.ledger_id, i.entries) for i in ml.ledgers()[:-1]] == [(ledger, 2)]
+            entries = await ml.read_entries(told[0], 10)
+            assert [e.data for e in entries] == [b"ok0", b"ok1"]
+            # A broker taking over an open ledger with a gap ends it in the same place.
+            closed = await storage.ledger_store.close_at_true_end(ledger)
+            assert (closed.entries, closed.size) == (2, len(b"ok0ok1"))
         finally:
             await storage.close()
 

@@ -7,11 +7,10 @@ from dedup_broker.storage import storage_pb2 as pb
 from dedup_broker.storage.values import LedgerInfo, LedgerMetadata, Position
 
 
-def test_entry_key_is_eight_byte_big_endian_running_size() -> None:
-    assert formats.encode_entry_key(258) == b"\x00\x00\x00\x00\x00\x00\x01\x02"
-    assert formats.decode_entry_key(b"\x00\x00\x00\x00\x00\x00\x01\x02") == 258
-    assert formats.decode_entry_key(None) is None
-    assert formats.decode_entry_key(b"abc") is None
+def test_entry_key_is_the_running_size_then_the_entry_id_big_endian() -> None:
+    key = formats.encode_entry_key(258, 3)
+    assert key == b"\x00\x00\x00\x00\x00\x00\x01\x02" + b"\x00" * 7 + b"\x03"
+    assert formats.decode_entry_key(key) == formats.EntryKey(258, 3)
 
 
 def test_topic_and_key_names() -> None:
@@ -95,3 +94,12 @@ def test_a_cursor_stored_before_batch_ack_sets_were_kept_still_loads() -> None:
     assert formats.decode_cursor_info(stored) == formats.CursorRecord(
         Position(5, 3), [(Position(5, 6), Position(5, 8))], {"seq": 41}, 1234, {}
     )
+
+
+def test_entry_keys_carry_the_size_so_far_and_the_entry_id() -> None:
+    key = formats.encode_entry_key(1234, 56)
+    assert formats.decode_entry_key(key) == formats.EntryKey(1234, 56)
+    # Records written before entry ids were kept: the size alone.
+    assert formats.decode_entry_key(b"\x00" * 7 + b"\x63") == formats.EntryKey(99, None)
+    assert formats.decode_entry_key(None) is None
+    assert formats.decode_entry_key(b"odd") is None
