@@ -58,7 +58,7 @@ class Servers:
 
     def __init__(self, run_dir: Path, profile: Profile, brokers: int = 3) -> None:
         self.run_dir = run_dir
-        self.kafka = NativeKafka(run_dir / "kafka", heap="1g")
+        self.kafka = NativeKafka(run_dir / "kafka", heap="1g", startup_timeout=180)
         self.redis = NativeRedis(run_dir / "redis")
         self.profile = profile
         self.size = brokers

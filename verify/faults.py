@@ -7,6 +7,7 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Callable
 from enum import Enum
 
 from verify.check import Fault
@@ -93,7 +94,7 @@ class Faults:
         name = f"broker-{self.servers.brokers.index(broker)}"
         if kind is FaultKind.KILL:
             broker.kill()
-            broker.start(timeout=120)
+            _again(lambda: broker.start(timeout=120), f"starting {name}")
             return name
         if kind is FaultKind.PAUSE:
             assert broker.process is not None
@@ -101,7 +102,7 @@ class Faults:
             return name
         if kind is FaultKind.RESTART:
             broker.stop()
-            broker.start(timeout=120)
+            _again(lambda: broker.start(timeout=120), f"starting {name}")
             return name
         if kind is FaultKind.UNLOAD:
             topic = self.rng.choice(self.topics)
@@ -112,9 +113,23 @@ class Faults:
             return "kafka"
         if kind is FaultKind.KAFKA_RESTART:
             self.servers.kafka.stop()
-            self.servers.kafka.start()
+            _again(self.servers.kafka.start, "starting Kafka")
             return "kafka"
         self.servers.redis.stop()
         time.sleep(1.0)
-        self.servers.redis.start()
+        _again(self.servers.redis.start, "starting Redis")
         return "redis"
+
+
+def _again(start: Callable[[], None], what: str, attempts: int = 5) -> None:
+    """A server that is slow to come back (a loaded machine) is started again: a fault
+    must never leave it down for the rest of the run."""
+    for attempt in range(1, attempts + 1):
+        try:
+            start()
+            return
+        except Exception as exc:
+            if attempt == attempts:
+                raise
+            log.warning("%s failed (attempt %d of %d): %s", what, attempt, attempts, exc)
+            time.sleep(5.0)

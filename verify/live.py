@@ -7,6 +7,7 @@ keeps the set of ids it has seen so the run knows when it has caught up.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -115,6 +116,10 @@ class SubscriptionPath(LivePath):
                 message = consumer.receive(timeout_millis=RECEIVE_MS)
             except pulsar.Timeout:
                 continue
+            except pulsar.PulsarException as exc:  # the client recovers by itself
+                log.info("%s on %s: receive failed: %s", self.spec.path, self.spec.topic, exc)
+                self._stop.wait(1.0)
+                continue
             message_id = id_of(message.data())
             self._check_delay(message, message_id)
             group = message.partition_key() if self.group_by_key else ""
@@ -173,9 +178,14 @@ class ResumedReaderPath(LivePath):
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            reader = self.client.create_reader(
-                self.topic.name, self.stored, receiver_queue_size=1000
-            )
+            try:
+                reader = self.client.create_reader(
+                    self.topic.name, self.stored, receiver_queue_size=1000
+                )
+            except pulsar.PulsarException as exc:  # the cluster is moving: try again
+                log.info("reader-resumed on %s: %s", self.spec.topic, exc)
+                self._stop.wait(1.0)
+                continue
             self.extras["readers"] += 1
             try:
                 for _ in range(self.STRETCH):
@@ -183,12 +193,13 @@ class ResumedReaderPath(LivePath):
                         break
                     try:
                         message = reader.read_next(RECEIVE_MS * 4)
-                    except pulsar.Timeout:
+                    except pulsar.PulsarException:  # a timeout, or the reader failed
                         break
                     self.record(id_of(message.data()))
                     self.stored = message.message_id()
             finally:
-                reader.close()
+                with contextlib.suppress(pulsar.PulsarException):
+                    reader.close()
 
 
 class TableViewPath(LivePath):
