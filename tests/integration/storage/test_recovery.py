@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 from confluent_kafka import Producer
@@ -30,6 +31,14 @@ def seal(admin: AdminClient, topic: str) -> None:
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
     for future in admin.incremental_alter_configs([resource]).values():
         future.result()
+    # The controller has committed the change; wait until the broker applies it.
+    described = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    for _ in range(200):
+        configs = admin.describe_configs([described])[described].result()
+        if configs["max.message.bytes"].value == "0":
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"Kafka never applied max.message.bytes=0 to {topic}")
 
 
 def test_reopen_after_an_unclean_stop(make_config: ConfigFactory) -> None:
