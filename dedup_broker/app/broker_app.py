@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from dedup_broker.allocations import AllocationReports
 from dedup_broker.cluster.listeners import AdvertisedListeners, parse_advertised_listeners
 from dedup_broker.cluster.membership import BrokerAddress, owners_topic
-from dedup_broker.cluster.service import Cluster
+from dedup_broker.cluster.service import HANDOVER_WAIT_SECONDS, Cluster
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.broker import Broker
 from dedup_broker.domain.metrics import BrokerMetrics
@@ -287,6 +287,9 @@ class BrokerApp:
                 log.warning("unregistering the broker failed: %s", exc)
         if self.cluster is not None:
             await self.cluster.leave()
+            if self.broker is not None:  # clients told where their topics went
+                await self.broker.topic_registry.handovers.sent(HANDOVER_WAIT_SECONDS)
+            await self.cluster.close()
         if self.broker is not None:
             await self.broker.close()
 
