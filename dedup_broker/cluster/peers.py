@@ -66,8 +66,8 @@ def _connect_command() -> bytes:
     return encode_command(command)
 
 
-def _command(kind: pb.BaseCommand.Type) -> bytes:
-    return encode_command(pb.BaseCommand(type=kind))
+_PING = encode_command(pb.BaseCommand(type=pb.BaseCommand.PING, ping=pb.CommandPing()))
+_PONG = encode_command(pb.BaseCommand(type=pb.BaseCommand.PONG, pong=pb.CommandPong()))
 
 
 class _Watcher:
@@ -80,6 +80,9 @@ class _Watcher:
         self.state = PeerState.UNKNOWN
         self.changed = asyncio.Event()
         self.last_answer = time.monotonic()
+        self._refused = False
+        """The broker answered CONNECT with an error (authentication on): it is asked
+        again every ``RETRY_SECONDS`` rather than watched on one connection."""
         self._task = asyncio.ensure_future(self._run())
 
     def stop(self) -> None:
@@ -95,7 +98,7 @@ class _Watcher:
             self.last_answer = time.monotonic()
             if previous is not PeerState.UNKNOWN:
                 log.info("broker at %s:%d answers again", *self.endpoint)
-        else:
+        elif state is not PeerState.UNKNOWN:
             log.warning("broker at %s:%d is %s", *self.endpoint, state.value)
             self.watch.report(self.endpoint, state)
 
@@ -110,9 +113,13 @@ class _Watcher:
                 waited = time.monotonic() - self.last_answer
                 if missed >= MISSED_IN_A_ROW and waited >= self.watch.timeout_seconds:
                     self._set(PeerState.UNRESPONSIVE)
-            else:
+            elif not self._refused:
+                # The connection ended after answers: until the next one says more, the
+                # broker is not known to be there (it may have been killed just now).
                 missed = 0
-            await asyncio.sleep(RETRY_SECONDS if self.state is not PeerState.LIVE else 0.1)
+                self._set(PeerState.UNKNOWN)
+                continue
+            await asyncio.sleep(RETRY_SECONDS)
 
     async def _session(self) -> PeerState:
         """One connection: LIVE when it was answered and then ended, GONE when refused,
@@ -139,26 +146,34 @@ class _Watcher:
     async def _converse(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> PeerState:
+        """Always reading, so that the end of the connection is seen at once; a PING every
+        ``PING_SECONDS``, each unanswered one counted."""
         decoder = FrameDecoder()
         writer.write(_connect_command())
-        answered = False
+        answered = outstanding = False
         missed = 0
+        deadline = time.monotonic() + ANSWER_SECONDS
         while True:
             try:
-                data = await asyncio.wait_for(reader.read(65536), ANSWER_SECONDS)
+                data = await asyncio.wait_for(
+                    reader.read(65536), max(0.0, deadline - time.monotonic())
+                )
             except TimeoutError:
-                missed += 1
-                waited = time.monotonic() - self.last_answer
-                if missed >= MISSED_IN_A_ROW and waited >= self.watch.timeout_seconds:
-                    return PeerState.UNRESPONSIVE
-                writer.write(_command(pb.BaseCommand.PING))
+                if outstanding or not answered:
+                    missed += 1
+                    waited = time.monotonic() - self.last_answer
+                    if missed >= MISSED_IN_A_ROW and waited >= self.watch.timeout_seconds:
+                        self._set(PeerState.UNRESPONSIVE)
+                        return PeerState.UNRESPONSIVE
+                outstanding = True
+                writer.write(_PING)
+                deadline = time.monotonic() + PING_SECONDS
                 continue
             except OSError:
                 return PeerState.LIVE if answered else PeerState.GONE
             if not data:
                 return PeerState.LIVE if answered else PeerState.GONE
-            answered = True
-            missed = 0
+            answered, outstanding, missed = True, False, 0
             self._set(PeerState.LIVE)
             self.last_answer = time.monotonic()
             try:
@@ -167,11 +182,10 @@ class _Watcher:
                 return PeerState.LIVE
             for frame in frames:
                 if frame.command.type == pb.BaseCommand.PING:
-                    writer.write(_command(pb.BaseCommand.PONG))
+                    writer.write(_PONG)
                 elif frame.command.type == pb.BaseCommand.ERROR:
-                    return PeerState.LIVE  # refused (authentication): alive all the same
-            await asyncio.sleep(PING_SECONDS)
-            writer.write(_command(pb.BaseCommand.PING))
+                    self._refused = True  # authentication on: alive all the same
+                    return PeerState.LIVE
 
 
 Reporter = Callable[[Endpoint, PeerState], None]
