@@ -41,8 +41,16 @@ def cluster(kafka_bootstrap: str, tmp_path: Path) -> Iterator[ClusterProcesses]:
         processes.stop()
 
 
+def new_topic(cluster: ClusterProcesses) -> tuple[str, BrokerProcess, list[BrokerProcess]]:
+    """A new topic, the broker that owns it and the others (a namespace has only four
+    bundles: a given broker may own none of them)."""
+    topic = f"persistent://public/default/rules-{uuid.uuid4().hex[:8]}"
+    owner = owner_of(cluster, topic)
+    return topic, owner, [b for b in cluster if b is not owner]
+
+
 def topic_on(cluster: ClusterProcesses, broker: BrokerProcess) -> str:
-    """A topic whose bundle ``broker`` owns."""
+    """Another topic whose bundle ``broker`` owns."""
     for _ in range(200):
         topic = f"persistent://public/default/rules-{uuid.uuid4().hex[:8]}"
         if owner_of(cluster, topic) is broker:
@@ -87,8 +95,8 @@ def attach_producer(broker: BrokerProcess, topic: str) -> RawConnection:
 def test_lookups_never_name_a_killed_broker_and_wait_for_its_successor(
     cluster: ClusterProcesses,
 ) -> None:
-    victim, asked, other = cluster[0], cluster[1], cluster[2]
-    topics = [topic_on(cluster, victim) for _ in range(2)]
+    first, victim, (asked, other) = new_topic(cluster)
+    topics = [first, topic_on(cluster, victim)]
     killed_at = time.monotonic()
     victim.kill()
     binary = binary_lookup(asked, topics[0])
@@ -106,8 +114,7 @@ def test_lookups_never_name_a_killed_broker_and_wait_for_its_successor(
 
 
 def test_lookups_never_name_a_frozen_broker(cluster: ClusterProcesses) -> None:
-    victim, asked = cluster[0], cluster[1]
-    topic = topic_on(cluster, victim)
+    topic, victim, (asked, _) = new_topic(cluster)
     assert victim.process is not None
     victim.process.send_signal(signal.SIGSTOP)
     try:
@@ -123,8 +130,7 @@ def test_lookups_never_name_a_frozen_broker(cluster: ClusterProcesses) -> None:
 def test_an_unloaded_topics_clients_are_sent_back_to_it_and_find_it(
     cluster: ClusterProcesses,
 ) -> None:
-    owner = cluster[1]
-    topic = topic_on(cluster, owner)
+    topic, owner, _ = new_topic(cluster)
     connection = attach_producer(owner, topic)
     local = topic.removeprefix("persistent://")
     request = urllib.request.Request(
@@ -140,8 +146,7 @@ def test_an_unloaded_topics_clients_are_sent_back_to_it_and_find_it(
 
 
 def test_unloads_under_load_never_fail_the_official_client(cluster: ClusterProcesses) -> None:
-    owner = cluster[2]
-    topic = topic_on(cluster, owner)
+    topic, owner, _ = new_topic(cluster)
     client = pulsar.Client(cluster.service_url, operation_timeout_seconds=30)
     try:
         producer = client.create_producer(topic, send_timeout_millis=30_000)
@@ -160,8 +165,7 @@ def test_unloads_under_load_never_fail_the_official_client(cluster: ClusterProce
 
 
 def test_a_leaving_broker_sends_its_clients_to_the_new_owner(cluster: ClusterProcesses) -> None:
-    leaving = cluster[0]
-    topic = topic_on(cluster, leaving)
+    topic, leaving, _ = new_topic(cluster)
     connection = attach_producer(leaving, topic)
     assert leaving.process is not None
     leaving.process.send_signal(signal.SIGTERM)
