@@ -57,7 +57,11 @@ from dedup_broker.retention.policy import RetentionChecker
 from dedup_broker.schema.registry import SchemaRegistry, default_strategy
 from dedup_broker.security.authentication import Authenticator
 from dedup_broker.security.authorization import Authorizer, Tenancy
-from dedup_broker.security.broker_client import broker_client_headers, broker_client_ssl_context
+from dedup_broker.security.broker_client import (
+    broker_client_credentials,
+    broker_client_headers,
+    broker_client_ssl_context,
+)
 from dedup_broker.security.tls import ServerTls, server_tls
 from dedup_broker.session.listener import Listener
 from dedup_broker.session.metrics import SessionMetrics
@@ -172,7 +176,9 @@ class BrokerApp:
             {"retention.ms": "3600000"},
             partitions=config.cluster_ownership_slots,
         )
-        self.cluster = cluster = Cluster(config, storage.acquire_fence)
+        self.cluster = cluster = Cluster(
+            config, storage.acquire_fence, broker_client_credentials(config)
+        )
         self.broker = broker = Broker(
             config,
             storage,

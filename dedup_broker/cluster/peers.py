@@ -59,10 +59,16 @@ def endpoint_of(address: BrokerAddress) -> Endpoint:
     return address.host, address.broker_port_tls or 0
 
 
-def _connect_command() -> bytes:
+Credentials = tuple[str, bytes]
+"""A CONNECT's authentication method and data (the brokers' own client credentials)."""
+
+
+def _connect_command(credentials: Credentials | None) -> bytes:
     command = pb.BaseCommand(type=pb.BaseCommand.CONNECT)
     command.connect.client_version = f"dedup-broker-peer-watch/{__version__}"
     command.connect.protocol_version = 21
+    if credentials is not None:
+        command.connect.auth_method_name, command.connect.auth_data = credentials
     return encode_command(command)
 
 
@@ -149,7 +155,7 @@ class _Watcher:
         """Always reading, so that the end of the connection is seen at once; a PING every
         ``PING_SECONDS``, each unanswered one counted."""
         decoder = FrameDecoder()
-        writer.write(_connect_command())
+        writer.write(_connect_command(self.watch.credentials))
         answered = outstanding = False
         missed = 0
         deadline = time.monotonic() + ANSWER_SECONDS
@@ -195,9 +201,16 @@ class PeerWatch:
     """Watches the other brokers' ports; ``on_down`` hears of each one found gone or
     unresponsive (again every few seconds while it stays so)."""
 
-    def __init__(self, own: BrokerAddress, timeout_seconds: float, on_down: Reporter) -> None:
+    def __init__(
+        self,
+        own: BrokerAddress,
+        timeout_seconds: float,
+        on_down: Reporter,
+        credentials: Credentials | None = None,
+    ) -> None:
         self.own = own
         self.timeout_seconds = timeout_seconds
+        self.credentials = credentials
         self._on_down = on_down
         self._watchers: dict[Endpoint, _Watcher] = {}
 

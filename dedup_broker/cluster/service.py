@@ -24,7 +24,13 @@ from dedup_broker.cluster.membership import (
     owners_group,
     owners_topic,
 )
-from dedup_broker.cluster.peers import Endpoint, PeerState, PeerWatch, endpoint_of
+from dedup_broker.cluster.peers import (
+    Credentials,
+    Endpoint,
+    PeerState,
+    PeerWatch,
+    endpoint_of,
+)
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain_base.names import TopicName
 from dedup_broker.errors import OwnershipLostError, ServiceNotReadyError
@@ -58,8 +64,15 @@ class NotOwnerError(ServiceNotReadyError):
 
 
 class Cluster:
-    def __init__(self, config: BrokerConfig, acquire_fence: FenceFactory | None = None) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        acquire_fence: FenceFactory | None = None,
+        peer_credentials: Credentials | None = None,
+    ) -> None:
         self.config = config
+        self._peer_credentials = peer_credentials
+        """What this broker presents on the connections it keeps to the others' ports."""
         self.address = BrokerAddress(
             config.advertised_address,
             config.broker_service_port or 0,
@@ -100,7 +113,10 @@ class Cluster:
         self._release = release
         self.membership = Membership(self.config, address, self._assigned, self._revoked)
         self.peers = PeerWatch(
-            address, self.config.cluster_peer_timeout_millis / 1000, self._peer_down
+            address,
+            self.config.cluster_peer_timeout_millis / 1000,
+            self._peer_down,
+            self._peer_credentials,
         )
         # Watching first: a predecessor on this address (killed, restarted) must leave the
         # group before the group can take this broker in.
