@@ -101,6 +101,9 @@ class Cluster:
         self._doomed: dict[Endpoint, set[str]] = {}
         """Members found dead, by their port: removed from the group until it lists none."""
         self._watching: asyncio.Task[None] | None = None
+        self._joined = False
+        """In the group: another member on this address is no predecessor of this one (a
+        misconfigured address shared by two hosts), it is left alone."""
 
     @property
     def topic(self) -> str:
@@ -122,6 +125,7 @@ class Cluster:
         # group before the group can take this broker in.
         self._watching = asyncio.ensure_future(self._watch())
         await self.membership.start(JOIN_TIMEOUT_SECONDS)
+        self._joined = True
 
     async def leave(self) -> None:
         """Give every slot back (their topics unloaded first), then drop the fences."""
@@ -300,7 +304,9 @@ class Cluster:
         predecessors = {
             member
             for member, address in view.members.items()
-            if address.same_endpoint(self.address) and address.instance != self.address.instance
+            if not self._joined
+            and address.same_endpoint(self.address)
+            and address.instance != self.address.instance
         }
         doomed = predecessors.union(*self._doomed.values())
         if doomed:
