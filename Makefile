@@ -68,13 +68,15 @@ demo run: $(STAMP)
 	$(PY) -m examples.demo
 
 ## Publish throughput, latency and server CPU: direct Kafka, the broker, Pulsar standalone
-## (Java load generators), then the Python-client, recovery, cluster and Spark figures.
+## (Java load generators), then the Python-client, recovery, cluster, failover and Spark
+## figures, and memory per topic.
 bench: $(STAMP)
 	$(PY) -m bench.publish
 	$(PY) -m bench.dispatch
 	$(PY) -m bench
 	$(PY) -m bench.dedup_state
 	$(PY) -m bench.cluster
+	$(PY) -m bench.failover
 	$(PY) -m bench.memory
 
 kafka-up: $(STAMP)

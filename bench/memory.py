@@ -130,22 +130,78 @@ def _publish_once(client: pulsar.Client, topic: str, producer_name: str | None =
     producer.close()
 
 
-def idle_topics(probe: Probe, count: int, threads: int) -> dict[str, float]:
+def idle_topics(probe: Probe, count: int, threads: int) -> tuple[dict[str, float], list[str]]:
     prefix = f"idle-{uuid.uuid4().hex[:6]}"
+    names = [f"{NAMESPACE}/{prefix}-{i:06d}" for i in range(count)]
     client = pulsar.Client(probe.broker.service_url, operation_timeout_seconds=120, logger=QUIET)
     try:
         base_topics = probe.loaded_topics()
         before = probe.read()
-        seconds = _in_parallel(
-            count, threads, lambda i: _publish_once(client, f"{NAMESPACE}/{prefix}-{i:06d}")
-        )
+        seconds, first = _publish_each(client, names, threads)
     finally:
         client.close()
     after = probe.read()
     loaded = probe.loaded_topics() - base_topics
     if loaded != count:
         raise RuntimeError(f"{loaded} idle topics loaded, expected {count}")
-    return _per_item(count, before, after) | {"load_s": seconds}
+    figures = _per_item(count, before, after) | {"load_s": seconds}
+    return figures | {"first_p50_s": first[len(first) // 2], "first_p99_s": _p99(first)}, names
+
+
+def _p99(ordered: list[float]) -> float:
+    return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+
+
+def _publish_each(
+    client: pulsar.Client, names: list[str], threads: int
+) -> tuple[float, list[float]]:
+    """One producer per topic publishes one message and closes; the wall time of all,
+    and each topic's own time (sorted)."""
+    took: list[float] = []
+
+    def one(i: int) -> None:
+        started = time.perf_counter()
+        _publish_once(client, names[i])
+        took.append(time.perf_counter() - started)
+
+    seconds = _in_parallel(len(names), threads, one)
+    return seconds, sorted(took)
+
+
+def kafka_freeze(
+    probe: Probe, kafka_pid: int, names: list[str], seconds: float, threads: int
+) -> dict[str, float]:
+    """Kafka frozen (SIGSTOP) for ``seconds`` with every topic loaded: afterwards every
+    topic must still be loaded, and each takes a publish again."""
+    before = probe.loaded_topics()
+    os.kill(kafka_pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+    finally:
+        os.kill(kafka_pid, signal.SIGCONT)
+    time.sleep(SETTLE_SECONDS)
+    after = probe.loaded_topics()
+    if after != before:
+        raise RuntimeError(f"{before - after} topics were unloaded by a {seconds:.0f} s freeze")
+    client = pulsar.Client(probe.broker.service_url, operation_timeout_seconds=120, logger=QUIET)
+    try:
+        wall, each = _publish_each(client, names, threads)
+    finally:
+        client.close()
+    return {"loaded": after, "publish_all_s": wall, "publish_p99_s": _p99(each)}
+
+
+def restart_reload(probe: Probe, names: list[str], threads: int) -> dict[str, float]:
+    """The broker restarted: how long until every topic took a publish again (each one is
+    loaded anew: ledger list, cursors, deduplication state)."""
+    probe.broker.stop()
+    probe.broker.start(timeout=300)
+    client = pulsar.Client(probe.broker.service_url, operation_timeout_seconds=120, logger=QUIET)
+    try:
+        wall, each = _publish_each(client, names, threads)
+    finally:
+        client.close()
+    return {"reload_all_s": wall, "reload_p50_s": each[len(each) // 2], "reload_p99_s": _p99(each)}
 
 
 def pip6_producers(probe: Probe, count: int, threads: int) -> dict[str, float]:
@@ -213,6 +269,18 @@ def main() -> None:
         "than the test Kafka's 512m)",
     )
     parser.add_argument(
+        "--kafka-freeze",
+        type=float,
+        default=10.0,
+        help="seconds Kafka is frozen (SIGSTOP) once the idle topics are loaded (0: skip)",
+    )
+    parser.add_argument(
+        "--no-reload",
+        dest="reload",
+        action="store_false",
+        help="skip restarting the broker and publishing to every idle topic again",
+    )
+    parser.add_argument(
         "--tracemalloc",
         action="store_true",
         help="trace the broker's allocations and print where they grew (RSS then includes "
@@ -225,6 +293,8 @@ def main() -> None:
     if args.tracemalloc:  # inherited by the broker process only (Kafka runs already)
         os.environ["PYTHONTRACEMALLOC"] = "1"
     rows: list[tuple[str, dict[str, float]]] = []
+    extra: list[str] = []
+    names: list[str] = []
     try:
         broker = BrokerProcess(
             kafka.bootstrap_servers,
@@ -233,9 +303,9 @@ def main() -> None:
                 "broker_deduplication_enabled": True,
                 # Every producer is remembered: the limit is what a snapshot keeps.
                 "broker_deduplication_max_number_of_producers": max(args.producers + 1, 10_000),
-                # The broker's default session (test brokers shorten it to 3 s): a busy
-                # Kafka creating thousands of topics must not cost the broker its slots.
-                "metadata_store_session_timeout_millis": 6000,
+                # The broker's default session: a busy Kafka creating thousands of topics,
+                # or one frozen for seconds, must not cost the broker its slots.
+                "metadata_store_session_timeout_millis": 30000,
             },
             log_dir=Path(tempfile.mkdtemp(prefix="bench-memory-")),
         )
@@ -255,7 +325,20 @@ def main() -> None:
             )
             if args.topics > 0:
                 print(f"loading {args.topics} idle topics", flush=True)
-                rows.append(("idle topics", idle_topics(probe, args.topics, args.threads)))
+                figures, names = idle_topics(probe, args.topics, args.threads)
+                rows.append(("idle topics", figures))
+                if args.kafka_freeze > 0 and kafka.pid is not None:
+                    print(f"Kafka frozen for {args.kafka_freeze:.0f} s", flush=True)
+                    frozen = kafka_freeze(probe, kafka.pid, names, args.kafka_freeze, args.threads)
+                    extra.append(
+                        f"Kafka frozen {args.kafka_freeze:.0f} s: {frozen['loaded']:.0f} topics "
+                        f"still loaded; a publish to each of them again took "
+                        f"{frozen['publish_all_s']:.0f} s (p99 {frozen['publish_p99_s']:.2f} s)"
+                    )
+                extra.append(
+                    f"first publish to a new topic (load included): p50 "
+                    f"{figures['first_p50_s']:.2f} s, p99 {figures['first_p99_s']:.2f} s"
+                )
             if args.producers > 0:
                 print(f"{args.producers} PIP-6 producers on one topic", flush=True)
                 rows.append(
@@ -263,9 +346,19 @@ def main() -> None:
                 )
             time.sleep(2 if args.tracemalloc else 0)  # the last report is logged
             reports = _allocation_reports(broker.log_text()) if args.tracemalloc else []
+            if args.topics > 0 and args.reload:
+                print(f"restarting the broker, publishing to {args.topics} topics", flush=True)
+                reload = restart_reload(probe, names, args.threads)
+                extra.append(
+                    f"after a restart, every topic took a publish again within "
+                    f"{reload['reload_all_s']:.0f} s (each: p50 {reload['reload_p50_s']:.2f} s, "
+                    f"p99 {reload['reload_p99_s']:.2f} s)"
+                )
     finally:
         kafka.stop()
     _report(rows)
+    for line in extra:
+        print(line)
     for report in reports:
         print("\n" + report)
 

@@ -56,8 +56,10 @@ class BrokerConfig:
     """SENDs of one connection awaiting their outcome before the broker stops reading it."""
     broker_shutdown_timeout_ms: int = 60000
     """Bound of a graceful shutdown (clients told to go, writes finished, state stored)."""
-    metadata_store_session_timeout_millis: int = 6000
-    """Kafka group session of a broker: a broker silent this long loses its bundles."""
+    metadata_store_session_timeout_millis: int = 30000
+    """Kafka group session (Pulsar's default): long, so a slow Kafka costs no slots."""
+    cluster_peer_timeout_millis: int = 6000
+    """A broker whose port answers nothing this long is removed from the group."""
     default_number_of_namespace_bundles: int = 4
     cluster_ownership_slots: int = 16
     """Partitions of ``{clusterName}.owners``: the units of ownership bundles map onto.
@@ -428,6 +430,7 @@ def _validate(config: BrokerConfig) -> None:
         "default_number_of_namespace_bundles",
         "cluster_ownership_slots",
         "metadata_store_session_timeout_millis",
+        "cluster_peer_timeout_millis",
     )
     for name in positive:
         if getattr(config, name) <= 0:

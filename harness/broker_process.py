@@ -80,8 +80,8 @@ class BrokerProcess:
             "two_phase_deletion_topic": f"{self.cluster_name}.__ledger_deletion",
             "two_phase_deletion_retry_topic": f"{self.cluster_name}.__ledger_deletion-RETRY",
             "two_phase_deletion_dead_letter_topic": f"{self.cluster_name}.__ledger_deletion-DLQ",
-            # A killed broker's slots move after this; tests restart brokers often.
-            "metadata_store_session_timeout_millis": 3000,
+            # A frozen broker's slots move after this (a killed one's at once).
+            "cluster_peer_timeout_millis": 3000,
         } | self.settings
         for name, value in values.items():
             env[ENV_PREFIX + name.upper()] = (

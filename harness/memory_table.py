@@ -46,10 +46,7 @@ class MemoryTable(TableValues):
                 raise self.failure
         finally:
             self.writes_in_progress -= 1
-        if value is None:
-            self._values.pop(key, None)
-        else:
-            self._values[key] = value
+        self._set(key, value)
         self.writes.append((key, value))
 
     def as_metadata_table(self) -> MetadataTable:

@@ -63,23 +63,28 @@ def ensure_java_client(version: str = PULSAR_CLIENT_VERSION) -> Path:
     return home
 
 
+def java_client_command(*args: str, version: str = PULSAR_CLIENT_VERSION) -> list[str]:
+    """The command line that runs the driver with ``args`` (for a process of one's own)."""
+    home = ensure_java_client(version)
+    classpath = f"{home / 'classes'}:{home / 'libs'}/*"
+    return [
+        find_java(),
+        "-Xmx256m",
+        "-XX:TieredStopAtLevel=1",
+        "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+        "-cp",
+        classpath,
+        DRIVER_CLASS,
+        *args,
+    ]
+
+
 def run_java_client(
     *args: str, timeout: float = 180.0, version: str = PULSAR_CLIENT_VERSION
 ) -> subprocess.CompletedProcess[str]:
     """Runs the driver (``produce ...`` / ``consume ...``); output is returned, not checked."""
-    home = ensure_java_client(version)
-    classpath = f"{home / 'classes'}:{home / 'libs'}/*"
     return subprocess.run(
-        [
-            find_java(),
-            "-Xmx256m",
-            "-XX:TieredStopAtLevel=1",
-            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-            "-cp",
-            classpath,
-            DRIVER_CLASS,
-            *args,
-        ],
+        java_client_command(*args, version=version),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from dedup_broker.allocations import AllocationReports
 from dedup_broker.cluster.listeners import AdvertisedListeners, parse_advertised_listeners
 from dedup_broker.cluster.membership import BrokerAddress, owners_topic
-from dedup_broker.cluster.service import Cluster
+from dedup_broker.cluster.service import HANDOVER_WAIT_SECONDS, Cluster
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.broker import Broker
 from dedup_broker.domain.metrics import BrokerMetrics
@@ -57,7 +57,11 @@ from dedup_broker.retention.policy import RetentionChecker
 from dedup_broker.schema.registry import SchemaRegistry, default_strategy
 from dedup_broker.security.authentication import Authenticator
 from dedup_broker.security.authorization import Authorizer, Tenancy
-from dedup_broker.security.broker_client import broker_client_headers, broker_client_ssl_context
+from dedup_broker.security.broker_client import (
+    broker_client_credentials,
+    broker_client_headers,
+    broker_client_ssl_context,
+)
 from dedup_broker.security.tls import ServerTls, server_tls
 from dedup_broker.session.listener import Listener
 from dedup_broker.session.metrics import SessionMetrics
@@ -172,7 +176,9 @@ class BrokerApp:
             {"retention.ms": "3600000"},
             partitions=config.cluster_ownership_slots,
         )
-        self.cluster = cluster = Cluster(config, storage.acquire_fence)
+        self.cluster = cluster = Cluster(
+            config, storage.acquire_fence, broker_client_credentials(config)
+        )
         self.broker = broker = Broker(
             config,
             storage,
@@ -287,6 +293,9 @@ class BrokerApp:
                 log.warning("unregistering the broker failed: %s", exc)
         if self.cluster is not None:
             await self.cluster.leave()
+            if self.broker is not None:  # clients told where their topics went
+                await self.broker.topic_registry.handovers.sent(HANDOVER_WAIT_SECONDS)
+            await self.cluster.close()
         if self.broker is not None:
             await self.broker.close()
 

@@ -32,6 +32,8 @@ class ClusterView:
     owners: dict[int, BrokerAddress] = field(default_factory=dict)
     stable: bool = True
     read_at: float = 0.0
+    members: dict[str, BrokerAddress] = field(default_factory=dict)
+    """Kafka's ``member.id`` of each broker in the group."""
 
 
 class Directory:
@@ -59,18 +61,26 @@ class Directory:
             if self._reading is reading and reading.done():
                 self._reading = None
 
+    @property
+    def last(self) -> ClusterView:
+        """The latest reading, however old."""
+        return self._view
+
     def invalidate(self) -> None:
-        self._view = ClusterView(self._view.brokers, self._view.owners, False, 0.0)
+        view = self._view
+        self._view = ClusterView(view.brokers, view.owners, False, 0.0, view.members)
 
     async def _read(self) -> ClusterView:
         description = await self._reader.describe()
         brokers: dict[str, BrokerAddress] = {}
         owners: dict[int, BrokerAddress] = {}
+        members: dict[str, BrokerAddress] = {}
         for member in description.members:
             address = BrokerAddress.from_member_tag(member.client_id)
             if address is None:
                 continue
             brokers[address.broker_id] = address
+            members[member.member_id] = address
             for topic, partition in member.partitions:
                 if topic == self._topic:
                     owners[partition] = address
@@ -79,6 +89,7 @@ class Directory:
             owners,
             stable=description.state.upper() == "STABLE",
             read_at=time.monotonic(),
+            members=members,
         )
         self._view = view
         return view

@@ -26,6 +26,7 @@ _START_TIMEOUT_SECONDS = 30.0
 @dataclass(frozen=True)
 class GroupMember:
     client_id: str
+    member_id: str
     partitions: tuple[tuple[str, int], ...]
     """The member's assignment: (topic, partition) pairs."""
 
@@ -76,7 +77,7 @@ class GroupReader:
                     f"cannot read the cluster's membership: {answer['error']}"
                 )
             members = tuple(
-                GroupMember(m["clientId"], tuple((t, p) for t, p in m["partitions"]))
+                GroupMember(m["clientId"], m["memberId"], tuple((t, p) for t, p in m["partitions"]))
                 for m in answer["members"]
             )
             return GroupDescription(answer["state"], members)
@@ -137,6 +138,7 @@ def _serve() -> None:
             members = [
                 {
                     "clientId": member.client_id or "",
+                    "memberId": member.member_id or "",
                     "partitions": [
                         [tp.topic, tp.partition]
                         for tp in (member.assignment.topic_partitions if member.assignment else [])

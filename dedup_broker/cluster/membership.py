@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 SlotsHandler = Callable[[frozenset[int]], Coroutine[Any, Any, None]]
 MEMBER_PREFIX = "dedup-broker@"
 _POLL_SECONDS = 0.2
+HEARTBEAT_MS = 500
 
 
 def owners_topic(cluster_name: str) -> str:
@@ -158,7 +159,9 @@ class Membership:
             "client.id": address.member_tag(),
             "partition.assignment.strategy": "cooperative-sticky",
             "session.timeout.ms": session_ms,
-            "heartbeat.interval.ms": max(session_ms // 4, 100),
+            # Members learn of a rebalance from their next heartbeat: frequent heartbeats
+            # keep a handover short whatever the (long) session is.
+            "heartbeat.interval.ms": max(min(session_ms // 4, HEARTBEAT_MS), 100),
             "max.poll.interval.ms": max(300_000, session_ms),
             "enable.auto.commit": False,
             "auto.offset.reset": "latest",

@@ -16,8 +16,21 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from dedup_broker.cluster.bundles import Bundle, BundleMap
-from dedup_broker.cluster.directory import OWNER_WAIT_SECONDS, ClusterView, Directory
-from dedup_broker.cluster.membership import BrokerAddress, Membership, owners_topic
+from dedup_broker.cluster.directory import ClusterView, Directory
+from dedup_broker.cluster.group_removal import GroupRemoval, GroupRemovalError, KafkaLink
+from dedup_broker.cluster.membership import (
+    BrokerAddress,
+    Membership,
+    owners_group,
+    owners_topic,
+)
+from dedup_broker.cluster.peers import (
+    Credentials,
+    Endpoint,
+    PeerState,
+    PeerWatch,
+    endpoint_of,
+)
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain_base.names import TopicName
 from dedup_broker.errors import OwnershipLostError, ServiceNotReadyError
@@ -26,6 +39,16 @@ from dedup_broker.storage.api import WriteFence
 log = logging.getLogger(__name__)
 
 JOIN_TIMEOUT_SECONDS = 30.0
+LOOKUP_WAIT_SECONDS = 25.0
+"""How long a lookup waits for a slot's new owner: below the official clients' default
+operation timeout (30 s), so that the answer still reaches them."""
+REBALANCE_WAIT_SECONDS = 3.0
+"""How long a lookup waits for a rebalance to end before it names the slot's last owner."""
+HANDOVER_WAIT_SECONDS = 10.0
+"""How long clients of a slot that moved are held while its new owner is not known yet
+(they are then told to go without an address, and look the topic up)."""
+WATCH_SECONDS = 1.0
+"""How often the group is read to follow its members (peers watched, dead ones removed)."""
 
 
 FenceFactory = Callable[[int], Awaitable[WriteFence]]
@@ -41,8 +64,15 @@ class NotOwnerError(ServiceNotReadyError):
 
 
 class Cluster:
-    def __init__(self, config: BrokerConfig, acquire_fence: FenceFactory | None = None) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        acquire_fence: FenceFactory | None = None,
+        peer_credentials: Credentials | None = None,
+    ) -> None:
         self.config = config
+        self._peer_credentials = peer_credentials
+        """What this broker presents on the connections it keeps to the others' ports."""
         self.address = BrokerAddress(
             config.advertised_address,
             config.broker_service_port or 0,
@@ -62,6 +92,18 @@ class Cluster:
         self.membership: Membership | None = None
         self.owned: frozenset[int] = frozenset()
         self._tasks: set[asyncio.Future[None]] = set()
+        self.peers: PeerWatch | None = None
+        self._removal = GroupRemoval(
+            KafkaLink.of(config.kafka_connection()),
+            owners_group(config.cluster_name),
+            config.kafka_request_timeout_ms / 1000,
+        )
+        self._doomed: dict[Endpoint, set[str]] = {}
+        """Members found dead, by their port: removed from the group until it lists none."""
+        self._watching: asyncio.Task[None] | None = None
+        self._joined = False
+        """In the group: another member on this address is no predecessor of this one (a
+        misconfigured address shared by two hosts), it is left alone."""
 
     @property
     def topic(self) -> str:
@@ -73,13 +115,30 @@ class Cluster:
         self.address = address
         self._release = release
         self.membership = Membership(self.config, address, self._assigned, self._revoked)
+        self.peers = PeerWatch(
+            address,
+            self.config.cluster_peer_timeout_millis / 1000,
+            self._peer_down,
+            self._peer_credentials,
+        )
+        # Watching first: a predecessor on this address (killed, restarted) must leave the
+        # group before the group can take this broker in.
+        self._watching = asyncio.ensure_future(self._watch())
         await self.membership.start(JOIN_TIMEOUT_SECONDS)
+        self._joined = True
 
     async def leave(self) -> None:
         """Give every slot back (their topics unloaded first), then drop the fences."""
         if self.membership is not None:
             await self.membership.leave(self.config.broker_shutdown_timeout_ms / 1000)
         await self._close_fences(frozenset(self._fences))
+
+    async def close(self) -> None:
+        """After :meth:`leave` (and the handovers): stop watching the group."""
+        if self._watching is not None:
+            self._watching.cancel()
+        if self.peers is not None:
+            self.peers.close()
         await self.directory.close()
 
     # --- what this broker serves -------------------------------------------------------
@@ -159,28 +218,108 @@ class Cluster:
         task.add_done_callback(self._tasks.discard)
 
     # --- who serves the others ---------------------------------------------------------
-    async def owner_of(self, name: TopicName) -> BrokerAddress:
-        """This broker's address if it owns the topic, else the owner the group names.
+    async def owner_of(
+        self, name: TopicName, wait_seconds: float = LOOKUP_WAIT_SECONDS
+    ) -> BrokerAddress:
+        """This broker's address if it owns the topic, else the live broker the group
+        names; never a broker that does not answer.
 
-        The group may still name this broker's own address for a slot it does not hold:
-        a description older than a revocation, or a predecessor on the same address that
-        was killed and whose session has not expired yet. Both settle within the session
-        timeout; meanwhile the lookup waits a little, then answers ServiceNotReady."""
-        slot = self.slot_of(name)
-        deadline = time.monotonic() + OWNER_WAIT_SECONDS
+        While the slot has no owner (a rebalance), or its owner is gone or frozen and not
+        yet replaced, or the group still names this broker's address for a slot it does
+        not hold (a description older than a revocation, or a predecessor on the same
+        address not yet removed), the lookup waits for the new owner, as Pulsar's does:
+        up to ``wait_seconds``, then ServiceNotReady (the client retries)."""
+        return await self._live_owner(self.slot_of(name), wait_seconds)
+
+    async def _live_owner(self, slot: int, wait_seconds: float) -> BrokerAddress:
+        deadline = time.monotonic() + wait_seconds
+        settled = time.monotonic() + min(REBALANCE_WAIT_SECONDS, wait_seconds)
+        max_age = 1.0
+        reason = "no broker owns it yet (the cluster is rebalancing)"
         while True:
             if slot in self.owned:
                 return self.address
-            owner = await self.directory.owner_of(slot)
-            if not owner.same_endpoint(self.address):
-                return owner
+            try:
+                view = await self.directory.view(max_age)
+            except ServiceNotReadyError as exc:
+                view, reason = ClusterView(), str(exc)
+            owner = view.owners.get(slot)
+            if owner is not None:
+                if owner.same_endpoint(self.address):
+                    reason = "it is moving to this broker"
+                elif not view.stable and time.monotonic() < settled:
+                    reason = "the group is rebalancing"  # the slot may be leaving its owner
+                elif await self._answers(owner):
+                    return owner
+                else:
+                    reason = f"its owner {owner.service_url} does not answer"
             if time.monotonic() >= deadline:
-                raise ServiceNotReadyError(
-                    f"slot {slot} is moving to this broker (a previous instance on this "
-                    "address still holds it until its Kafka session expires)"
-                )
-            self.directory.invalidate()
+                raise ServiceNotReadyError(f"slot {slot}: {reason}")
             await asyncio.sleep(0.2)
+            max_age = 0.2
+
+    async def _answers(self, broker: BrokerAddress) -> bool:
+        return self.peers is None or await self.peers.answers(broker)
+
+    async def new_owner(self, slot: int) -> BrokerAddress | None:
+        """The broker a slot that left this one went to, once the group names it and it
+        answers (``None`` if that takes longer than ``HANDOVER_WAIT_SECONDS``)."""
+        try:
+            owner = await self._live_owner(slot, HANDOVER_WAIT_SECONDS)
+        except ServiceNotReadyError:
+            return None
+        return None if owner.same_endpoint(self.address) else owner
+
+    # --- the other members: watched, and removed when gone --------------------------------
+    async def _watch(self) -> None:
+        while True:
+            try:
+                view = await self.directory.view(WATCH_SECONDS)
+            except ServiceNotReadyError:
+                view = None
+            if view is not None and self.peers is not None:
+                self.peers.follow(list(view.members.values()))
+                await self._remove_dead(view)
+            await asyncio.sleep(WATCH_SECONDS)
+
+    def _peer_down(self, endpoint: Endpoint, state: PeerState) -> None:
+        """A member's port refuses connections or does not answer: the members the group
+        lists there now are removed (not those that join there later: a restart)."""
+        members = self.directory.last.members
+        doomed = {m for m, address in members.items() if endpoint_of(address) == endpoint}
+        if doomed:
+            self._doomed[endpoint] = self._doomed.get(endpoint, set()) | doomed
+            log.warning(
+                "broker at %s:%d is %s: removing it from the owners group", *endpoint, state.value
+            )
+            self._background(self._remove(doomed))
+
+    async def _remove_dead(self, view: ClusterView) -> None:
+        assert self.peers is not None
+        down = set(self.peers.down())
+        for endpoint in list(self._doomed):
+            self._doomed[endpoint] &= set(view.members)
+            if endpoint not in down or not self._doomed[endpoint]:
+                del self._doomed[endpoint]
+        predecessors = {
+            member
+            for member, address in view.members.items()
+            if not self._joined
+            and address.same_endpoint(self.address)
+            and address.instance != self.address.instance
+        }
+        doomed = predecessors.union(*self._doomed.values())
+        if doomed:
+            await self._remove(doomed)
+
+    async def _remove(self, members: set[str]) -> None:
+        try:
+            await self._removal.remove(sorted(members))
+        except (GroupRemovalError, OSError, TimeoutError) as exc:
+            log.warning("removing %s from the owners group failed: %s", sorted(members), exc)
+            return
+        log.info("removed %s from the owners group", sorted(members))
+        self.directory.invalidate()
 
     async def view(self) -> ClusterView:
         return await self.directory.view()

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
+from dedup_broker.domain_base.handover import Destination
 from dedup_broker.errors import PermanentError
 from dedup_broker.storage.api import Entry, Position
 
@@ -59,8 +60,9 @@ class ConsumerLink(Protocol):
     def deliver(self, consumer: Consumer, deliveries: Sequence[Delivery]) -> None:
         """Send entries to the client (permits were charged already)."""
 
-    def close_consumer(self, consumer: Consumer) -> None:
-        """The broker closes the consumer (seek, unload): the client resubscribes."""
+    def close_consumer(self, consumer: Consumer, destination: Destination | None = None) -> None:
+        """The broker closes the consumer (seek, unload): the client resubscribes, at
+        ``destination`` once it is known (when given)."""
 
     def active_consumer_changed(self, consumer: Consumer, active: bool) -> None:
         """Failover: ``consumer`` became the active one of its subscription, or stopped."""

@@ -10,10 +10,12 @@ from collections.abc import Awaitable, Callable
 from dedup_broker.cluster.membership import BrokerAddress
 from dedup_broker.cluster.service import Cluster, NotOwnerError
 from dedup_broker.config import BrokerConfig
+from dedup_broker.domain.handovers import Handovers
 from dedup_broker.domain.listing import NamespaceListing
 from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.non_persistent.topic import NonPersistentTopic
 from dedup_broker.domain.topic import Topic, TopicServices
+from dedup_broker.domain_base.handover import Destination
 from dedup_broker.domain_base.names import TopicDomain, TopicName
 from dedup_broker.errors import (
     InvalidTopicNameError,
@@ -69,6 +71,7 @@ class TopicRegistry:
         """Topics being closed: a use of the same name waits for the close to end, so that
         the topic loaded next never shares the managed ledger the closing one still holds."""
         self.closing = False
+        self.handovers = Handovers(self.config, cluster)
 
     # --- ownership ------------------------------------------------------------------
     async def owner_of(self, name: TopicName) -> BrokerAddress | None:
@@ -228,33 +231,44 @@ class TopicRegistry:
 
     # --- unloading and deleting ---------------------------------------------------------
     async def unload_topic(self, name: TopicName) -> None:
-        """Close a loaded topic; its clients reconnect (and may land on another broker)."""
+        """Close a loaded topic; its clients reconnect here at once (told so: the topic
+        stays on this broker) and find it loaded again once the close has ended."""
         topic: ServedTopic | None = self.topics.pop(str(name), None)
         if topic is None:
             topic = self.non_persistent.pop(str(name), None)
         if topic is not None:
-            await self._close_unloaded([topic], raise_errors=True)
+            here = self.handovers.here()
+            await self._close_unloaded([topic], lambda _: here, raise_errors=True)
 
     async def unload_slots(self, slots: frozenset[int]) -> None:
-        """The slots went to another broker: unload their topics (clients told to go,
-        writes settled, snapshots and cursors stored)."""
-        assert self.cluster is not None
-        keys = [k for k, t in self.topics.items() if self.cluster.slot_of(t.name) in slots]
+        """The slots went to another broker: unload their topics (writes settled,
+        snapshots and cursors stored); their clients are told to go to the slot's new
+        owner once the group names it (or to look the topic up, if that takes long)."""
+        cluster = self.cluster
+        assert cluster is not None
+        keys = [k for k, t in self.topics.items() if cluster.slot_of(t.name) in slots]
         leaving: list[ServedTopic] = [self.topics.pop(key) for key in keys]
         live = self.non_persistent
-        keys = [k for k, t in live.items() if self.cluster.slot_of(t.name) in slots]
+        keys = [k for k, t in live.items() if cluster.slot_of(t.name) in slots]
         leaving.extend(live.pop(key) for key in keys)
-        await self._close_unloaded(leaving)
+        await self._close_unloaded(leaving, self.handovers.of_slots())
         if leaving:
             log.info("unloaded %d topics of slots %s", len(leaving), sorted(slots))
 
-    async def _close_unloaded(self, topics: list[ServedTopic], raise_errors: bool = False) -> None:
+    async def _close_unloaded(
+        self,
+        topics: list[ServedTopic],
+        destination: Callable[[TopicName], Destination | None],
+        raise_errors: bool = False,
+    ) -> None:
         """Close topics taken out of the maps, each name marked as unloading meanwhile."""
         loop = asyncio.get_running_loop()
         marks = {str(t.name): loop.create_future() for t in topics}
         self._unloading.update(marks)
         try:
-            results = await asyncio.gather(*(t.close() for t in topics), return_exceptions=True)
+            results = await asyncio.gather(
+                *(t.close(destination(t.name)) for t in topics), return_exceptions=True
+            )
         finally:
             for key, mark in marks.items():
                 if self._unloading.get(key) is mark:

@@ -26,6 +26,7 @@ from dedup_broker.domain.delayed_delivery import DelayedDelivery
 from dedup_broker.domain.dispatchers import KeySharedDispatcher, dispatcher_for
 from dedup_broker.domain.key_shared import KeySharedRouting
 from dedup_broker.domain.redeliveries import Redeliveries
+from dedup_broker.domain_base.handover import Destination
 from dedup_broker.errors import BrokerError
 from dedup_broker.protocol.framing import parse_metadata_only
 from dedup_broker.storage.api import Entry, ManagedCursor, ManagedLedger, Position
@@ -139,10 +140,10 @@ class Subscription:
         if self.should_expire():
             self._on_expired(self)
 
-    def disconnect(self, consumer: Consumer) -> None:
-        """The broker closes the consumer; its client resubscribes."""
+    def disconnect(self, consumer: Consumer, destination: Destination | None = None) -> None:
+        """The broker closes the consumer; its client resubscribes (at ``destination``)."""
         self.consumer_left(consumer)
-        consumer.link.close_consumer(consumer)
+        consumer.link.close_consumer(consumer, destination)
 
     # --- flow, acks, redelivery ---------------------------------------------------
     @property

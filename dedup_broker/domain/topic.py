@@ -20,6 +20,7 @@ from dedup_broker.domain.consumer import ConsumerBusyError, SubscriptionType
 from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.producer_access import TOPIC_EPOCH_PROPERTY, ProducerHost
 from dedup_broker.domain.subscription import Subscription
+from dedup_broker.domain_base.handover import Destination
 from dedup_broker.domain_base.names import TopicName
 from dedup_broker.domain_base.outcomes import (
     UNKNOWN,
@@ -375,22 +376,22 @@ class Topic(ProducerHost):
             compaction_threshold(self.services.policies, self.config, self.name)
         )
 
-    async def close(self) -> None:
-        """Unload: producers are told to go first (their clients reconnect and resend), the
-        writes in flight settle, the PIP-6 snapshot covers all of them, then consumers go
-        and cursors are stored."""
+    async def close(self, destination: Destination | None = None) -> None:
+        """Unload: producers are told to go first (their clients reconnect and resend, at
+        ``destination`` when given), the writes in flight settle, the PIP-6 snapshot
+        covers all of them, then consumers go and cursors are stored."""
         self.closed = True
         self.access.fail_waiting(ServiceNotReadyError(f"topic {self.name} was unloaded"))
         for producer in list(self.producers.values()):
             self.remove_producer(producer)
-            producer.link.close_producer(producer)
+            producer.link.close_producer(producer, destination)
         await self.key_dedup.close()
         await self.compaction.close()
         await self._appends_settled.wait()
         await self.dedup.close()
         for subscription in list(self.subscriptions.values()):
             for consumer in list(subscription.consumers):
-                subscription.disconnect(consumer)
+                subscription.disconnect(consumer, destination)
             await subscription.close()
         await self.managed_ledger.close()
 

@@ -7,6 +7,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from dedup_broker.domain_base.handover import Destination
+
 
 class ProducerAccessMode(enum.IntEnum):
     """Pulsar's producer access modes, valued as on the wire
@@ -24,8 +26,9 @@ class ProducerLink(Protocol):
     @property
     def remote_address(self) -> str: ...
 
-    def close_producer(self, producer: Producer) -> None:
-        """The broker closes the producer (topic unloaded): tell the client to reconnect."""
+    def close_producer(self, producer: Producer, destination: Destination | None = None) -> None:
+        """The broker closes the producer (topic unloaded): tell the client to reconnect,
+        to ``destination`` once it is known (when given)."""
 
 
 @dataclass(eq=False)

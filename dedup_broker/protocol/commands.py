@@ -325,14 +325,20 @@ def send_error(
 
 
 def close_producer(
-    producer_id: int, request_id: int = -1, assigned_broker_service_url: str | None = None
+    producer_id: int,
+    request_id: int = -1,
+    assigned_broker_service_url: str | None = None,
+    assigned_broker_service_url_tls: str | None = None,
 ) -> pb.BaseCommand:
-    """CLOSE_PRODUCER sent by the broker (request id -1, as Pulsar does): reconnect."""
+    """CLOSE_PRODUCER sent by the broker (request id -1, as Pulsar does): reconnect, to
+    the assigned broker when one is named (PIP-307)."""
     cmd = pb.BaseCommand(type=Type.CLOSE_PRODUCER)
     cmd.close_producer.producer_id = _u64(producer_id)
     cmd.close_producer.request_id = _u64(request_id)
     if assigned_broker_service_url is not None:
         cmd.close_producer.assignedBrokerServiceUrl = assigned_broker_service_url
+    if assigned_broker_service_url_tls is not None:
+        cmd.close_producer.assignedBrokerServiceUrlTls = assigned_broker_service_url_tls
     return cmd
 
 
@@ -368,14 +374,20 @@ def message(
 
 
 def close_consumer(
-    consumer_id: int, request_id: int = -1, assigned_broker_service_url: str | None = None
+    consumer_id: int,
+    request_id: int = -1,
+    assigned_broker_service_url: str | None = None,
+    assigned_broker_service_url_tls: str | None = None,
 ) -> pb.BaseCommand:
-    """CLOSE_CONSUMER sent by the broker (request id -1, as Pulsar does): resubscribe."""
+    """CLOSE_CONSUMER sent by the broker (request id -1, as Pulsar does): resubscribe, at
+    the assigned broker when one is named (PIP-307)."""
     cmd = pb.BaseCommand(type=Type.CLOSE_CONSUMER)
     cmd.close_consumer.consumer_id = _u64(consumer_id)
     cmd.close_consumer.request_id = _u64(request_id)
     if assigned_broker_service_url is not None:
         cmd.close_consumer.assignedBrokerServiceUrl = assigned_broker_service_url
+    if assigned_broker_service_url_tls is not None:
+        cmd.close_consumer.assignedBrokerServiceUrlTls = assigned_broker_service_url_tls
     return cmd
 
 

@@ -41,6 +41,20 @@ def broker_client_headers(config: BrokerConfig) -> dict[str, str]:
     return {"Authorization": f"Basic {pair}"}
 
 
+def broker_client_credentials(config: BrokerConfig) -> tuple[str, bytes] | None:
+    """The same credentials as a Pulsar CONNECT carries them (method, auth data), for the
+    connections brokers keep to each other's Pulsar ports; ``None`` without a plugin."""
+    plugin = config.broker_client_authentication_plugin.strip()
+    if not plugin:
+        return None
+    broker_client_headers(config)  # validates the plugin and its parameters
+    parameters = config.broker_client_authentication_parameters.strip()
+    if CLIENT_PLUGIN_ALIASES[plugin] == "token":
+        return "token", _token(parameters).encode()
+    user, password = _user_password(parameters)
+    return "basic", f"{user}:{password}".encode()
+
+
 def broker_client_ssl_context(config: BrokerConfig) -> ssl.SSLContext:
     """How calls to other brokers' HTTPS verify them (certificate and host name, against
     ``brokerClientTrustCertsFilePath`` or else ``tlsTrustCertsFilePath``) and which client

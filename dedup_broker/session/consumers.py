@@ -12,7 +12,8 @@ from dedup_broker.domain.consumer import Consumer, Delivery, SubscriptionType
 from dedup_broker.domain.key_hash import KeySharedMode, KeySharedSettings
 from dedup_broker.domain.non_persistent.topic import NonPersistentTopic
 from dedup_broker.domain.topic import LATEST_LEDGER_ID
-from dedup_broker.errors import PermanentError, ProtocolError
+from dedup_broker.domain_base.handover import Destination, outcome
+from dedup_broker.errors import PermanentError, ProtocolError, ServiceNotReadyError
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import Frame, encode_payload_command
@@ -48,6 +49,9 @@ class ConsumerCommands:
         self.consumers: dict[int, Consumer] = {}
         self._topics: dict[int, ServedTopic] = {}
         self._creating: dict[int, asyncio.Future[None]] = {}
+        self._moving: set[int] = set()
+        """Consumers closed by the broker whose CLOSE_CONSUMER waits for the address of the
+        topic's next broker: their flow and redelivery requests are dropped meanwhile."""
 
     def handlers(self) -> dict[int, Handler]:
         base = pb.BaseCommand
@@ -90,11 +94,33 @@ class ConsumerCommands:
             frames.append(encode_payload_command(command, delivery.entry.data))
         self.connection.write_bytes(b"".join(frames))
 
-    def close_consumer(self, consumer: Consumer) -> None:
-        """The broker closed the consumer (seek, unload): the client resubscribes."""
-        if self.consumers.get(consumer.consumer_id) is consumer:
-            self._forget(consumer.consumer_id)
-            self.connection.send_command(commands.close_consumer(consumer.consumer_id))
+    def close_consumer(self, consumer: Consumer, destination: Destination | None = None) -> None:
+        """The broker closed the consumer (seek, unload): the client resubscribes, at
+        ``destination`` once known."""
+        consumer_id = consumer.consumer_id
+        if self.consumers.get(consumer_id) is not consumer:
+            return
+        self._forget(consumer_id)
+        if destination is None or destination.done():
+            self._send_close(consumer_id, destination)
+            return
+        self._moving.add(consumer_id)
+        destination.add_done_callback(lambda done: self._moved(consumer_id, done))
+
+    def _moved(self, consumer_id: int, destination: Destination) -> None:
+        if consumer_id in self._moving:
+            self._moving.discard(consumer_id)
+            self._send_close(consumer_id, destination)
+
+    def _send_close(self, consumer_id: int, destination: Destination | None) -> None:
+        urls = outcome(destination) if destination is not None else None
+        self.connection.send_command(
+            commands.close_consumer(
+                consumer_id,
+                assigned_broker_service_url=urls.service_url if urls else None,
+                assigned_broker_service_url_tls=urls.service_url_tls if urls else None,
+            )
+        )
 
     def active_consumer_changed(self, consumer: Consumer, active: bool) -> None:
         if self.consumers.get(consumer.consumer_id) is not consumer:
@@ -169,6 +195,8 @@ class ConsumerCommands:
 
     def _consumer(self, consumer_id: int) -> Consumer:
         consumer = self.consumers.get(consumer_id)
+        if consumer is None and consumer_id in self._moving:
+            raise ServiceNotReadyError("the topic is moving to another broker")
         if consumer is None:
             raise UnknownIdError(f"no consumer with id {consumer_id} on this connection")
         return consumer
@@ -176,6 +204,8 @@ class ConsumerCommands:
     # --- flow, acks, redelivery ---------------------------------------------------------
     def _on_flow(self, frame: Frame) -> None:
         flow = frame.command.flow
+        if flow.consumer_id in self._moving:
+            return
         consumer = self._consumer(flow.consumer_id)
         consumer.subscription.on_flow(consumer, flow.messagePermits)
 
@@ -223,6 +253,8 @@ class ConsumerCommands:
 
     def _on_redeliver(self, frame: Frame) -> None:
         request = frame.command.redeliverUnacknowledgedMessages
+        if request.consumer_id in self._moving:
+            return
         consumer = self._consumer(request.consumer_id)
         if request.HasField("consumer_epoch"):
             consumer.epoch = request.consumer_epoch
@@ -292,6 +324,7 @@ class ConsumerCommands:
 
     def _on_close_consumer(self, frame: Frame) -> Awaitable[None] | None:
         request = frame.command.close_consumer
+        self._moving.discard(request.consumer_id)
         pending = self._creating.get(request.consumer_id)
         if pending is not None:
             return self._close_after(pending, request)
@@ -318,6 +351,7 @@ class ConsumerCommands:
         self.connection.metrics.consumers.dec()
 
     def connection_lost(self) -> None:
+        self._moving.clear()
         for consumer_id, consumer in list(self.consumers.items()):
             self._topics[consumer_id].consumer_closed(consumer)
             self.connection.metrics.consumers.dec()

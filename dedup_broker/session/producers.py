@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
+from dedup_broker.domain_base.handover import Destination, outcome
 from dedup_broker.domain_base.outcomes import PublishOutcome, PublishResult, settled
 from dedup_broker.domain_base.producer import Producer, ProducerAccessMode
 from dedup_broker.errors import ChecksumError, ProtocolError
@@ -54,6 +55,9 @@ class ProducerCommands:
         self._creating: dict[int, asyncio.Future[None]] = {}
         self._waiting: dict[int, tuple[Producer, ServedTopic]] = {}
         """Producers being attached (``WaitForExclusive`` ones may wait long), by id."""
+        self._moving: set[int] = set()
+        """Producers closed by the broker whose CLOSE_PRODUCER waits for the address of the
+        topic's next broker: their SENDs go unanswered (the client resends them there)."""
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -67,12 +71,34 @@ class ProducerCommands:
     def remote_address(self) -> str:
         return self.connection.remote_address
 
-    def close_producer(self, producer: Producer) -> None:
-        """The broker closed the producer (topic unloaded): the client reconnects it."""
+    def close_producer(self, producer: Producer, destination: Destination | None = None) -> None:
+        """The broker closed the producer (topic unloaded): the client reconnects it, to
+        ``destination`` once known."""
         attached = self.producers.get(producer.producer_id)
-        if attached is not None and attached.producer is producer:
-            self._forget(attached)
-            self.connection.send_command(commands.close_producer(producer.producer_id))
+        if attached is None or attached.producer is not producer:
+            return
+        self._forget(attached)
+        producer_id = producer.producer_id
+        if destination is None or destination.done():
+            self._send_close(producer_id, destination)
+            return
+        self._moving.add(producer_id)
+        destination.add_done_callback(lambda done: self._moved(producer_id, done))
+
+    def _moved(self, producer_id: int, destination: Destination) -> None:
+        if producer_id in self._moving:
+            self._moving.discard(producer_id)
+            self._send_close(producer_id, destination)
+
+    def _send_close(self, producer_id: int, destination: Destination | None) -> None:
+        urls = outcome(destination) if destination is not None else None
+        self.connection.send_command(
+            commands.close_producer(
+                producer_id,
+                assigned_broker_service_url=urls.service_url if urls else None,
+                assigned_broker_service_url_tls=urls.service_url_tls if urls else None,
+            )
+        )
 
     # --- creation -------------------------------------------------------------------
     def _on_producer(self, frame: Frame) -> Awaitable[None]:
@@ -152,6 +178,8 @@ class ProducerCommands:
     def _on_send(self, frame: Frame) -> None:
         send = frame.command.send
         attached = self.producers.get(send.producer_id)
+        if attached is None and send.producer_id in self._moving:
+            return  # resent by the client once told where the topic went
         if attached is None:
             raise UnknownIdError(f"no producer with id {send.producer_id} on this connection")
         producer = attached.producer
@@ -194,6 +222,7 @@ class ProducerCommands:
     # --- closing --------------------------------------------------------------------
     def _on_close_producer(self, frame: Frame) -> Awaitable[None] | None:
         request = frame.command.close_producer
+        self._moving.discard(request.producer_id)
         waiting = self._waiting.get(request.producer_id)
         if waiting is not None:  # still waiting for the topic: it stops waiting
             producer, topic = waiting
@@ -225,6 +254,7 @@ class ProducerCommands:
         self.connection.metrics.producers.dec()
 
     def connection_lost(self) -> None:
+        self._moving.clear()
         for producer, topic in list(self._waiting.values()):
             topic.remove_producer(producer)
         for attached in list(self.producers.values()):

@@ -30,6 +30,9 @@ class CreationInProgressError(errors.RetriableError):
 
 
 _CODES: tuple[tuple[type[BaseException], pb.ServerError], ...] = (
+    # A PRODUCER or SUBSCRIBE that met the topic as it was unloaded: the client retries
+    # and finds it loaded again (NotAllowedError would be final for some clients).
+    (errors.ManagedLedgerClosedError, pb.ServiceNotReady),
     (errors.ChecksumError, pb.ChecksumError),
     (AuthenticationError, pb.AuthenticationError),
     (AuthorizationError, pb.AuthorizationError),

@@ -15,6 +15,11 @@
 //       "sequenceId":..,"producerName":"..","messageId":".."} per message ("value" only
 //       for payloads of at most 256 bytes), {"event":"timeout","after":N} when none came
 //       for timeoutMs, and {"event":"done"}.
+//   steady URL TOPIC,TOPIC,... RATE SECONDS
+//       one producer per topic (named "java-<topic index>", sendTimeout 0, batching
+//       off), each sending RATE messages a second for SECONDS; prints
+//       {"event":"acked","topic":I,"sent":MS,"at":MS} per acknowledgement (epoch
+//       milliseconds) and {"event":"failed","topic":I,"error":".."} per failed send.
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.util.ArrayList;
@@ -56,6 +61,8 @@ public final class PulsarJavaClient {
                 case "produce" -> produce(client, args[2], Integer.parseInt(args[3]), options);
                 case "consume" -> consume(client, args[2], args[3], Integer.parseInt(args[4]),
                         options);
+                case "steady" -> steady(client, args[2].split(","), Double.parseDouble(args[3]),
+                        Double.parseDouble(args[4]));
                 default -> throw new IllegalArgumentException("unknown mode " + args[0]);
             }
         }
@@ -143,6 +150,46 @@ public final class PulsarJavaClient {
             MessageId id = sends.get(n).get(60, TimeUnit.SECONDS);
             System.out.println("{\"event\":\"" + event + "\",\"sequenceId\":" + indexes.get(n)
                     + ",\"messageId\":" + quote(String.valueOf(id)) + "}");
+        }
+    }
+
+    private static void steady(PulsarClient client, String[] topics, double rate,
+            double seconds) throws Exception {
+        List<Producer<byte[]>> producers = new ArrayList<>();
+        for (int t = 0; t < topics.length; t++) {
+            producers.add(client.newProducer().topic(topics[t]).producerName("java-" + t)
+                    .sendTimeout(0, TimeUnit.MILLISECONDS).enableBatching(false)
+                    .blockIfQueueFull(true).create());
+        }
+        System.out.println("{\"event\":\"ready\"}");
+        System.out.flush();
+        long start = System.nanoTime();
+        long total = (long) (rate * seconds);
+        for (long i = 0; i < total; i++) {
+            long due = start + (long) (i * 1e9 / rate);
+            long wait = due - System.nanoTime();
+            if (wait > 0) {
+                Thread.sleep(wait / 1_000_000, (int) (wait % 1_000_000));
+            }
+            for (int t = 0; t < producers.size(); t++) {
+                int topic = t;
+                long sent = System.currentTimeMillis();
+                producers.get(t).newMessage().sequenceId(i).value(payload((int) i, 0))
+                        .sendAsync().whenComplete((id, error) -> {
+                            String line = error == null
+                                    ? "{\"event\":\"acked\",\"topic\":" + topic + ",\"sent\":"
+                                            + sent + ",\"at\":" + System.currentTimeMillis() + "}"
+                                    : "{\"event\":\"failed\",\"topic\":" + topic
+                                            + ",\"error\":" + quote(String.valueOf(error)) + "}";
+                            synchronized (System.out) {
+                                System.out.println(line);
+                            }
+                        });
+            }
+        }
+        for (Producer<byte[]> producer : producers) {
+            producer.flush();
+            producer.close();
         }
     }
 

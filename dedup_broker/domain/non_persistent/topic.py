@@ -28,6 +28,7 @@ from dedup_broker.domain.dispatchers import dispatcher_for
 from dedup_broker.domain.non_persistent.metrics import DropReason, NonPersistentMetrics
 from dedup_broker.domain.producer_access import ProducerHost
 from dedup_broker.domain.topic import ReadCompactedNotAllowedError, batch_size
+from dedup_broker.domain_base.handover import Destination
 from dedup_broker.domain_base.names import TopicName
 from dedup_broker.domain_base.outcomes import PublishOutcome, PublishResult, settled
 from dedup_broker.domain_base.producer import Producer
@@ -137,7 +138,7 @@ class NonPersistentSubscription:
         if not self.consumers:
             self._on_empty(self)
 
-    def disconnect(self, consumer: Consumer) -> None:
+    def disconnect(self, consumer: Consumer, destination: Destination | None = None) -> None:
         """The broker closes the consumer (topic unloaded or deleted)."""
         self.consumer_left(consumer)
         consumer.link.close_consumer(consumer)
@@ -315,16 +316,17 @@ class NonPersistentTopic(ProducerHost):
     def busy(self) -> bool:
         return bool(self.producers) or any(s.consumers for s in self.subscriptions.values())
 
-    async def close(self) -> None:
-        """Unload or delete: producers and consumers are told to go (clients reconnect)."""
+    async def close(self, destination: Destination | None = None) -> None:
+        """Unload or delete: producers and consumers are told to go (clients reconnect,
+        at ``destination`` when given)."""
         self.closed = True
         self.access.fail_waiting(ServiceNotReadyError(f"topic {self.name} was unloaded"))
         for producer in list(self.producers.values()):
             self.remove_producer(producer)
-            producer.link.close_producer(producer)
+            producer.link.close_producer(producer, destination)
         for subscription in list(self.subscriptions.values()):
             for consumer in list(subscription.consumers):
-                subscription.disconnect(consumer)
+                subscription.disconnect(consumer, destination)
         self.subscriptions.clear()
 
     def stats(self) -> dict[str, object]:

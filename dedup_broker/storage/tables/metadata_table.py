@@ -13,6 +13,7 @@ single order of writes.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 from typing import Protocol
 
@@ -28,17 +29,40 @@ TABLE_PARTITION = 0
 
 class TableValues:
     """A table's current entries, key -> value: what every table answers reads from (the
-    in-memory table of the unit tests too)."""
+    in-memory table of the unit tests too).
+
+    The keys are also kept sorted, so that the entries under a prefix (one managed
+    ledger's cursors) are found without a pass over the whole table: with thousands of
+    topics, each topic's periodic trim asked for its cursors, and a pass per topic made
+    the event loop busy for minutes."""
 
     def __init__(self) -> None:
         self._values: dict[str, bytes] = {}
+        self._sorted_keys: list[str] = []
 
     def get(self, key: str) -> bytes | None:
         return self._values.get(key)
 
     def items(self, prefix: str = "") -> list[tuple[str, bytes]]:
         """Current entries whose key starts with ``prefix``, sorted by key."""
-        return sorted((k, v) for k, v in self._values.items() if k.startswith(prefix))
+        keys = self._sorted_keys
+        found = []
+        for index in range(bisect.bisect_left(keys, prefix), len(keys)):
+            key = keys[index]
+            if not key.startswith(prefix):
+                break
+            found.append((key, self._values[key]))
+        return found
+
+    def _set(self, key: str, value: bytes | None) -> None:
+        """Store ``value`` under ``key``; ``None`` removes the key."""
+        if value is None:
+            if self._values.pop(key, None) is not None:
+                del self._sorted_keys[bisect.bisect_left(self._sorted_keys, key)]
+            return
+        if key not in self._values:
+            bisect.insort(self._sorted_keys, key)
+        self._values[key] = value
 
     def __len__(self) -> int:
         return len(self._values)
@@ -137,10 +161,7 @@ class MetadataView(TableValues):
         if offset <= self._offsets.get(key, -1):
             return
         self._offsets[key] = offset
-        if value is None:
-            self._values.pop(key, None)
-        else:
-            self._values[key] = value
+        self._set(key, value)
 
 
 class KafkaMetadataTable(MetadataView):

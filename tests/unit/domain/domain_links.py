@@ -11,6 +11,7 @@ from typing import Any
 from dedup_broker.domain.consumer import Consumer, Delivery, SubscriptionType
 from dedup_broker.domain.key_hash import KeySharedSettings
 from dedup_broker.domain.topic import Topic
+from dedup_broker.domain_base.handover import Destination
 from dedup_broker.domain_base.outcomes import PublishOutcome
 from dedup_broker.domain_base.producer import Producer
 from dedup_broker.protocol import pulsar_api_pb2 as pb
@@ -26,7 +27,7 @@ class ProducerSide:
     remote_address: str = "127.0.0.1:40001"
     closed: list[str] = field(default_factory=list)
 
-    def close_producer(self, producer: Producer) -> None:
+    def close_producer(self, producer: Producer, destination: Destination | None = None) -> None:
         self.closed.append(producer.name)
 
 
@@ -47,7 +48,7 @@ class ConsumerSide:
                 (consumer.name, delivery.entry.position, delivery.redelivery_count)
             )
 
-    def close_consumer(self, consumer: Consumer) -> None:
+    def close_consumer(self, consumer: Consumer, destination: Destination | None = None) -> None:
         self.closed.append(consumer.name)
 
     def active_consumer_changed(self, consumer: Consumer, active: bool) -> None:
