@@ -105,7 +105,11 @@ def http_app(
         *tenancy_routes(authorizer, namespaces),
         *broker_routes(registry, ready),
         *configuration_routes(config),
-        *(cluster_routes(topics, broker.cluster, listeners) if broker.cluster else []),
+        *(
+            cluster_routes(topics, broker.cluster, listeners, authorizer.tenancy)
+            if broker.cluster
+            else []
+        ),
         *topic_routes(topics, namespaces, owners),
         *non_persistent_routes(topics, namespaces, owners),
         *pip6_routes(policies, topics),

@@ -3,7 +3,9 @@ the routes of tenants, namespaces and their permissions.
 
 - ``GET /admin/v2/tenants``; ``PUT/POST/GET/DELETE /admin/v2/tenants/{tenant}`` with
   ``{"adminRoles": [...], "allowedClusters": [...]}``
+- ``PUT/POST/DELETE /admin/v2/clusters/{cluster}`` with Pulsar's ``ClusterData``
 - ``GET /admin/v2/namespaces/{tenant}``; ``PUT/DELETE /admin/v2/namespaces/{tenant}/{namespace}``
+  (``PUT`` with Pulsar's ``Policies``: its ``auth_policies`` are granted)
 - ``GET .../{namespace}/permissions``; ``POST/DELETE .../{namespace}/permissions/{role}``
   with ``["produce", "consume"]``
 """
@@ -25,6 +27,7 @@ from dedup_broker.security.authorization import (
     AuthorizationError,
     Authorizer,
     InvalidTenancyError,
+    NamespacePolicies,
     TenancyConflictError,
     TenancyNotFoundError,
     TenantInfo,
@@ -36,6 +39,23 @@ UNAUTHENTICATED_PATHS = frozenset({"/metrics", "/admin/v2/brokers/health"})
 """Liveness and metrics stay open, for probes and scrapers (as Pulsar's
 ``authenticateMetricsEndpoint=false``)."""
 
+LOOKUP_SHAPES = frozenset(
+    f"/admin/v2/{domain}/{{tenant}}/{{namespace}}/{{topic}}/partitions"
+    for domain in ("persistent", "non-persistent")
+)
+"""Partitioned-topic metadata, which clients read before a lookup: Pulsar's ``LOOKUP``
+operation, allowed to any role that may produce or consume."""
+TOPIC_LISTING_SHAPES = frozenset(
+    {
+        NAMESPACES + "/topics",
+        "/admin/v2/persistent/{tenant}/{namespace}",
+        "/admin/v2/non-persistent/{tenant}/{namespace}",
+    }
+)
+"""A namespace's topics (pattern consumers of HTTP clients list them): Pulsar's
+``GET_TOPICS``, allowed to roles that may consume (and produce)."""
+
+CLUSTER = "/admin/v2/clusters/{cluster}"
 TENANTS = "/admin/v2/tenants"
 TENANT = TENANTS + "/{tenant}"
 PERMISSIONS = NAMESPACES + "/permissions"
@@ -103,12 +123,14 @@ def _authorize(authorizer: Authorizer, request: web.Request) -> None:
     role: str | None = request.get("role")
     params = request.match_info
     what = f"{request.method} {request.path}"
-    if shape.startswith("/lookup/"):
-        domain = params.get("domain", "persistent")
+    if shape.startswith("/lookup/") or (request.method == "GET" and shape in LOOKUP_SHAPES):
+        domain = params.get("domain") or shape.split("/")[3]
         topic = TopicName.parse(
             f"{domain}://{params['tenant']}/{params['namespace']}/{params['topic']}"
         )
         authorizer.check_lookup(role, topic)
+    elif request.method == "GET" and shape in TOPIC_LISTING_SHAPES:
+        authorizer.check_namespace_read(role, namespace_of(request), what)
     elif "tenant" in params and (shape != TENANT or request.method == "GET"):
         authorizer.check_tenant_admin(role, params["tenant"], what)
     else:
@@ -119,6 +141,9 @@ def tenancy_routes(authorizer: Authorizer, namespaces: NamespaceListing) -> list
     """A namespace is deleted only when ``namespaces`` says it holds no topic."""
     api = _TenancyApi(authorizer, namespaces)
     return [
+        web.put(CLUSTER, api.create_cluster),
+        web.post(CLUSTER, api.update_cluster),
+        web.delete(CLUSTER, api.delete_cluster),
         web.get(TENANTS, api.list_tenants),
         web.get(TENANT, api.get_tenant),
         web.put(TENANT, api.create_tenant),
@@ -140,6 +165,21 @@ class _TenancyApi:
     def __init__(self, authorizer: Authorizer, namespaces: NamespaceListing) -> None:
         self.tenancy = authorizer.tenancy
         self.namespaces = namespaces
+
+    async def create_cluster(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        await self.tenancy.create_cluster(request.match_info["cluster"], await read_json(request))
+        return no_content()
+
+    async def update_cluster(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        await self.tenancy.update_cluster(request.match_info["cluster"], await read_json(request))
+        return no_content()
+
+    async def delete_cluster(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        await self.tenancy.delete_cluster(request.match_info["cluster"])
+        return no_content()
 
     async def list_tenants(self, request: web.Request) -> web.Response:
         await self.tenancy.table.refresh()
@@ -179,7 +219,8 @@ class _TenancyApi:
 
     async def create_namespace(self, request: web.Request) -> web.Response:
         await self.tenancy.table.refresh()
-        await self.tenancy.create_namespace(namespace_of(request))
+        policies = NamespacePolicies.from_json(await _optional_json(request))
+        await self.tenancy.create_namespace(namespace_of(request), policies)
         return no_content()
 
     async def delete_namespace(self, request: web.Request) -> web.Response:
@@ -238,5 +279,5 @@ class _TenancyApi:
 
 
 async def _optional_json(request: web.Request) -> object:
-    """Pulsar's admin client may create a tenant with no body."""
+    """Pulsar's admin clients may create a tenant or a namespace with no body."""
     return await read_json(request) if (await request.read()).strip() else None
