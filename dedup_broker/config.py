@@ -163,6 +163,8 @@ class BrokerConfig:
     # --- consumers ------------------------------------------------------------------
     max_unacked_messages_per_consumer: int = 50000
     delayed_delivery_enabled: bool = True
+    subscription_key_shared_use_consistent_hashing: bool = True
+    """Key_Shared AUTO_SPLIT on a consistent-hash ring; off: Pulsar's classic range split."""
     """Shared and Key_Shared subscriptions hold messages until their ``deliver_at_time``."""
     acknowledgment_at_batch_index_level_enabled: bool = True
     """Acks of part of a batch are kept (and stored with the cursor): a redelivered batch

@@ -241,3 +241,29 @@ def java_consume(
         if e["event"] == "received"
     ]
     return Consumed(messages, any(e["event"] == "timeout" for e in events))
+
+
+def java_priority_shares(
+    service_url: str,
+    topic: str,
+    subscription: str,
+    count: int,
+    priorities: tuple[int, ...],
+    *,
+    queue: int = 10,
+    timeout: float = 180.0,
+) -> dict[int, int]:
+    """Shared consumers of ``priorities`` (subscribed in that order, each with
+    ``receiverQueueSize`` ``queue``), then ``count`` messages: how many each priority
+    level's consumer had been sent (up to its queue) once dispatch settled."""
+    events = _events(
+        "priority",
+        service_url,
+        topic,
+        subscription,
+        str(count),
+        f"priorities={','.join(str(p) for p in priorities)}",
+        f"queue={queue}",
+        timeout=timeout,
+    )
+    return {int(e["priority"]): int(e["received"]) for e in events if e["event"] == "share"}

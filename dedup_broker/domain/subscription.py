@@ -57,7 +57,9 @@ class Subscription:
         self.cursor = cursor
         self.durable = durable
         self.consumers: list[Consumer] = []
-        self._dispatcher = dispatcher_for(sub_type, partition_index)
+        self._dispatcher = dispatcher_for(
+            sub_type, partition_index, config.subscription_key_shared_use_consistent_hashing
+        )
         self._can_take = can_take(config.max_unacked_messages_per_consumer)
         self._redeliveries = Redeliveries()
         self._task: asyncio.Task[None] | None = None
@@ -82,7 +84,11 @@ class Subscription:
                 raise ConsumerBusyError(
                     f"subscription {self.name!r} is of type {self.type.name}, not {sub_type.name}"
                 )
-            self._dispatcher = dispatcher_for(sub_type, self.partition_index)
+            self._dispatcher = dispatcher_for(
+                sub_type,
+                self.partition_index,
+                self.config.subscription_key_shared_use_consistent_hashing,
+            )
         dispatcher = self._dispatcher
         dispatcher.admit(consumer, self.consumers)
         dispatcher.joining(consumer, self.consumers, self.cursor, self.ledger)

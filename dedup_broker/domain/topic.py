@@ -335,6 +335,13 @@ class Topic(ProducerHost):
             name, cursor, SubscriptionType.EXCLUSIVE, True
         )
 
+    async def ensure_subscription(self, name: str) -> None:
+        """A producer's ``initial_subscription_name`` (dead-letter topics rely on it): a
+        durable subscription from the earliest message, unless it exists already."""
+        if name in self.subscriptions or self.managed_ledger.cursors.exists(name):
+            return
+        await self.create_subscription(name, Position(-1, -1))
+
     async def unsubscribe(self, name: str) -> None:
         subscription = self.subscriptions.get(name)
         if subscription is None:

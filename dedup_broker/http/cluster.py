@@ -126,7 +126,7 @@ class ClusterApi:
         listener = request.query.get("listenerName") or request.headers.get(
             "X-Pulsar-ListenerName", ""
         )
-        if listener and self.listeners is not None and self.listeners.own:
+        if listener and self.listeners is not None:  # an unknown name fails, as on Pulsar
             urls = await self.listeners.urls(owner, listener)
             data["brokerUrl"] = data["nativeUrl"] = urls.service_url or ""
             data["brokerUrlTls"] = urls.service_url_tls or ""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain_base.names import NAME_PART, TopicName
-from dedup_broker.errors import ConfigError, PermanentError
+from dedup_broker.errors import ConfigError, PermanentError, TopicNotFoundError
 
 if TYPE_CHECKING:
     from dedup_broker.storage.api import MetadataTable
@@ -407,6 +407,7 @@ class Authorizer:
 
     def check_topic(self, role: str | None, topic: TopicName, action: AuthAction) -> None:
         if not self.allowed(role, topic.namespace_name, (action,), topic):
+            self._check_namespace_exists(topic)
             raise AuthorizationError(f"{_who(role)} is not authorized to {action.value} on {topic}")
 
     def check_lookup(self, role: str | None, topic: TopicName) -> None:
@@ -414,7 +415,19 @@ class Authorizer:
         the topic."""
         either = (AuthAction.PRODUCE, AuthAction.CONSUME)
         if not self.allowed(role, topic.namespace_name, either, topic):
+            self._check_namespace_exists(topic)
             raise AuthorizationError(f"{_who(role)} is not authorized to look up {topic}")
+
+    def _check_namespace_exists(self, topic: TopicName) -> None:
+        """A topic of a tenant or namespace that does not exist is not found, whoever asks
+        (Pulsar answers ``TopicNotFound`` before it speaks of permissions)."""
+        if topic.namespace_name == SYSTEM_NAMESPACE:
+            return
+        tenant = topic.namespace_name.split("/")[0]
+        if self.tenancy.tenant(tenant) is None:
+            raise TopicNotFoundError(f"Tenant does not exist: {tenant} (topic {topic})")
+        if self.tenancy.namespace(topic.namespace_name) is None:
+            raise TopicNotFoundError(f"Namespace not found: {topic.namespace_name}")
 
     def check_namespace_read(self, role: str | None, namespace: str, what: str) -> None:
         if not self.allowed(role, namespace, (AuthAction.PRODUCE, AuthAction.CONSUME)):

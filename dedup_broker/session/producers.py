@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
+from dedup_broker.domain.topic import Topic
 from dedup_broker.domain_base.outcomes import PublishOutcome, PublishResult, settled
 from dedup_broker.domain_base.producer import Producer, ProducerAccessMode
 from dedup_broker.errors import ChecksumError, ProtocolError
@@ -81,6 +82,9 @@ class ProducerCommands:
     async def _create(self, request: pb.CommandProducer) -> None:
         name = topic_name(self.connection, request.topic)
         self.connection.authorizer.check_topic(self.connection.role, name, AuthAction.PRODUCE)
+        initial_subscription = request.initial_subscription_name
+        if initial_subscription:  # Pulsar asks for SUBSCRIBE on it too
+            self.connection.authorizer.check_topic(self.connection.role, name, AuthAction.CONSUME)
         existing = self.producers.get(request.producer_id)
         if existing is not None:
             if str(existing.topic.name) != str(name):
@@ -103,6 +107,8 @@ class ProducerCommands:
             schema = SchemaInfo.of_wire(request.schema) if request.HasField("schema") else None
             schema_version = await self.broker.schemas.for_producer(name, schema)
             await topic.wait_writable()
+            if initial_subscription and isinstance(topic, Topic):
+                await topic.ensure_subscription(initial_subscription)
             user_named = request.HasField("producer_name") and bool(request.producer_name)
             producer = Producer(
                 link=self,

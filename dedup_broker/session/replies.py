@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dedup_broker import errors
 from dedup_broker.domain.consumer import ConsumerBusyError
-from dedup_broker.domain.key_shared import ConsumerAssignError
+from dedup_broker.domain.key_shared_selectors import ConsumerAssignError
 from dedup_broker.domain.producer_access import ProducerBusyError, ProducerFencedError
 from dedup_broker.domain.topic import ConsumerStillConnectedError, SubscriptionNotFoundError
 from dedup_broker.domain_base.outcomes import PublishOutcome, PublishStatus

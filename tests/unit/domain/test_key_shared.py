@@ -18,7 +18,7 @@ from dedup_broker.domain.key_hash import (
     murmur3_32,
     sticky_key,
 )
-from dedup_broker.domain.key_shared import ConsistentHashSelector, ConsumerAssignError
+from dedup_broker.domain.key_shared_selectors import ConsistentHashSelector, ConsumerAssignError
 from dedup_broker.domain.topic import Topic
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.storage.values import Position
