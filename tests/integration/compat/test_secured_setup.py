@@ -6,6 +6,7 @@ created with Pulsar's ``Policies`` body, clusters registered with their URLs."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 
@@ -209,3 +210,37 @@ def test_the_broker_client_presents_a_certificate(configured: SecuredBroker) -> 
     assert status == 200
     assert runtime["brokerClientAuthenticationPlugin"].endswith("AuthenticationTls")
     assert runtime["brokerClientCertificateFilePath"] == str(configured.certs.client_cert)
+
+
+def test_an_unknown_listener_name_fails_the_lookup(configured: SecuredBroker) -> None:
+    """The official client's ``listener_name='test'`` case: a broker without that
+    listener refuses the lookup (Pulsar: "the broker does not have test listener")."""
+    client = pulsar.Client(
+        configured.tls_url,
+        tls_trust_certs_file_path=str(configured.certs.ca),
+        listener_name="test",
+        operation_timeout_seconds=5,
+    )
+    try:
+        with pytest.raises(pulsar.PulsarException):
+            client.create_producer("persistent://public/default/listener-test")
+    finally:
+        client.close()
+
+
+def test_a_producer_in_a_missing_namespace_is_topic_not_found(configured: SecuredBroker) -> None:
+    """The asyncio client expects Pulsar's code for a topic of a tenant that does not
+    exist: ``TopicNotFound``, not an authorization failure."""
+    from pulsar.asyncio import Client, PulsarException
+
+    async def create() -> pulsar.Result:
+        client = Client(configured.process.service_url, operation_timeout_seconds=5)
+        try:
+            await client.create_producer("tenant/ns/asyncio-test-send-failure")
+        except PulsarException as failure:
+            return failure.error()
+        finally:
+            await client.close()
+        return pulsar.Result.Ok
+
+    assert asyncio.run(create()) == pulsar.Result.TopicNotFound
