@@ -148,6 +148,9 @@ class Consumed:
     messages: list[ReceivedMessage]
     timed_out: bool
     """True when a receive waited ``timeout_ms`` for nothing before ``count`` arrived."""
+    end_of_topic: bool = False
+    """The consumer heard the topic was terminated and read to its end
+    (``hasReachedEndOfTopic()``, as it stood when a receive timed out)."""
 
 
 def sha256_hex(data: bytes) -> str:
@@ -240,7 +243,8 @@ def java_consume(
         for e in events
         if e["event"] == "received"
     ]
-    return Consumed(messages, any(e["event"] == "timeout" for e in events))
+    timeouts = [e for e in events if e["event"] == "timeout"]
+    return Consumed(messages, bool(timeouts), any(e.get("endOfTopic") for e in timeouts))
 
 
 def java_priority_shares(

@@ -30,6 +30,7 @@ from dedup_broker.http.cluster import cluster_routes, redirect_middleware
 from dedup_broker.http.compaction import COMPACTION_ERROR_STATUSES, compaction_routes
 from dedup_broker.http.key_dedup import KEY_DEDUP_ERROR_STATUSES, key_dedup_routes
 from dedup_broker.http.ledger_deletion import ledger_deletion_routes
+from dedup_broker.http.messages import MESSAGES_ERROR_STATUSES, message_routes
 from dedup_broker.http.non_persistent import non_persistent_routes
 from dedup_broker.http.owners import OwnerCalls
 from dedup_broker.http.pip6 import pip6_routes
@@ -111,6 +112,7 @@ def http_app(
             else []
         ),
         *topic_routes(topics, namespaces, owners),
+        *message_routes(topics),
         *non_persistent_routes(topics, namespaces, owners),
         *pip6_routes(policies, topics),
         *key_dedup_routes(policies, broker.key_dedup),
@@ -123,6 +125,7 @@ def http_app(
     statuses = {
         **TOPIC_ERROR_STATUSES,
         **KEY_DEDUP_ERROR_STATUSES,
+        **MESSAGES_ERROR_STATUSES,
         **OFFLOAD_ERROR_STATUSES,
         **COMPACTION_ERROR_STATUSES,
         **SECURITY_ERROR_STATUSES,

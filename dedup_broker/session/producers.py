@@ -117,6 +117,8 @@ class ProducerCommands:
                 user_provided_name=user_named,
                 access_mode=access_mode,
                 topic_epoch=request.topic_epoch if request.HasField("topic_epoch") else None,
+                metadata={kv.key: kv.value for kv in request.metadata},
+                client_version=self.connection.client_version,
             )
             self._waiting[request.producer_id] = (producer, topic)
             try:

@@ -12,6 +12,7 @@ from dedup_broker import errors
 from dedup_broker.domain.consumer import ConsumerBusyError
 from dedup_broker.domain.key_shared_selectors import ConsumerAssignError
 from dedup_broker.domain.producer_access import ProducerBusyError, ProducerFencedError
+from dedup_broker.domain.termination import TopicTerminatedError
 from dedup_broker.domain.topic import ConsumerStillConnectedError, SubscriptionNotFoundError
 from dedup_broker.domain_base.outcomes import PublishOutcome, PublishStatus
 from dedup_broker.protocol import commands
@@ -31,6 +32,7 @@ class CreationInProgressError(errors.RetriableError):
 
 _CODES: tuple[tuple[type[BaseException], pb.ServerError], ...] = (
     (errors.ChecksumError, pb.ChecksumError),
+    (TopicTerminatedError, pb.TopicTerminatedError),
     (AuthenticationError, pb.AuthenticationError),
     (AuthorizationError, pb.AuthorizationError),
     (errors.InvalidTopicNameError, pb.InvalidTopicName),
@@ -65,6 +67,8 @@ def send_error_code(exc: BaseException | None) -> pb.ServerError:
         return pb.ChecksumError
     if isinstance(exc, errors.ProtocolError):
         return pb.UnknownError
+    if isinstance(exc, TopicTerminatedError):
+        return pb.TopicTerminatedError
     return pb.PersistenceError
 
 

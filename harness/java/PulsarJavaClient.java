@@ -163,7 +163,8 @@ public final class PulsarJavaClient {
             for (int i = 0; i < count; i++) {
                 Message<byte[]> message = consumer.receive(timeoutMs, TimeUnit.MILLISECONDS);
                 if (message == null) {
-                    System.out.println("{\"event\":\"timeout\",\"after\":" + i + "}");
+                    System.out.println("{\"event\":\"timeout\",\"after\":" + i
+                            + ",\"endOfTopic\":" + consumer.hasReachedEndOfTopic() + "}");
                     break;
                 }
                 byte[] data = message.getValue();
