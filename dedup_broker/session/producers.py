@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
+from dedup_broker.backlog.quota import check_producer
 from dedup_broker.domain.topic import Topic
 from dedup_broker.domain_base.outcomes import PublishOutcome, PublishResult, settled
 from dedup_broker.domain_base.producer import Producer, ProducerAccessMode
@@ -107,8 +108,12 @@ class ProducerCommands:
             schema = SchemaInfo.of_wire(request.schema) if request.HasField("schema") else None
             schema_version = await self.broker.schemas.for_producer(name, schema)
             await topic.wait_writable()
-            if initial_subscription and isinstance(topic, Topic):
-                await topic.ensure_subscription(initial_subscription)
+            if isinstance(topic, Topic):
+                await check_producer(
+                    self.broker.policies, self.broker.config, name, topic.managed_ledger
+                )
+                if initial_subscription:
+                    await topic.ensure_subscription(initial_subscription)
             user_named = request.HasField("producer_name") and bool(request.producer_name)
             producer = Producer(
                 link=self,

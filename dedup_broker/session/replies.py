@@ -9,6 +9,10 @@ any other SEND_ERROR by reconnecting and resending what is unacknowledged.
 from __future__ import annotations
 
 from dedup_broker import errors
+from dedup_broker.backlog.quota import (
+    ProducerHeldByQuotaError,
+    ProducerRefusedByQuotaError,
+)
 from dedup_broker.domain.consumer import ConsumerBusyError
 from dedup_broker.domain.key_shared_selectors import ConsumerAssignError
 from dedup_broker.domain.producer_access import ProducerBusyError, ProducerFencedError
@@ -33,6 +37,8 @@ class CreationInProgressError(errors.RetriableError):
 _CODES: tuple[tuple[type[BaseException], pb.ServerError], ...] = (
     (errors.ChecksumError, pb.ChecksumError),
     (TopicTerminatedError, pb.TopicTerminatedError),
+    (ProducerHeldByQuotaError, pb.ProducerBlockedQuotaExceededError),
+    (ProducerRefusedByQuotaError, pb.ProducerBlockedQuotaExceededException),
     (AuthenticationError, pb.AuthenticationError),
     (AuthorizationError, pb.AuthorizationError),
     (errors.InvalidTopicNameError, pb.InvalidTopicName),

@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-from domain_links import ConsumerSide
-
 from dedup_broker.domain.consumer import Consumer
 from dedup_broker.domain.key_hash import HASH_RANGE_SIZE, KeySharedSettings, murmur3_32
 from dedup_broker.domain.key_shared_selectors import (
     ConsistentHashSelector,
     RangeSplitSelector,
 )
+from harness.domain_links import ConsumerSide
 
 
 def consumers(*names: str) -> list[Consumer]:

@@ -4,11 +4,11 @@ the cursor, redelivery with its count, and the unacked limit."""
 from __future__ import annotations
 
 import pytest
-from domain_links import ConsumerSide, new_producer, publish, subscribe
 
 from dedup_broker.domain.consumer import ConsumerBusyError, SubscriptionType
 from dedup_broker.domain.topic import Topic
 from dedup_broker.storage.values import Position
+from harness.domain_links import ConsumerSide, new_producer, publish, subscribe
 from harness.memory_broker import MemoryBroker, settle
 
 TOPIC = "persistent://public/default/orders"
