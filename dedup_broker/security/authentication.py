@@ -206,6 +206,8 @@ class Authenticator:
                 f"(methods: {', '.join(sorted(self.providers))})"
             )
         provider = self.providers.get(method)
+        if provider is None and self.anonymous_role is not None:
+            return self.anonymous_role  # Pulsar: an unknown method is anonymous when allowed
         if provider is None:
             raise AuthenticationError(
                 f"authentication method {method!r} is not enabled here "
