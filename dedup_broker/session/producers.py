@@ -23,6 +23,7 @@ from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import Frame, parse_metadata_only, verify_checksum
 from dedup_broker.schema.compatibility import SchemaInfo
 from dedup_broker.security.authorization import AuthAction
+from dedup_broker.security.encryption import check_producer_encryption
 from dedup_broker.session.lookups import topic_name
 from dedup_broker.session.replies import CreationInProgressError, UnknownIdError, publish_reply
 
@@ -83,6 +84,7 @@ class ProducerCommands:
     async def _create(self, request: pb.CommandProducer) -> None:
         name = topic_name(self.connection, request.topic)
         self.connection.authorizer.check_topic(self.connection.role, name, AuthAction.PRODUCE)
+        check_producer_encryption(self.broker.policies, name, request.encrypted)
         initial_subscription = request.initial_subscription_name
         if initial_subscription:  # Pulsar asks for SUBSCRIBE on it too
             self.connection.authorizer.check_topic(self.connection.role, name, AuthAction.CONSUME)

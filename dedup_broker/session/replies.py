@@ -24,6 +24,7 @@ from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.schema.compatibility import IncompatibleSchemaError
 from dedup_broker.security.authentication import AuthenticationError
 from dedup_broker.security.authorization import AuthorizationError
+from dedup_broker.security.encryption import EncryptionRequiredError
 
 
 class UnknownIdError(errors.PermanentError):
@@ -37,6 +38,7 @@ class CreationInProgressError(errors.RetriableError):
 _CODES: tuple[tuple[type[BaseException], pb.ServerError], ...] = (
     (errors.ChecksumError, pb.ChecksumError),
     (TopicTerminatedError, pb.TopicTerminatedError),
+    (EncryptionRequiredError, pb.MetadataError),
     (ProducerHeldByQuotaError, pb.ProducerBlockedQuotaExceededError),
     (ProducerRefusedByQuotaError, pb.ProducerBlockedQuotaExceededException),
     (AuthenticationError, pb.AuthenticationError),
