@@ -77,19 +77,16 @@ class BrokerConfig:
     """Comma-separated roles allowed everything (authorization)."""
     authorization_enabled: bool = False
     authentication_refresh_check_seconds: float = 60
-    """How often connections' credentials are checked for expiry; an expired one is
-    challenged (AUTH_CHALLENGE) to present new credentials, or closed."""
+    """How often connections' credentials are checked for expiry (AUTH_CHALLENGE)."""
     broker_client_authentication_plugin: str = ""
-    """How brokers and the deletion worker authenticate to brokers: ``token`` or ``basic``
-    (or Pulsar's client class names)."""
+    """Brokers' credentials to brokers: ``token``, ``basic``, ``tls`` or Pulsar's class names."""
     broker_client_authentication_parameters: str = ""
     """``token:<jwt>``, ``file:///path``; basic: ``{"userId": ..., "password": ...}``."""
     broker_client_trust_certs_file_path: str = ""
     """CAs (PEM) that brokers and the deletion worker verify other brokers' HTTPS with;
     empty: ``tlsTrustCertsFilePath``, and without it the system's CAs."""
     broker_client_certificate_file_path: str = ""
-    """Client certificate (PEM) presented on those HTTPS calls, for brokers that require
-    one (``tlsRequireTrustedClientCertOnConnect``)."""
+    """Client certificate (PEM) presented on those HTTPS calls (the ``tls`` plugin's)."""
     broker_client_key_file_path: str = ""
     """Check tenants' admin roles and namespace permissions on every operation."""
     token_secret_key: str = ""
@@ -166,6 +163,7 @@ class BrokerConfig:
     max_unacked_messages_per_consumer: int = 50000
     delayed_delivery_enabled: bool = True
     """Shared and Key_Shared subscriptions hold messages until their ``deliver_at_time``."""
+    subscription_key_shared_use_consistent_hashing: bool = True  # off: classic range split
     acknowledgment_at_batch_index_level_enabled: bool = True
     """Acks of part of a batch are kept (and stored with the cursor): a redelivered batch
     carries the ack set, so that clients skip the messages already acknowledged."""
@@ -248,6 +246,13 @@ class BrokerConfig:
     default_retention_time_in_minutes: int = 0
     default_retention_size_in_mb: int = 0
     retention_check_interval_in_seconds: int = 120
+    # backlog quotas (dedup_broker/backlog/quota.py), -1: none
+    backlog_quota_check_enabled: bool = True
+    backlog_quota_check_interval_in_seconds: int = 60
+    backlog_quota_default_limit_bytes: int = -1
+    backlog_quota_default_limit_gb: float = -1
+    backlog_quota_default_limit_second: int = -1
+    backlog_quota_default_retention_policy: str = "producer_request_hold"
 
     def kafka_connection(self) -> dict[str, str]:
         """The librdkafka settings every Kafka client of the broker, the deletion worker

@@ -153,6 +153,9 @@ class Consumed:
     messages: list[ReceivedMessage]
     timed_out: bool
     """True when a receive waited ``timeout_ms`` for nothing before ``count`` arrived."""
+    end_of_topic: bool = False
+    """The consumer heard the topic was terminated and read to its end
+    (``hasReachedEndOfTopic()``, as it stood when a receive timed out)."""
 
 
 def sha256_hex(data: bytes) -> str:
@@ -245,4 +248,31 @@ def java_consume(
         for e in events
         if e["event"] == "received"
     ]
-    return Consumed(messages, any(e["event"] == "timeout" for e in events))
+    timeouts = [e for e in events if e["event"] == "timeout"]
+    return Consumed(messages, bool(timeouts), any(e.get("endOfTopic") for e in timeouts))
+
+
+def java_priority_shares(
+    service_url: str,
+    topic: str,
+    subscription: str,
+    count: int,
+    priorities: tuple[int, ...],
+    *,
+    queue: int = 10,
+    timeout: float = 180.0,
+) -> dict[int, int]:
+    """Shared consumers of ``priorities`` (subscribed in that order, each with
+    ``receiverQueueSize`` ``queue``), then ``count`` messages: how many each priority
+    level's consumer had been sent (up to its queue) once dispatch settled."""
+    events = _events(
+        "priority",
+        service_url,
+        topic,
+        subscription,
+        str(count),
+        f"priorities={','.join(str(p) for p in priorities)}",
+        f"queue={queue}",
+        timeout=timeout,
+    )
+    return {int(e["priority"]): int(e["received"]) for e in events if e["event"] == "share"}

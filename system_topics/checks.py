@@ -27,7 +27,11 @@ from dedup_broker.cluster.owners import OwnerState, TopicOwners
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain_base.names import TopicName
 from dedup_broker.errors import ServiceNotReadyError, StorageError
-from dedup_broker.security.broker_client import broker_client_headers, broker_client_ssl_context
+from dedup_broker.security.broker_client import (
+    broker_client_headers,
+    broker_client_ssl_context,
+    broker_client_web_url,
+)
 from dedup_broker.storage.api import (
     FILESYSTEM_OFFLOAD_DRIVER,
     OFFLOAD_TEMP_SUFFIX,
@@ -83,6 +87,7 @@ class IntentChecker:
         self._fails = parse_injected(config.deletion_worker_inject_delete_failures)
         self._headers = broker_client_headers(config)
         self._ssl = broker_client_ssl_context(config)
+        self._config = config
 
     async def evaluate(self, intent: DeletionIntent) -> Outcome:
         try:
@@ -134,7 +139,9 @@ class IntentChecker:
             return Outcome(Verdict.FAILED, f"{topic} is moving between brokers; asked again later")
         if owner.broker is not None:
             # The owner is the one broker that may hold the topic open and change its list.
-            answer = await self._ask(owner.broker.web_url, intent)
+            broker = owner.broker
+            url = broker_client_web_url(self._config, broker.web_url, broker.web_url_tls)
+            answer = await self._ask(url, intent)
             if answer is LedgerStatus.IN_USE:
                 return Outcome(Verdict.IN_USE, "the owning broker still lists it")
             if answer is not LedgerStatus.DELETABLE:

@@ -18,6 +18,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from dedup_broker.allocations import AllocationReports
+from dedup_broker.backlog.checker import BacklogQuotaChecker
+from dedup_broker.backlog.quota import default_quotas
 from dedup_broker.cluster.listeners import AdvertisedListeners, parse_advertised_listeners
 from dedup_broker.cluster.membership import BrokerAddress, owners_topic
 from dedup_broker.cluster.service import HANDOVER_WAIT_SECONDS, Cluster
@@ -26,10 +28,12 @@ from dedup_broker.domain.broker import Broker
 from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain_base.policies import Policies
 from dedup_broker.errors import BrokerError
+from dedup_broker.http.backlog_quota import BACKLOG_ERROR_STATUSES, backlog_quota_routes
 from dedup_broker.http.cluster import cluster_routes, redirect_middleware
 from dedup_broker.http.compaction import COMPACTION_ERROR_STATUSES, compaction_routes
 from dedup_broker.http.key_dedup import KEY_DEDUP_ERROR_STATUSES, key_dedup_routes
 from dedup_broker.http.ledger_deletion import ledger_deletion_routes
+from dedup_broker.http.messages import MESSAGES_ERROR_STATUSES, message_routes
 from dedup_broker.http.non_persistent import non_persistent_routes
 from dedup_broker.http.owners import OwnerCalls
 from dedup_broker.http.pip6 import pip6_routes
@@ -82,6 +86,7 @@ def validate_settings(config: BrokerConfig) -> Authenticator:
     key_dedup_defaults(config)
     offload_directory(config)
     Authorizer.check_settings(config)
+    default_quotas(config)
     parse_advertised_listeners(config.advertised_listeners)
     broker_client_headers(config)
     broker_client_ssl_context(config)
@@ -109,8 +114,14 @@ def http_app(
         *tenancy_routes(authorizer, namespaces),
         *broker_routes(registry, ready),
         *configuration_routes(config),
-        *(cluster_routes(topics, broker.cluster, listeners) if broker.cluster else []),
+        *(
+            cluster_routes(topics, broker.cluster, listeners, authorizer.tenancy)
+            if broker.cluster
+            else []
+        ),
         *topic_routes(topics, namespaces, owners),
+        *message_routes(topics),
+        *backlog_quota_routes(policies, config),
         *non_persistent_routes(topics, namespaces, owners),
         *pip6_routes(policies, topics),
         *key_dedup_routes(policies, broker.key_dedup),
@@ -123,6 +134,8 @@ def http_app(
     statuses = {
         **TOPIC_ERROR_STATUSES,
         **KEY_DEDUP_ERROR_STATUSES,
+        **MESSAGES_ERROR_STATUSES,
+        **BACKLOG_ERROR_STATUSES,
         **OFFLOAD_ERROR_STATUSES,
         **COMPACTION_ERROR_STATUSES,
         **SECURITY_ERROR_STATUSES,
@@ -143,6 +156,7 @@ class BrokerApp:
         self.listener: Listener | None = None
         self.http: HttpEndpoint | None = None
         self.retention: RetentionChecker | None = None
+        self.backlog_quotas: BacklogQuotaChecker | None = None
         self.cluster: Cluster | None = None
         self.listeners: AdvertisedListeners | None = None
         self.ready = False
@@ -203,6 +217,9 @@ class BrokerApp:
         await listener.start()
         self.retention = RetentionChecker(config, broker.topic_registry.loaded_ledgers)
         self.retention.start()
+        loaded = broker.topic_registry.topics
+        self.backlog_quotas = BacklogQuotaChecker(config, policies, lambda: list(loaded.values()))
+        self.backlog_quotas.start()
         self.http = http = await start_http(
             http_app(
                 broker,
@@ -286,6 +303,8 @@ class BrokerApp:
             self.listener.stop_accepting()
         if self.retention is not None:
             await self.retention.stop()
+        if self.backlog_quotas is not None:
+            await self.backlog_quotas.stop()
         if self.storage is not None:
             try:
                 await self.storage.policies.delete(self._registry_key())

@@ -10,6 +10,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from dedup_broker.domain_base.handover import Destination
+from dedup_broker.domain_base.dates import pulsar_date
 from dedup_broker.errors import PermanentError
 from dedup_broker.storage.api import Entry, Position
 
@@ -66,6 +67,9 @@ class ConsumerLink(Protocol):
 
     def active_consumer_changed(self, consumer: Consumer, active: bool) -> None:
         """Failover: ``consumer`` became the active one of its subscription, or stopped."""
+
+    def reached_end_of_topic(self, consumer: Consumer) -> None:
+        """The topic was terminated and ``consumer`` has read all of it."""
 
 
 class ConsumerSubscription(Protocol):
@@ -128,6 +132,9 @@ class Consumer:
     closed: bool = False
     key_shared: KeySharedSettings | None = None
     """Key_Shared subscriptions: the consumer's mode, ranges and ordering choice."""
+    metadata: dict[str, str] = field(default_factory=dict)
+    """The consumer's properties (``CommandSubscribe.metadata``)."""
+    client_version: str = ""
     subscription: ConsumerSubscription = field(init=False)
 
     @property
@@ -168,10 +175,13 @@ class Consumer:
         return {
             "consumerName": self.name,
             "address": self.link.remote_address,
-            "connectedSince": self.created_ms,
+            "connectedSince": pulsar_date(self.created_ms),
+            "clientVersion": self.client_version,
             "availablePermits": self.permits,
             "unackedMessages": self.unacked_messages,
+            "blockedConsumerOnUnackedMsgs": False,
             "msgOutCounter": self.msgs_out,
             "bytesOutCounter": self.bytes_out,
             "priorityLevel": self.priority_level,
+            "metadata": dict(self.metadata),
         }

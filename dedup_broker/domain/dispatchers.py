@@ -153,19 +153,40 @@ class FailoverDispatcher(ExclusiveDispatcher):
 
 
 class SharedDispatcher(Dispatcher):
+    """Round-robin within the best ``priority_level`` (0 first) that has permits left:
+    consumers of a lower priority receive only while every higher one is full, as in
+    Pulsar."""
+
     __slots__ = ()
     type = SubscriptionType.SHARED
     redelivers_singly = True
     delays = True
+
+    def pick(self, targets: list[Consumer]) -> Consumer:
+        return super().pick(_best_priority(targets, lambda c: c.permits > 0))
+
+    def taker(self, entry: Entry, consumers: Sequence[Consumer]) -> Consumer | None:
+        return super().taker(entry, _best_priority(consumers, ready))
+
+
+def _best_priority(
+    consumers: Sequence[Consumer], able: Callable[[Consumer], bool]
+) -> list[Consumer]:
+    """The able consumers of the best (lowest) priority level; all of them if none is able."""
+    able_ones = [c for c in consumers if able(c)]
+    if not able_ones:
+        return list(consumers)
+    best = min(c.priority_level for c in able_ones)
+    return [c for c in able_ones if c.priority_level == best]
 
 
 class KeySharedDispatcher(SharedDispatcher):
     __slots__ = ("routing",)
     type = SubscriptionType.KEY_SHARED
 
-    def __init__(self, partition_index: int) -> None:
+    def __init__(self, partition_index: int, consistent_hashing: bool = True) -> None:
         super().__init__(partition_index)
-        self.routing: KeySharedRouting[Consumer] = KeySharedRouting()
+        self.routing: KeySharedRouting[Consumer] = KeySharedRouting(consistent_hashing)
 
     def admit(self, consumer: Consumer, consumers: Sequence[Consumer]) -> None:
         self.routing.assign(consumer, consumers)
@@ -215,7 +236,12 @@ DISPATCHERS: dict[SubscriptionType, type[Dispatcher]] = {
 }
 
 
-def dispatcher_for(sub_type: SubscriptionType, partition_index: int) -> Dispatcher:
+def dispatcher_for(
+    sub_type: SubscriptionType, partition_index: int, consistent_hashing: bool = True
+) -> Dispatcher:
+    """``consistent_hashing``: ``subscriptionKeySharedUseConsistentHashing`` (Key_Shared)."""
+    if sub_type == SubscriptionType.KEY_SHARED:
+        return KeySharedDispatcher(partition_index, consistent_hashing)
     return DISPATCHERS[sub_type](partition_index)
 
 

@@ -5,7 +5,9 @@ Consumers own slots of the hash range ``0 .. 65535`` (``key_hash.py``):
 * ``AUTO_SPLIT``: a consistent-hash ring (Pulsar's default,
   ``subscriptionKeySharedUseConsistentHashing`` with 100 replica points per consumer). A
   consumer that joins takes over some slots of the others; one that leaves hands its slots
-  to the next points of the ring. No other key moves.
+  to the next points of the ring. No other key moves. With consistent hashing off,
+  Pulsar's classic split: each joining consumer takes half of the largest range.
+  (``key_shared_selectors.py``)
 * ``STICKY``: each consumer declares its ranges; overlapping another consumer's ranges is
   refused (``ConsumerAssignError``). Entries of keys no consumer covers wait.
 
@@ -25,22 +27,21 @@ Order per key holds through every change:
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, NamedTuple
 
-from dedup_broker.domain.key_hash import (
-    HASH_RANGE_SIZE,
-    KeySharedMode,
-    KeySharedSettings,
-    key_hash,
-    murmur3_32,
-    sticky_key,
+from dedup_broker.domain.key_hash import KeySharedMode, KeySharedSettings, key_hash, sticky_key
+from dedup_broker.domain.key_shared_selectors import (
+    C,
+    ConsistentHashSelector,
+    ConsumerAssignError,
+    RangeSplitSelector,
+    Selector,
+    StickySelector,
 )
-from dedup_broker.errors import BrokerError, PermanentError
+from dedup_broker.errors import BrokerError
 from dedup_broker.protocol.framing import parse_metadata_only
 from dedup_broker.storage.api import Entry, Position
 
@@ -49,16 +50,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-REPLICA_POINTS = 100
-"""Points per consumer on the ring (``subscriptionKeySharedConsistentHashingReplicaPoints``)."""
-
 LOOK_AHEAD_LIMIT = 20000
 """Entries held back in the replay set before reading stops (Pulsar's
 ``keySharedLookAheadMsgInReplayThresholdPerSubscription``)."""
-
-
-class ConsumerAssignError(PermanentError):
-    """A Key_Shared consumer's hash ranges are invalid or overlap another consumer's."""
 
 
 class EntryKey(NamedTuple):
@@ -79,137 +73,6 @@ def entry_key(entry: Entry) -> EntryKey:
     return EntryKey(key_hash(sticky_key(metadata)), messages)
 
 
-class KeyedConsumer(Protocol):
-    """What dispatch reads of a consumer (``consumer.Consumer``)."""
-
-    name: str
-    permits: int
-    key_shared: KeySharedSettings | None
-
-
-C = TypeVar("C", bound=KeyedConsumer)
-
-
-class ConsistentHashSelector(Generic[C]):
-    """AUTO_SPLIT: the first ring point at or after a slot owns it (wrapping around)."""
-
-    def __init__(self) -> None:
-        self._points: list[int] = []
-        self._owners: dict[int, list[C]] = {}
-
-    def add(self, consumer: C, settings: KeySharedSettings) -> None:
-        for i in range(REPLICA_POINTS):
-            point = (murmur3_32(f"{consumer.name}{i}".encode()) & 0x7FFFFFFF) % HASH_RANGE_SIZE
-            owners = self._owners.get(point)
-            if owners is None:
-                self._owners[point] = [consumer]
-                bisect.insort(self._points, point)
-            else:
-                owners.append(consumer)
-
-    def remove(self, consumer: C) -> None:
-        for point in [p for p, owners in self._owners.items() if consumer in owners]:
-            owners = [c for c in self._owners[point] if c is not consumer]
-            if owners:
-                self._owners[point] = owners
-            else:
-                del self._owners[point]
-                self._points.remove(point)
-
-    def select(self, slot: int) -> C | None:
-        if not self._points:
-            return None
-        index = bisect.bisect_left(self._points, slot)
-        point = self._points[index % len(self._points)]
-        owners = self._owners[point]
-        return owners[slot % len(owners)]
-
-    def ranges_of(self, consumer: C) -> list[tuple[int, int]]:
-        """The slots the consumer owns, as inclusive ranges (for consumer stats)."""
-        owned: list[tuple[int, int]] = []
-        previous = self._points[-1] - HASH_RANGE_SIZE if self._points else 0
-        for point in self._points:
-            owners = self._owners[point]
-            if consumer in owners:
-                # Slots after the previous point up to this one (the first wraps around).
-                first, last = previous + 1, point
-                spans = (
-                    [(first, last)]
-                    if first >= 0
-                    else [(0, last), (first + HASH_RANGE_SIZE, HASH_RANGE_SIZE - 1)]
-                )
-                for start, end in spans:
-                    if len(owners) == 1:
-                        owned.append((start, end))
-                    else:
-                        owned.extend(
-                            (s, s)
-                            for s in range(start, end + 1)
-                            if owners[s % len(owners)] is consumer
-                        )
-            previous = point
-        return merge_ranges(owned)
-
-
-def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Sorted, with adjacent and overlapping ranges joined."""
-    merged: list[tuple[int, int]] = []
-    for start, end in sorted(ranges):
-        if merged and start <= merged[-1][1] + 1:
-            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
-        else:
-            merged.append((start, end))
-    return merged
-
-
-class StickySelector(Generic[C]):
-    """STICKY: consumers own the ranges they declared; the rest of the slots have no owner."""
-
-    def __init__(self) -> None:
-        self._ranges: list[tuple[int, int, C]] = []
-
-    def add(self, consumer: C, settings: KeySharedSettings) -> None:
-        if not settings.ranges:
-            raise ConsumerAssignError("Ranges for KeyShared policy must not be empty.")
-        for start, end in settings.ranges:
-            if not 0 <= start <= end < HASH_RANGE_SIZE:
-                raise ConsumerAssignError(
-                    f"Invalid range [{start}, {end}]: slots lie in 0..{HASH_RANGE_SIZE - 1}"
-                )
-        declared = sorted(settings.ranges)
-        for (_, end), (start, _) in itertools.pairwise(declared):
-            if start <= end:
-                raise ConsumerAssignError(f"Ranges of consumer {consumer.name} overlap")
-        for start, end in declared:
-            for taken_start, taken_end, owner in self._ranges:
-                if start <= taken_end and taken_start <= end:
-                    raise ConsumerAssignError(
-                        f"Range conflict with consumer {owner.name}: "
-                        f"[{start}, {end}] overlaps [{taken_start}, {taken_end}]"
-                    )
-        for start, end in declared:
-            bisect.insort(self._ranges, (start, end, consumer), key=lambda r: r[0])
-
-    def remove(self, consumer: C) -> None:
-        self._ranges = [r for r in self._ranges if r[2] is not consumer]
-
-    def ranges_of(self, consumer: C) -> list[tuple[int, int]]:
-        return merge_ranges(
-            [(start, end) for start, end, owner in self._ranges if owner is consumer]
-        )
-
-    def select(self, slot: int) -> C | None:
-        index = bisect.bisect_right(self._ranges, slot, key=lambda r: r[0]) - 1
-        if index >= 0:
-            start, end, consumer = self._ranges[index]
-            if start <= slot <= end:
-                return consumer
-        return None
-
-
-Selector = ConsistentHashSelector[C] | StickySelector[C]
-
-
 @dataclass
 class KeySharedRound(Generic[C]):
     """What one dispatch round decided: entries per consumer, and whether it moved on."""
@@ -222,9 +85,12 @@ class KeySharedRouting(Generic[C]):
     """The Key_Shared state of a subscription: slot owners, recently joined consumers and
     the hash of every entry sent or held back (acks forget it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, consistent_hashing: bool = True) -> None:
+        """``consistent_hashing``: ``subscriptionKeySharedUseConsistentHashing`` (AUTO_SPLIT
+        on the ring; off: Pulsar's classic range split)."""
+        self.consistent_hashing = consistent_hashing
         self.settings: KeySharedSettings | None = None
-        self.selector: Selector[C] = ConsistentHashSelector()
+        self.selector: Selector[C] = self._auto_split()
         self.joined_at: dict[C, Position] = {}
         self.hashes: dict[Position, int] = {}
 
@@ -250,9 +116,7 @@ class KeySharedRouting(Generic[C]):
         if not existing or self.settings is None:
             self.settings = settings
             self.selector = (
-                StickySelector()
-                if settings.mode == KeySharedMode.STICKY
-                else ConsistentHashSelector()
+                StickySelector() if settings.mode == KeySharedMode.STICKY else self._auto_split()
             )
         elif settings.mode != self.settings.mode:
             raise ConsumerAssignError(
@@ -260,6 +124,9 @@ class KeySharedRouting(Generic[C]):
                 f"the consumer asked for {settings.mode.name}"
             )
         self.selector.add(consumer, settings)
+
+    def _auto_split(self) -> Selector[C]:
+        return ConsistentHashSelector() if self.consistent_hashing else RangeSplitSelector()
 
     def remove_consumer(self, consumer: C) -> None:
         self.selector.remove(consumer)

@@ -14,10 +14,12 @@ import logging
 from collections.abc import Callable, Mapping
 
 from dedup_broker.config import BrokerConfig
+from dedup_broker.domain.termination import TopicTerminatedError
 from dedup_broker.domain_base.names import TopicName
 from dedup_broker.domain_base.producer import Producer, ProducerAccessMode
 from dedup_broker.errors import PermanentError, ServiceNotReadyError
 from dedup_broker.lazy import LazyDeque
+from dedup_broker.storage.api import Position
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +152,8 @@ class ProducerHost:
         self.producers: dict[str, Producer] = {}
         self.access = ProducerAccess(str(name), epoch)
         self.closed = False
+        self.terminated_at: Position | None = None
+        """The last position of a terminated topic (it takes no producer any more)."""
 
     def _check_open(self) -> None:
         """A topic unloaded meanwhile (handover, shutdown) takes no new clients: they look
@@ -174,6 +178,8 @@ class ProducerHost:
         A ``WaitForExclusive`` producer that must wait is announced through ``queued``,
         then the call returns once it holds exclusive access.
         """
+        if self.terminated_at is not None:
+            raise TopicTerminatedError(f"Topic {self.name} was already terminated")
         limit = self.config.max_producers_per_topic
         if limit and len(self.producers) >= limit:
             raise ProducerBusyError(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from collections.abc import Callable, Iterable
 
 from dedup_broker.config import BrokerConfig
@@ -27,6 +28,7 @@ from dedup_broker.domain.dispatchers import KeySharedDispatcher, dispatcher_for
 from dedup_broker.domain.key_shared import KeySharedRouting
 from dedup_broker.domain.redeliveries import Redeliveries
 from dedup_broker.domain_base.handover import Destination
+from dedup_broker.domain.termination import tell_end_of_topic
 from dedup_broker.errors import BrokerError
 from dedup_broker.protocol.framing import parse_metadata_only
 from dedup_broker.storage.api import Entry, ManagedCursor, ManagedLedger, Position
@@ -58,7 +60,10 @@ class Subscription:
         self.cursor = cursor
         self.durable = durable
         self.consumers: list[Consumer] = []
-        self._dispatcher = dispatcher_for(sub_type, partition_index)
+        self._told_end: weakref.WeakSet[Consumer] = weakref.WeakSet()
+        self._dispatcher = dispatcher_for(
+            sub_type, partition_index, config.subscription_key_shared_use_consistent_hashing
+        )
         self._can_take = can_take(config.max_unacked_messages_per_consumer)
         self._redeliveries = Redeliveries()
         self._task: asyncio.Task[None] | None = None
@@ -83,7 +88,11 @@ class Subscription:
                 raise ConsumerBusyError(
                     f"subscription {self.name!r} is of type {self.type.name}, not {sub_type.name}"
                 )
-            self._dispatcher = dispatcher_for(sub_type, self.partition_index)
+            self._dispatcher = dispatcher_for(
+                sub_type,
+                self.partition_index,
+                self.config.subscription_key_shared_use_consistent_hashing,
+            )
         dispatcher = self._dispatcher
         dispatcher.admit(consumer, self.consumers)
         dispatcher.joining(consumer, self.consumers, self.cursor, self.ledger)
@@ -248,6 +257,8 @@ class Subscription:
             while not self.closed:
                 self._again = False
                 if not await self._dispatcher.dispatch(self) and not self._again:
+                    if not self._redeliveries.replay:
+                        tell_end_of_topic(self.ledger, self.cursor, self.consumers, self._told_end)
                     return
         except BrokerError as exc:
             log.warning("dispatch on %s/%s paused: %s", self.ledger.name, self.name, exc)
@@ -354,6 +365,10 @@ class Subscription:
             "isDurable": self.durable,
             "unackedMessages": sum(c.unacked_messages for c in self.consumers),
             "msgDelayed": len(self._delayed),
+            "msgBacklogNoDelayed": max(0, self.backlog() - len(self._delayed)),
+            "blockedSubscriptionOnUnackedMsgs": False,
+            "isReplicated": False,
+            "subscriptionProperties": {},
             "activeConsumerName": active.name if active else None,
             "consumers": [self._consumer_stats(c) for c in self.consumers],
         }

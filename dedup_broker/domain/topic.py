@@ -21,6 +21,12 @@ from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.producer_access import TOPIC_EPOCH_PROPERTY, ProducerHost
 from dedup_broker.domain.subscription import Subscription
 from dedup_broker.domain_base.handover import Destination
+from dedup_broker.domain.termination import (
+    TERMINATED_PROPERTY,
+    TopicTerminatedError,
+    terminated_position,
+    terminated_property,
+)
 from dedup_broker.domain_base.names import TopicName
 from dedup_broker.domain_base.outcomes import (
     UNKNOWN,
@@ -110,6 +116,7 @@ class Topic(ProducerHost):
         )
         self._appends_in_flight = 0
         self._appends_settled = LazyEvent(True)
+        self.terminated_at = terminated_position(ledger.properties)
 
     @classmethod
     async def load(
@@ -200,6 +207,8 @@ class Topic(ProducerHost):
         timestamp: int | None = None,
     ) -> PublishResult:
         """The PIP-6 verdict, then the append; stored once Kafka acknowledged it."""
+        if self.terminated_at is not None:
+            return self._refused(send, TopicTerminatedError(f"Topic {self.name} is terminated"))
         in_batch = batch_size(metadata)
         count = max(in_batch, 1)
         started = time.monotonic()
@@ -245,6 +254,24 @@ class Topic(ProducerHost):
 
         appended.add_done_callback(written)
         return result
+
+    async def terminate(self) -> Position:
+        """Take no more messages (appends in flight settle first) and store the last
+        position; producers are closed (they come back to ``TopicTerminatedError``),
+        subscriptions tell their consumers once they have read everything."""
+        if self.terminated_at is None:
+            self.terminated_at = self.managed_ledger.last_confirmed
+            await self._appends_settled.wait()
+            self.terminated_at = self.managed_ledger.last_confirmed
+            properties = self.managed_ledger.properties
+            properties[TERMINATED_PROPERTY] = terminated_property(self.terminated_at)
+            await self.managed_ledger.set_properties(properties)
+            for producer in list(self.producers.values()):
+                self.remove_producer(producer)
+                producer.link.close_producer(producer)
+            for subscription in self.subscriptions.values():
+                subscription.trigger()
+        return self.terminated_at
 
     def _refused(self, send: pb.CommandSend, exc: BrokerError) -> PublishResult:
         log.warning("publish on %s refused (seq %d): %s", self.name, send.sequence_id, exc)
@@ -336,6 +363,13 @@ class Topic(ProducerHost):
             name, cursor, SubscriptionType.EXCLUSIVE, True
         )
 
+    async def ensure_subscription(self, name: str) -> None:
+        """A producer's ``initial_subscription_name`` (dead-letter topics rely on it): a
+        durable subscription from the earliest message, unless it exists already."""
+        if name in self.subscriptions or self.managed_ledger.cursors.exists(name):
+            return
+        await self.create_subscription(name, Position(-1, -1))
+
     async def unsubscribe(self, name: str) -> None:
         subscription = self.subscriptions.get(name)
         if subscription is None:
@@ -401,6 +435,7 @@ class Topic(ProducerHost):
             "bytesInCounter": self.bytes_in,
             "msgOutCounter": sum(s.msgs_out for s in self.subscriptions.values()),
             "bytesOutCounter": sum(s.bytes_out for s in self.subscriptions.values()),
+            "averageMsgSize": self.bytes_in / self.msgs_in if self.msgs_in else 0.0,
             "storageSize": self.managed_ledger.total_size,
             "deduplicationStatus": self.dedup.status.value,
             "keyDeduplication": self.key_dedup.stats(),
@@ -408,6 +443,7 @@ class Topic(ProducerHost):
             "waitingPublishers": len(self.access.waiting),
             "topicEpoch": self.access.epoch,
             "subscriptions": {n: s.stats() for n, s in self.subscriptions.items()},
+            "replication": {},
             "compaction": self.compaction.stats(),
         }
 

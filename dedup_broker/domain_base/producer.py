@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from dedup_broker.domain_base.handover import Destination
+from dedup_broker.domain_base.dates import pulsar_date
 
 
 class ProducerAccessMode(enum.IntEnum):
@@ -45,17 +46,25 @@ class Producer:
     bytes_in: int = 0
     pending_sends: int = 0
     closed: bool = False
+    metadata: dict[str, str] = field(default_factory=dict)
+    """The producer's properties (``CommandProducer.metadata``)."""
+    client_version: str = ""
 
     def stats(self) -> dict[str, object]:
+        """Pulsar's ``PublisherStats`` (the fields the Java and Go admin models read)."""
         return {
             "producerId": self.producer_id,
             "producerName": self.name,
             "address": self.link.remote_address,
-            "connectedSince": self.created_ms,
+            "connectedSince": pulsar_date(self.created_ms),
+            "clientVersion": self.client_version,
             "msgInCounter": self.msgs_in,
             "bytesInCounter": self.bytes_in,
+            "averageMsgSize": self.bytes_in / self.msgs_in if self.msgs_in else 0.0,
             "pendingSends": self.pending_sends,
             "accessMode": _ACCESS_MODE_NAMES[self.access_mode],
+            "supportsPartialProducer": False,
+            "metadata": dict(self.metadata),
         }
 
 

@@ -12,7 +12,15 @@ from aiohttp import web
 
 from dedup_broker.http.errors import HttpError
 
-__all__ = ["json_response", "no_content", "read_bool", "read_int", "read_json", "read_text"]
+__all__ = [
+    "json_response",
+    "no_content",
+    "read_bool",
+    "read_int",
+    "read_json",
+    "read_partitions",
+    "read_text",
+]
 
 
 async def read_text(request: web.Request) -> str:
@@ -48,6 +56,27 @@ async def read_int(request: web.Request, what: str) -> int:
     except ValueError:
         raise HttpError(
             HTTPStatus.BAD_REQUEST, f"expected {what} as the body, got {text!r}"
+        ) from None
+
+
+async def read_partitions(request: web.Request) -> int:
+    """A number of partitions: a bare number (Pulsar's admin clients up to 2.x, curl) or
+    Pulsar's ``PartitionedTopicMetadata`` (``{"partitions": N, "properties": null}``, the
+    Go and Java admin clients)."""
+    text = (await read_text(request)).strip()
+    if text.startswith("{"):
+        try:
+            value = json.loads(text).get("partitions")
+        except (json.JSONDecodeError, AttributeError):
+            value = None
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise HttpError(HTTPStatus.BAD_REQUEST, f'expected {{"partitions": N}}, got {text!r}')
+    try:
+        return int(text)
+    except ValueError:
+        raise HttpError(
+            HTTPStatus.BAD_REQUEST, f"expected a number of partitions as the body, got {text!r}"
         ) from None
 
 

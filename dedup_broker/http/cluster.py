@@ -16,6 +16,7 @@ from dedup_broker.domain_base.names import TopicName
 from dedup_broker.http.bodies import json_response
 from dedup_broker.http.errors import HttpError
 from dedup_broker.http.paths import NAMESPACES, TOPIC, namespace_of, topic_of
+from dedup_broker.security.authorization import Tenancy
 
 LOOKUP = "/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}"
 
@@ -51,11 +52,16 @@ def redirect_middleware(topics: TopicRegistry) -> Middleware:
 
 class ClusterApi:
     def __init__(
-        self, topics: TopicRegistry, cluster: Cluster, listeners: AdvertisedListeners | None = None
+        self,
+        topics: TopicRegistry,
+        cluster: Cluster,
+        listeners: AdvertisedListeners | None = None,
+        tenancy: Tenancy | None = None,
     ) -> None:
         self.topics = topics
         self.cluster = cluster
         self.listeners = listeners
+        self.tenancy = tenancy
 
     def _check_cluster(self, request: web.Request) -> None:
         name = request.match_info["cluster"]
@@ -63,9 +69,20 @@ class ClusterApi:
             raise HttpError(HTTPStatus.NOT_FOUND, f"cluster {name} does not exist")
 
     async def clusters(self, request: web.Request) -> web.Response:
-        return json_response([self.cluster.config.cluster_name])
+        if self.tenancy is None:
+            return json_response([self.cluster.config.cluster_name])
+        await self.tenancy.table.refresh()
+        return json_response(self.tenancy.clusters())
 
     async def cluster_data(self, request: web.Request) -> web.Response:
+        """This cluster's URLs (its first live broker's), or the ``ClusterData`` another
+        cluster was registered with."""
+        name = request.match_info["cluster"]
+        if self.tenancy is not None and name != self.cluster.config.cluster_name:
+            await self.tenancy.table.refresh()
+            registered = self.tenancy.registered_cluster(name)
+            if registered is not None:
+                return json_response(registered)
         self._check_cluster(request)
         view = await self.cluster.view()
         first = view.brokers[0] if view.brokers else self.cluster.address
@@ -109,7 +126,7 @@ class ClusterApi:
         listener = request.query.get("listenerName") or request.headers.get(
             "X-Pulsar-ListenerName", ""
         )
-        if listener and self.listeners is not None and self.listeners.own:
+        if listener and self.listeners is not None:  # an unknown name fails, as on Pulsar
             urls = await self.listeners.urls(owner, listener)
             data["brokerUrl"] = data["nativeUrl"] = urls.service_url or ""
             data["brokerUrlTls"] = urls.service_url_tls or ""
@@ -139,10 +156,14 @@ class ClusterApi:
 
 
 def cluster_routes(
-    topics: TopicRegistry, cluster: Cluster, listeners: AdvertisedListeners | None = None
+    topics: TopicRegistry,
+    cluster: Cluster,
+    listeners: AdvertisedListeners | None = None,
+    tenancy: Tenancy | None = None,
 ) -> list[web.RouteDef]:
-    """``listeners``: lookups naming a listener (``?listenerName=``) get its URLs."""
-    api = ClusterApi(topics, cluster, listeners)
+    """``listeners``: lookups naming a listener (``?listenerName=``) get its URLs;
+    ``tenancy``: the other clusters registered through the admin API."""
+    api = ClusterApi(topics, cluster, listeners, tenancy)
     return [
         web.get("/admin/v2/clusters", api.clusters),
         web.get("/admin/v2/clusters/{cluster}", api.cluster_data),

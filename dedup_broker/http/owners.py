@@ -13,7 +13,11 @@ from dedup_broker.cluster.membership import BrokerAddress
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain_base.names import TopicName
 from dedup_broker.errors import ServiceNotReadyError
-from dedup_broker.security.broker_client import broker_client_headers, broker_client_ssl_context
+from dedup_broker.security.broker_client import (
+    broker_client_headers,
+    broker_client_ssl_context,
+    broker_client_web_url,
+)
 
 TIMEOUT = aiohttp.ClientTimeout(total=30)
 
@@ -35,7 +39,8 @@ class OwnerCalls:
         owner = await self._owner_of(name)
         if owner is None:
             raise ServiceNotReadyError(f"{name} moved to this broker during the call; retry")
-        url = owner.web_url + topic_path(name) + suffix + (f"?{query}" if query else "")
+        base = broker_client_web_url(self._config, owner.web_url, owner.web_url_tls)
+        url = base + topic_path(name) + suffix + (f"?{query}" if query else "")
         async with (
             aiohttp.ClientSession(
                 timeout=TIMEOUT, headers=broker_client_headers(self._config)

@@ -3,7 +3,9 @@ the routes of tenants, namespaces and their permissions.
 
 - ``GET /admin/v2/tenants``; ``PUT/POST/GET/DELETE /admin/v2/tenants/{tenant}`` with
   ``{"adminRoles": [...], "allowedClusters": [...]}``
+- ``PUT/POST/DELETE /admin/v2/clusters/{cluster}`` with Pulsar's ``ClusterData``
 - ``GET /admin/v2/namespaces/{tenant}``; ``PUT/DELETE /admin/v2/namespaces/{tenant}/{namespace}``
+  (``PUT`` with Pulsar's ``Policies``: its ``auth_policies`` are granted)
 - ``GET .../{namespace}/permissions``; ``POST/DELETE .../{namespace}/permissions/{role}``
   with ``["produce", "consume"]``
 """
@@ -17,7 +19,7 @@ from aiohttp.typedefs import Handler, Middleware
 
 from dedup_broker.domain.listing import NamespaceListing
 from dedup_broker.domain_base.names import TopicName
-from dedup_broker.http.bodies import json_response, no_content, read_json
+from dedup_broker.http.bodies import json_response, no_content, read_bool, read_json
 from dedup_broker.http.errors import ErrorStatuses
 from dedup_broker.http.paths import NAMESPACES, TOPIC, namespace_of, topic_of
 from dedup_broker.security.authentication import AuthenticationError, Authenticator
@@ -25,17 +27,36 @@ from dedup_broker.security.authorization import (
     AuthorizationError,
     Authorizer,
     InvalidTenancyError,
+    NamespacePolicies,
     TenancyConflictError,
     TenancyNotFoundError,
     TenantInfo,
     actions_of,
 )
+from dedup_broker.security.encryption import ENCRYPTION_REQUIRED, encryption_required
 from dedup_broker.security.tls import PeerCertificate, peer_certificate
 
 UNAUTHENTICATED_PATHS = frozenset({"/metrics", "/admin/v2/brokers/health"})
 """Liveness and metrics stay open, for probes and scrapers (as Pulsar's
 ``authenticateMetricsEndpoint=false``)."""
 
+LOOKUP_SHAPES = frozenset(
+    f"/admin/v2/{domain}/{{tenant}}/{{namespace}}/{{topic}}/partitions"
+    for domain in ("persistent", "non-persistent")
+)
+"""Partitioned-topic metadata, which clients read before a lookup: Pulsar's ``LOOKUP``
+operation, allowed to any role that may produce or consume."""
+TOPIC_LISTING_SHAPES = frozenset(
+    {
+        NAMESPACES + "/topics",
+        "/admin/v2/persistent/{tenant}/{namespace}",
+        "/admin/v2/non-persistent/{tenant}/{namespace}",
+    }
+)
+"""A namespace's topics (pattern consumers of HTTP clients list them): Pulsar's
+``GET_TOPICS``, allowed to roles that may consume (and produce)."""
+
+CLUSTER = "/admin/v2/clusters/{cluster}"
 TENANTS = "/admin/v2/tenants"
 TENANT = TENANTS + "/{tenant}"
 PERMISSIONS = NAMESPACES + "/permissions"
@@ -103,12 +124,14 @@ def _authorize(authorizer: Authorizer, request: web.Request) -> None:
     role: str | None = request.get("role")
     params = request.match_info
     what = f"{request.method} {request.path}"
-    if shape.startswith("/lookup/"):
-        domain = params.get("domain", "persistent")
+    if shape.startswith("/lookup/") or (request.method == "GET" and shape in LOOKUP_SHAPES):
+        domain = params.get("domain") or shape.split("/")[3]
         topic = TopicName.parse(
             f"{domain}://{params['tenant']}/{params['namespace']}/{params['topic']}"
         )
         authorizer.check_lookup(role, topic)
+    elif request.method == "GET" and shape in TOPIC_LISTING_SHAPES:
+        authorizer.check_namespace_read(role, namespace_of(request), what)
     elif "tenant" in params and (shape != TENANT or request.method == "GET"):
         authorizer.check_tenant_admin(role, params["tenant"], what)
     else:
@@ -119,6 +142,9 @@ def tenancy_routes(authorizer: Authorizer, namespaces: NamespaceListing) -> list
     """A namespace is deleted only when ``namespaces`` says it holds no topic."""
     api = _TenancyApi(authorizer, namespaces)
     return [
+        web.put(CLUSTER, api.create_cluster),
+        web.post(CLUSTER, api.update_cluster),
+        web.delete(CLUSTER, api.delete_cluster),
         web.get(TENANTS, api.list_tenants),
         web.get(TENANT, api.get_tenant),
         web.put(TENANT, api.create_tenant),
@@ -127,6 +153,8 @@ def tenancy_routes(authorizer: Authorizer, namespaces: NamespaceListing) -> list
         web.get("/admin/v2/namespaces/{tenant}", api.list_namespaces),
         web.put(NAMESPACES, api.create_namespace),
         web.delete(NAMESPACES, api.delete_namespace),
+        web.get(NAMESPACES + "/encryptionRequired", api.get_encryption_required),
+        web.post(NAMESPACES + "/encryptionRequired", api.set_encryption_required),
         web.get(PERMISSIONS, api.get_permissions),
         web.post(PERMISSIONS + "/{role}", api.grant),
         web.delete(PERMISSIONS + "/{role}", api.revoke),
@@ -140,6 +168,21 @@ class _TenancyApi:
     def __init__(self, authorizer: Authorizer, namespaces: NamespaceListing) -> None:
         self.tenancy = authorizer.tenancy
         self.namespaces = namespaces
+
+    async def create_cluster(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        await self.tenancy.create_cluster(request.match_info["cluster"], await read_json(request))
+        return no_content()
+
+    async def update_cluster(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        await self.tenancy.update_cluster(request.match_info["cluster"], await read_json(request))
+        return no_content()
+
+    async def delete_cluster(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        await self.tenancy.delete_cluster(request.match_info["cluster"])
+        return no_content()
 
     async def list_tenants(self, request: web.Request) -> web.Response:
         await self.tenancy.table.refresh()
@@ -179,7 +222,8 @@ class _TenancyApi:
 
     async def create_namespace(self, request: web.Request) -> web.Response:
         await self.tenancy.table.refresh()
-        await self.tenancy.create_namespace(namespace_of(request))
+        policies = NamespacePolicies.from_json(await _optional_json(request))
+        await self.tenancy.create_namespace(namespace_of(request), policies)
         return no_content()
 
     async def delete_namespace(self, request: web.Request) -> web.Response:
@@ -188,6 +232,14 @@ class _TenancyApi:
         if await self.namespaces.current_topics_of_namespace(namespace):
             raise TenancyConflictError(f"Cannot delete non empty namespace: {namespace}")
         await self.tenancy.delete_namespace(namespace)
+        return no_content()
+
+    async def get_encryption_required(self, request: web.Request) -> web.Response:
+        return json_response(encryption_required(self.policies, namespace_of(request)))
+
+    async def set_encryption_required(self, request: web.Request) -> web.Response:
+        value = await read_bool(request)
+        await self.policies.set_namespace_value(namespace_of(request), ENCRYPTION_REQUIRED, value)
         return no_content()
 
     async def get_permissions(self, request: web.Request) -> web.Response:
@@ -238,5 +290,5 @@ class _TenancyApi:
 
 
 async def _optional_json(request: web.Request) -> object:
-    """Pulsar's admin client may create a tenant with no body."""
+    """Pulsar's admin clients may create a tenant or a namespace with no body."""
     return await read_json(request) if (await request.read()).strip() else None

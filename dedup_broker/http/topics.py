@@ -20,10 +20,17 @@ from dedup_broker.domain.partitioned import PartitionedTopics, TopicExistsError
 from dedup_broker.domain.registry import TopicBusyError, TopicRegistry
 from dedup_broker.domain.topic import ConsumerStillConnectedError, SubscriptionExistsError
 from dedup_broker.domain_base.names import TopicName
-from dedup_broker.http.bodies import json_response, no_content, read_int, read_json
+from dedup_broker.http.bodies import json_response, no_content, read_json, read_partitions
 from dedup_broker.http.errors import BROKER_ERROR_STATUSES, ErrorStatuses, HttpError
 from dedup_broker.http.owners import OwnerCalls
-from dedup_broker.http.paths import TOPIC, query_flag, topic_of
+from dedup_broker.http.paths import (
+    NAMESPACES,
+    TOPIC,
+    namespace_of,
+    query_flag,
+    query_value,
+    topic_of,
+)
 from dedup_broker.metrics_registry import CONTENT_TYPE, exposition
 from dedup_broker.storage.api import Position
 
@@ -98,6 +105,7 @@ def topic_routes(
     return [
         web.get(NAMESPACE, api.list_topics),
         web.get(NAMESPACE + "/partitioned", api.list_partitioned_topics),
+        web.get(NAMESPACES + "/topics", api.namespace_topics),
         web.put(TOPIC, api.create_topic),
         web.delete(TOPIC, api.delete_topic),
         *partitioned_topic_routes(topics, namespaces, owners, TOPIC, topic_of),
@@ -144,7 +152,7 @@ class _PartitionedApi:
 
     async def create(self, request: web.Request) -> web.Response:
         await self.partitioned.create_partitioned_topic(
-            self.name_of(request), await read_int(request, "a number of partitions")
+            self.name_of(request), await read_partitions(request)
         )
         return no_content()
 
@@ -176,6 +184,20 @@ class _TopicsApi:
         await self.namespaces.refresh_listing()
         return json_response(self.namespaces.topics_of_namespace(namespace))
 
+    async def namespace_topics(self, request: web.Request) -> web.Response:
+        """Pulsar's ``GET /admin/v2/namespaces/{tenant}/{namespace}/topics``: the
+        persistent topics (partitions listed one by one) for ``mode=PERSISTENT`` (the
+        default) or ``ALL``, and the non-persistent ones live here for ``NON_PERSISTENT``
+        or ``ALL``."""
+        namespace = namespace_of(request)
+        mode = query_value(request, "mode", "PERSISTENT").upper()
+        topics: list[str] = []
+        if mode != "NON_PERSISTENT":
+            topics = await self.namespaces.current_topics_of_namespace(namespace)
+        if mode != "PERSISTENT":
+            topics += self.topics.non_persistent_topics_of_namespace(namespace)
+        return json_response(topics)
+
     async def list_partitioned_topics(self, request: web.Request) -> web.Response:
         namespace = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
         await self.namespaces.refresh_listing()
@@ -194,9 +216,7 @@ class _TopicsApi:
         return no_content()
 
     async def update_partitioned_topic(self, request: web.Request) -> web.Response:
-        await self.partitioned.update_partitions(
-            topic_of(request), await read_int(request, "a number of partitions")
-        )
+        await self.partitioned.update_partitions(topic_of(request), await read_partitions(request))
         return no_content()
 
     async def stats(self, request: web.Request) -> web.Response:

@@ -8,8 +8,6 @@ rollover, and when the slowest durable cursor enters another ledger (storage's t
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -17,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain_base.names import TopicName
 from dedup_broker.domain_base.policies import Policies
-from dedup_broker.errors import BrokerError, PermanentError
+from dedup_broker.errors import PermanentError
+from dedup_broker.periodic import PeriodicTask
 from dedup_broker.storage.api import Retention, is_system_cursor
 
 if TYPE_CHECKING:
@@ -107,19 +106,16 @@ class RetentionChecker:
     """Asks every loaded topic to trim, every ``retentionCheckIntervalInSeconds``."""
 
     def __init__(self, config: BrokerConfig, loaded: LoadedLedgers) -> None:
-        self._config = config
         self._loaded = loaded
-        self._task: asyncio.Task[None] | None = None
+        self._periodic = PeriodicTask(
+            "retention check", config.retention_check_interval_in_seconds, self._check
+        )
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._periodic.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
+        await self._periodic.stop()
 
     def trim_all(self, namespace: str | None = None) -> None:
         for name, ledger in list(self._loaded()):
@@ -127,11 +123,5 @@ class RetentionChecker:
                 ledger.trimmer.trim_soon()
                 ledger.offloads.check_soon()
 
-    async def _run(self) -> None:
-        interval = max(self._config.retention_check_interval_in_seconds, 1)
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                self.trim_all()
-            except BrokerError as exc:
-                log.warning("retention check: %s", exc)
+    async def _check(self) -> None:
+        self.trim_all()

@@ -1,17 +1,19 @@
 """Avro schema definitions and Avro's schema resolution rules: can a reader read a writer's data.
 
 Pulsar's AVRO and JSON schemas carry an Avro schema definition (JSON text); their
-compatibility is decided by these rules (as Avro's own ``SchemaCompatibility`` does):
+compatibility is decided as Pulsar decides it, with Avro's resolving grammar (what Avro's
+``SchemaValidator`` runs, not its stricter ``SchemaCompatibility``):
 
 - primitives read their own type; promotions: int -> long, float, double; long -> float,
   double; float -> double; string <-> bytes;
-- records match by name (unqualified, or a reader alias naming the writer); each reader
-  field takes the writer field of its name (or one of its aliases) and must read it, or
-  has a default; writer fields the reader does not have are skipped;
-- enums match by name; every writer symbol is a reader symbol, unless the reader has a
-  default symbol; fixed types match by name and size; arrays by items, maps by values;
-- a writer union is read when every branch is; a reader union reads a writer when one of
-  its branches does.
+- records resolve by structure (their names are not compared): each reader field takes
+  the writer field of its name and must read it, or has a default (``null`` included);
+  writer fields the reader does not have are skipped; aliases play no part;
+- enums match by full name (their symbols are not compared); fixed types by full name and
+  size; arrays by items, maps by values;
+- a writer union is read when every branch is; a reader union reads a writer through the
+  one branch Avro picks (the writer's type, a named type's full name or a record's
+  structure, else a promotion).
 """
 
 from __future__ import annotations
@@ -223,6 +225,11 @@ def incompatibilities(reader: AvroType, writer: AvroType) -> list[str]:
 
 
 class _Resolver:
+    """Avro's ``ResolvingGrammarGenerator`` as Pulsar's compatibility check runs it (through
+    Avro's ``SchemaValidator``): records resolve by structure whatever their names, enums
+    and fixed types by full name (enum symbols are not compared), a reader union reads a
+    writer through its one best branch."""
+
     def __init__(self) -> None:
         self._results: dict[tuple[int, int], bool | None] = {}
         """Pairs checked (``None``: being checked, a recursive type: assumed to match)."""
@@ -234,23 +241,22 @@ class _Resolver:
 
     def can_read(self, reader: AvroType, writer: AvroType) -> bool:
         if isinstance(writer, Union):
-            return all(self.can_read(reader, branch) for branch in writer.branches)
+            return all([self.can_read(reader, branch) for branch in writer.branches])
         if isinstance(reader, Union):
-            quiet = _Resolver()
-            quiet._results = self._results
-            if any(quiet.can_read(branch, writer) for branch in reader.branches):
-                return True
-            return self._no(f"no branch of a reader union reads {describe(writer)}")
+            branch = self._best_branch(reader, writer)
+            if branch is None:
+                return self._no(f"no branch of a reader union reads {describe(writer)}")
+            return self.can_read(branch, writer)
         key = (id(reader), id(writer))
         if key in self._results:
             known = self._results[key]
             return True if known is None else known
         self._results[key] = None
-        result = self._same_kind(reader, writer)
+        result = self._resolve(reader, writer)
         self._results[key] = result
         return result
 
-    def _same_kind(self, reader: AvroType, writer: AvroType) -> bool:
+    def _resolve(self, reader: AvroType, writer: AvroType) -> bool:
         if isinstance(reader, Primitive) and isinstance(writer, Primitive):
             if reader.name == writer.name or reader.name in PROMOTIONS.get(writer.name, ()):
                 return True
@@ -259,45 +265,63 @@ class _Resolver:
             return self.can_read(reader.items, writer.items)
         if isinstance(reader, Map) and isinstance(writer, Map):
             return self.can_read(reader.values, writer.values)
-        if isinstance(reader, (Record, Enum, Fixed)) and isinstance(writer, (Record, Enum, Fixed)):
-            if type(reader) is not type(writer):
+        if isinstance(reader, Record) and isinstance(writer, Record):
+            return self._record(reader, writer)
+        if isinstance(reader, Enum) and isinstance(writer, Enum):
+            if reader.full_name != writer.full_name:
+                return self._no(f"enum {writer.full_name} cannot be read as {reader.full_name}")
+            return True
+        if isinstance(reader, Fixed) and isinstance(writer, Fixed):
+            if reader.full_name != writer.full_name or reader.size != writer.size:
                 return self._no(f"{describe(writer)} cannot be read as {describe(reader)}")
-            if not _names_match(reader, writer):
-                return self._no(f"{writer.full_name} cannot be read as {reader.full_name}")
-            if isinstance(reader, Record) and isinstance(writer, Record):
-                return self._record(reader, writer)
-            if isinstance(reader, Enum) and isinstance(writer, Enum):
-                missing = [s for s in writer.symbols if s not in reader.symbols]
-                if missing and reader.default is None:
-                    return self._no(f"enum {reader.full_name} lacks symbols {missing}")
-                return True
-            if isinstance(reader, Fixed) and isinstance(writer, Fixed):
-                if reader.size != writer.size:
-                    return self._no(
-                        f"fixed {reader.full_name}: size {writer.size} != {reader.size}"
-                    )
-                return True
+            return True
         return self._no(f"{describe(writer)} cannot be read as {describe(reader)}")
 
     def _record(self, reader: Record, writer: Record) -> bool:
         written = {f.name: f for f in writer.fields}
+        for reader_field in reader.fields:
+            if reader_field.name not in written and not reader_field.has_default:
+                return self._no(
+                    f"field {reader.name}.{reader_field.name} is missing and has no default"
+                )
         compatible = True
         for reader_field in reader.fields:
             source = written.get(reader_field.name)
-            if source is None:
-                source = next((written[a] for a in reader_field.aliases if a in written), None)
-            if source is None:
-                if not reader_field.has_default:
-                    compatible = self._no(
-                        f"field {reader.name}.{reader_field.name} is missing and has no default"
-                    )
-            elif not self.can_read(reader_field.type, source.type):
+            if source is not None and not self.can_read(reader_field.type, source.type):
                 compatible = self._no(f"field {reader.name}.{reader_field.name} changed its type")
         return compatible
 
-
-def _names_match(reader: Named, writer: Named) -> bool:
-    return reader.name == writer.name or writer.full_name in reader.aliases
+    def _best_branch(self, reader: Union, writer: AvroType) -> AvroType | None:
+        """Avro's choice: the first branch of the writer's kind (named types: of its full
+        name, else, for records, the first whose structure reads it, preferring one of the
+        same short name), then one the writer promotes to."""
+        structure_match: AvroType | None = None
+        for branch in reader.branches:
+            if type(branch) is not type(writer):
+                continue
+            if isinstance(writer, Primitive) and isinstance(branch, Primitive):
+                if branch.name == writer.name:
+                    return branch
+                continue
+            if not isinstance(writer, (Record, Enum, Fixed)):
+                return branch
+            assert isinstance(branch, (Record, Enum, Fixed))
+            if branch.full_name == writer.full_name:
+                return branch
+            if isinstance(writer, Record) and isinstance(branch, Record):
+                quiet = _Resolver()
+                quiet._results = dict(self._results)
+                if quiet._record(branch, writer) and (
+                    structure_match is None or branch.name == writer.name
+                ):
+                    structure_match = branch
+        if structure_match is not None:
+            return structure_match
+        if isinstance(writer, Primitive):
+            for branch in reader.branches:
+                if isinstance(branch, Primitive) and branch.name in PROMOTIONS.get(writer.name, ()):
+                    return branch
+        return None
 
 
 def describe(schema: AvroType) -> str:

@@ -16,11 +16,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-import bcrypt
 import jwt
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import ConfigError, PermanentError
+from dedup_broker.security.htpasswd import parse_htpasswd, password_matches
 from dedup_broker.security.keys import (
     PUBLIC_ALGORITHMS,
     SECRET_ALGORITHMS,
@@ -102,8 +102,8 @@ class TokenProvider:
 
 
 class BasicProvider:
-    """``user:password`` checked against an htpasswd file (``basicAuthConf``) of bcrypt
-    hashes (``htpasswd -B``)."""
+    """``user:password`` checked against an htpasswd file (``basicAuthConf``): Apache MD5
+    (``htpasswd -m``) and crypt (``htpasswd -d``) as Pulsar reads them, bcrypt too."""
 
     method = "basic"
 
@@ -117,8 +117,7 @@ class BasicProvider:
         hashed = self._users.get(user)
         if not sep or hashed is None:
             raise AuthenticationError("unknown user or wrong password")
-        candidate = hashed.replace("$2y$", "$2b$", 1).encode()
-        if not bcrypt.checkpw(password.encode(), candidate):
+        if not password_matches(password.encode(), hashed):
             raise AuthenticationError("unknown user or wrong password")
         return user
 
@@ -167,17 +166,7 @@ def _read_htpasswd(source: str) -> dict[str, str]:
         )
     except OSError as exc:
         raise ConfigError(f"basicAuthConf: cannot read {source}: {exc}") from exc
-    users: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip() or line.startswith("#"):
-            continue
-        user, sep, hashed = line.strip().partition(":")
-        if not sep or not hashed.startswith(("$2y$", "$2b$", "$2a$")):
-            raise ConfigError(
-                f"basicAuthConf line {number}: expected user:bcrypt-hash (htpasswd -B)"
-            )
-        users[user] = hashed
-    return users
+    return parse_htpasswd(text)
 
 
 class Authenticator:
@@ -217,6 +206,8 @@ class Authenticator:
                 f"(methods: {', '.join(sorted(self.providers))})"
             )
         provider = self.providers.get(method)
+        if provider is None and self.anonymous_role is not None:
+            return self.anonymous_role  # Pulsar: an unknown method is anonymous when allowed
         if provider is None:
             raise AuthenticationError(
                 f"authentication method {method!r} is not enabled here "

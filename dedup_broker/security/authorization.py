@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain_base.names import NAME_PART, TopicName
-from dedup_broker.errors import ConfigError, PermanentError
+from dedup_broker.errors import ConfigError, PermanentError, TopicNotFoundError
 
 if TYPE_CHECKING:
     from dedup_broker.storage.api import MetadataTable
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 TENANT_KEY = "tenants/"
 NAMESPACE_KEY = "namespaces/"
 TOPIC_PERMISSIONS_KEY = "topic-permissions/"
+CLUSTER_KEY = "clusters/"
 SYSTEM_NAMESPACE = "pulsar/system"
 """Reserved for the broker's own use: superusers only."""
 
@@ -96,10 +97,65 @@ class NamespaceInfo:
         return cls({role: actions_of(names) for role, names in permissions.items()})
 
 
+@dataclass(frozen=True)
+class NamespacePolicies:
+    """What a Pulsar ``Policies`` body creating a namespace says about access:
+    ``auth_policies.namespace_auth`` (role -> actions on the namespace),
+    ``auth_policies.destination_auth`` (topic -> role -> actions) and
+    ``replication_clusters`` (which must be known clusters)."""
+
+    permissions: dict[str, tuple[AuthAction, ...]] = field(default_factory=dict)
+    topic_permissions: dict[str, dict[str, tuple[AuthAction, ...]]] = field(default_factory=dict)
+    replication_clusters: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, body: object) -> NamespacePolicies:
+        if body is None:
+            return cls()
+        if not isinstance(body, dict):
+            raise InvalidTenancyError("namespace policies are a JSON object")
+        auth = body.get("auth_policies") or {}
+        if not isinstance(auth, dict):
+            raise InvalidTenancyError("auth_policies must be a JSON object")
+        namespace_auth = _grants(auth.get("namespace_auth"), "auth_policies.namespace_auth")
+        topics = auth.get("destination_auth") or {}
+        if not isinstance(topics, dict):
+            raise InvalidTenancyError("auth_policies.destination_auth must be a JSON object")
+        return cls(
+            namespace_auth,
+            {
+                topic: _grants(grants, f"destination_auth.{topic}")
+                for topic, grants in topics.items()
+            },
+            _strings(body.get("replication_clusters") or [], "replication_clusters"),
+        )
+
+
+def _grants(value: object, label: str) -> dict[str, tuple[AuthAction, ...]]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidTenancyError(f"{label} must map roles to lists of actions")
+    return {role: actions_of(names) for role, names in value.items()}
+
+
 def _strings(value: object, label: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise InvalidTenancyError(f"{label} must be a list of strings")
     return tuple(value)
+
+
+CLUSTER_URL_FIELDS = ("serviceUrl", "serviceUrlTls", "brokerServiceUrl", "brokerServiceUrlTls")
+
+
+def _cluster_data(body: object) -> dict[str, Any]:
+    """Pulsar's ``ClusterData``: its URLs are kept as given (other fields too)."""
+    if not isinstance(body, dict):
+        raise InvalidTenancyError("a cluster is a JSON object with serviceUrl, brokerServiceUrl")
+    for name in CLUSTER_URL_FIELDS:
+        if body.get(name) is not None and not isinstance(body[name], str):
+            raise InvalidTenancyError(f"{name} must be a string")
+    return dict(body)
 
 
 def actions_of(names: object) -> tuple[AuthAction, ...]:
@@ -155,9 +211,7 @@ class Tenancy:
     async def _put_tenant(self, name: str, info: TenantInfo) -> None:
         if not info.allowed_clusters:
             info = TenantInfo(info.admin_roles, (self.cluster_name,))
-        unknown = [c for c in info.allowed_clusters if c != self.cluster_name]
-        if unknown:
-            raise InvalidTenancyError(f"Clusters do not exist: {unknown}")
+        self._check_clusters(info.allowed_clusters)
         await self.table.put(TENANT_KEY + name, json.dumps(info.to_json()).encode())
 
     async def delete_tenant(self, name: str) -> None:
@@ -166,6 +220,42 @@ class Tenancy:
         if self.namespaces(name):
             raise TenancyConflictError(f"The tenant still has active namespaces: {name}")
         await self.table.delete(TENANT_KEY + name)
+
+    # --- clusters (this one, and others registered with their URLs) ----------------------
+    def clusters(self) -> list[str]:
+        stored = {key[len(CLUSTER_KEY) :] for key, _ in self.table.items(CLUSTER_KEY)}
+        return sorted(stored | {self.cluster_name})
+
+    def registered_cluster(self, name: str) -> dict[str, Any] | None:
+        """The ``ClusterData`` stored for a cluster created through the admin API."""
+        raw = self.table.get(CLUSTER_KEY + name)
+        return None if raw is None else dict(json.loads(raw))
+
+    async def create_cluster(self, name: str, data: object) -> None:
+        """Pulsar's ``PUT /admin/v2/clusters/{name}``: this broker's own cluster exists
+        already (409, as on a Pulsar standalone); another is registered with its URLs."""
+        _check_name(name, "cluster")
+        if name in self.clusters():
+            raise TenancyConflictError(f"Cluster already exists: {name}")
+        await self.table.put(CLUSTER_KEY + name, json.dumps(_cluster_data(data)).encode())
+
+    async def update_cluster(self, name: str, data: object) -> None:
+        if name not in self.clusters():
+            raise TenancyNotFoundError(f"Cluster does not exist: {name}")
+        if name != self.cluster_name:
+            await self.table.put(CLUSTER_KEY + name, json.dumps(_cluster_data(data)).encode())
+
+    async def delete_cluster(self, name: str) -> None:
+        if name == self.cluster_name:
+            raise TenancyConflictError(f"Cluster {name} is this broker's own cluster")
+        if self.table.get(CLUSTER_KEY + name) is None:
+            raise TenancyNotFoundError(f"Cluster does not exist: {name}")
+        await self.table.delete(CLUSTER_KEY + name)
+
+    def _check_clusters(self, names: Iterable[str]) -> None:
+        unknown = [c for c in names if c not in self.clusters()]
+        if unknown:
+            raise InvalidTenancyError(f"Clusters do not exist: {unknown}")
 
     # --- namespaces ---------------------------------------------------------------------
     def namespaces(self, tenant: str) -> list[str]:
@@ -181,14 +271,28 @@ class Tenancy:
             return NamespaceInfo.from_json(json.loads(raw))
         return NamespaceInfo() if namespace == self.default_namespace else None
 
-    async def create_namespace(self, namespace: str) -> None:
+    async def create_namespace(
+        self, namespace: str, policies: NamespacePolicies | None = None
+    ) -> None:
+        """A new namespace; ``policies`` (a Pulsar ``Policies`` body) grants its roles."""
         tenant, _, local = namespace.partition("/")
         _check_name(local, "namespace")
         if self.tenant(tenant) is None:
             raise TenancyNotFoundError(f"Tenant does not exist: {tenant}")
         if self.table.get(NAMESPACE_KEY + namespace) is not None:
             raise TenancyConflictError(f"Namespace already exists: {namespace}")
-        await self._put_namespace(namespace, self.namespace(namespace) or NamespaceInfo())
+        policies = policies or NamespacePolicies()
+        self._check_clusters(policies.replication_clusters)
+        for topic in policies.topic_permissions:
+            if TopicName.parse(topic).namespace_name != namespace:
+                raise InvalidTenancyError(f"{topic} is not a topic of {namespace}")
+        info = self.namespace(namespace) or NamespaceInfo()
+        await self._put_namespace(
+            namespace, NamespaceInfo({**info.permissions, **policies.permissions})
+        )
+        for topic, grants in policies.topic_permissions.items():
+            name = TopicName.parse(topic)
+            await self._put_topic_permissions(name, {**self.topic_permissions(name), **grants})
 
     async def delete_namespace(self, namespace: str) -> None:
         if self.namespace(namespace) is None:
@@ -303,6 +407,7 @@ class Authorizer:
 
     def check_topic(self, role: str | None, topic: TopicName, action: AuthAction) -> None:
         if not self.allowed(role, topic.namespace_name, (action,), topic):
+            self._check_namespace_exists(topic)
             raise AuthorizationError(f"{_who(role)} is not authorized to {action.value} on {topic}")
 
     def check_lookup(self, role: str | None, topic: TopicName) -> None:
@@ -310,7 +415,19 @@ class Authorizer:
         the topic."""
         either = (AuthAction.PRODUCE, AuthAction.CONSUME)
         if not self.allowed(role, topic.namespace_name, either, topic):
+            self._check_namespace_exists(topic)
             raise AuthorizationError(f"{_who(role)} is not authorized to look up {topic}")
+
+    def _check_namespace_exists(self, topic: TopicName) -> None:
+        """A topic of a tenant or namespace that does not exist is not found, whoever asks
+        (Pulsar answers ``TopicNotFound`` before it speaks of permissions)."""
+        if topic.namespace_name == SYSTEM_NAMESPACE:
+            return
+        tenant = topic.namespace_name.split("/")[0]
+        if self.tenancy.tenant(tenant) is None:
+            raise TopicNotFoundError(f"Tenant does not exist: {tenant} (topic {topic})")
+        if self.tenancy.namespace(topic.namespace_name) is None:
+            raise TopicNotFoundError(f"Namespace not found: {topic.namespace_name}")
 
     def check_namespace_read(self, role: str | None, namespace: str, what: str) -> None:
         if not self.allowed(role, namespace, (AuthAction.PRODUCE, AuthAction.CONSUME)):

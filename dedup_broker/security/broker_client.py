@@ -19,20 +19,29 @@ CLIENT_PLUGIN_ALIASES = {
     "org.apache.pulsar.client.impl.auth.AuthenticationToken": "token",
     "basic": "basic",
     "org.apache.pulsar.client.impl.auth.AuthenticationBasic": "basic",
+    "tls": "tls",
+    "org.apache.pulsar.client.impl.auth.AuthenticationTls": "tls",
 }
 
 
-def broker_client_headers(config: BrokerConfig) -> dict[str, str]:
-    """``{"Authorization": ...}`` for calls to other brokers; empty without a plugin."""
+def _plugin_kind(config: BrokerConfig) -> str | None:
     plugin = config.broker_client_authentication_plugin.strip()
     if not plugin:
-        return {}
+        return None
     kind = CLIENT_PLUGIN_ALIASES.get(plugin)
     if kind is None:
         raise ConfigError(
             f"brokerClientAuthenticationPlugin: unknown plugin {plugin!r} "
             f"(known: {', '.join(sorted(CLIENT_PLUGIN_ALIASES))})"
         )
+    return kind
+
+
+def broker_client_headers(config: BrokerConfig) -> dict[str, str]:
+    """``{"Authorization": ...}`` for calls to other brokers; empty without a plugin."""
+    kind = _plugin_kind(config)
+    if kind is None or kind == "tls":  # a certificate proves who it is, in the handshake
+        return {}
     parameters = config.broker_client_authentication_parameters.strip()
     if kind == "token":
         return {"Authorization": f"Bearer {_token(parameters)}"}
@@ -60,17 +69,50 @@ def broker_client_ssl_context(config: BrokerConfig) -> ssl.SSLContext:
     ``brokerClientTrustCertsFilePath`` or else ``tlsTrustCertsFilePath``) and which client
     certificate they present (``brokerClientCertificateFilePath``, if any)."""
     cafile = config.broker_client_trust_certs_file_path or config.tls_trust_certs_file_path
-    certificate = config.broker_client_certificate_file_path
+    certificate, key = _client_certificate(config)
     try:
         context = ssl.create_default_context(cafile=cafile or None)
         if certificate:
-            context.load_cert_chain(certificate, config.broker_client_key_file_path or None)
+            context.load_cert_chain(certificate, key or None)
     except (OSError, ssl.SSLError) as exc:
         raise ConfigError(
             f"brokerClientTrustCertsFilePath {cafile!r}, brokerClientCertificateFilePath "
             f"{certificate!r}: {exc}"
         ) from exc
     return context
+
+
+def broker_client_web_url(config: BrokerConfig, plain: str, tls: str | None) -> str:
+    """The URL of another broker's admin API to call: its HTTPS one when the credentials
+    are a client certificate (which only a TLS handshake presents)."""
+    if tls and _plugin_kind(config) == "tls":
+        return tls
+    return plain
+
+
+def _client_certificate(config: BrokerConfig) -> tuple[str, str]:
+    """The client certificate and key: ``brokerClientCertificateFilePath`` and
+    ``brokerClientKeyFilePath``, else, with the ``AuthenticationTls`` plugin, its
+    parameters ``tlsCertFile:/path,tlsKeyFile:/path`` (or the same as JSON)."""
+    certificate = config.broker_client_certificate_file_path
+    key = config.broker_client_key_file_path
+    if _plugin_kind(config) != "tls":
+        return certificate, key
+    parameters = config.broker_client_authentication_parameters.strip()
+    if parameters.startswith("{"):
+        named = {k: str(v) for k, v in _json(parameters).items()}
+    else:
+        pairs = (item.partition(":") for item in parameters.split(",") if item.strip())
+        named = {name.strip(): value.strip() for name, _, value in pairs}
+    certificate = certificate or named.get("tlsCertFile", "").removeprefix("file://")
+    key = key or named.get("tlsKeyFile", "").removeprefix("file://")
+    if not certificate or not key:
+        raise ConfigError(
+            "brokerClientAuthenticationPlugin AuthenticationTls needs a client certificate: "
+            "brokerClientCertificateFilePath and brokerClientKeyFilePath (or tlsCertFile and "
+            "tlsKeyFile in brokerClientAuthenticationParameters)"
+        )
+    return certificate, key
 
 
 def _token(parameters: str) -> str:

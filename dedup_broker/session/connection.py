@@ -45,6 +45,8 @@ class ClientConnection(asyncio.Protocol):
         self.authorizer: Authorizer = listener.authorizer
         self.advertised_listeners = listener.advertised_listeners
         self.role: str | None = None
+        self.client_version = ""
+        """What CONNECT named the client (``Pulsar-Python-v3.5.0``...), for stats."""
         self.tls = False
         self.peer_certificate: PeerCertificate | None = None
         self.transport: asyncio.Transport | None = None

@@ -128,6 +128,10 @@ class ConsumerCommands:
             return
         self.connection.send_command(commands.active_consumer_change(consumer.consumer_id, active))
 
+    def reached_end_of_topic(self, consumer: Consumer) -> None:
+        if self.consumers.get(consumer.consumer_id) is consumer:
+            self.connection.send_command(commands.reached_end_of_topic(consumer.consumer_id))
+
     def resume_dispatch(self) -> None:
         """The socket drained: dispatch what waited for it."""
         for consumer in self.consumers.values():
@@ -169,6 +173,8 @@ class ConsumerCommands:
                 key_shared=_key_shared_settings(request)
                 if sub_type == SubscriptionType.KEY_SHARED
                 else None,
+                metadata={kv.key: kv.value for kv in request.metadata},
+                client_version=self.connection.client_version,
             )
             durable = request.durable if request.HasField("durable") else True
             await topic.subscribe(

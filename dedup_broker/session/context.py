@@ -35,6 +35,8 @@ class Session(Protocol):
     advertised_listeners: AdvertisedListeners | None
     role: str | None
     """Who the client proved to be at CONNECT (None: authentication is off)."""
+    client_version: str
+    """What CONNECT named the client, for stats."""
     tls: bool
     """The client connected over TLS (lookups answer with TLS URLs)."""
     peer_certificate: PeerCertificate | None

@@ -72,6 +72,7 @@ class Handshake:
                 method or "none",
             )
         self.protocol_version = min(connect.protocol_version, SERVER_PROTOCOL_VERSION)
+        self.connection.client_version = connect.client_version
         self.connected = True
         self._method = method
         self._expires_at = self.connection.authenticator.expires_at(method, connect.auth_data)

@@ -14,6 +14,8 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from dedup_broker.domain_base.handover import Destination, outcome
+from dedup_broker.backlog.quota import check_producer
+from dedup_broker.domain.topic import Topic
 from dedup_broker.domain_base.outcomes import PublishOutcome, PublishResult, settled
 from dedup_broker.domain_base.producer import Producer, ProducerAccessMode
 from dedup_broker.errors import ChecksumError, ProtocolError
@@ -22,6 +24,7 @@ from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import Frame, parse_metadata_only, verify_checksum
 from dedup_broker.schema.compatibility import SchemaInfo
 from dedup_broker.security.authorization import AuthAction
+from dedup_broker.security.encryption import check_producer_encryption
 from dedup_broker.session.lookups import topic_name
 from dedup_broker.session.replies import CreationInProgressError, UnknownIdError, publish_reply
 
@@ -107,6 +110,10 @@ class ProducerCommands:
     async def _create(self, request: pb.CommandProducer) -> None:
         name = topic_name(self.connection, request.topic)
         self.connection.authorizer.check_topic(self.connection.role, name, AuthAction.PRODUCE)
+        check_producer_encryption(self.broker.policies, name, request.encrypted)
+        initial_subscription = request.initial_subscription_name
+        if initial_subscription:  # Pulsar asks for SUBSCRIBE on it too
+            self.connection.authorizer.check_topic(self.connection.role, name, AuthAction.CONSUME)
         existing = self.producers.get(request.producer_id)
         if existing is not None:
             if str(existing.topic.name) != str(name):
@@ -129,6 +136,12 @@ class ProducerCommands:
             schema = SchemaInfo.of_wire(request.schema) if request.HasField("schema") else None
             schema_version = await self.broker.schemas.for_producer(name, schema)
             await topic.wait_writable()
+            if isinstance(topic, Topic):
+                await check_producer(
+                    self.broker.policies, self.broker.config, name, topic.managed_ledger
+                )
+                if initial_subscription:
+                    await topic.ensure_subscription(initial_subscription)
             user_named = request.HasField("producer_name") and bool(request.producer_name)
             producer = Producer(
                 link=self,
@@ -137,6 +150,8 @@ class ProducerCommands:
                 user_provided_name=user_named,
                 access_mode=access_mode,
                 topic_epoch=request.topic_epoch if request.HasField("topic_epoch") else None,
+                metadata={kv.key: kv.value for kv in request.metadata},
+                client_version=self.connection.client_version,
             )
             self._waiting[request.producer_id] = (producer, topic)
             try:

@@ -9,9 +9,14 @@ any other SEND_ERROR by reconnecting and resending what is unacknowledged.
 from __future__ import annotations
 
 from dedup_broker import errors
+from dedup_broker.backlog.quota import (
+    ProducerHeldByQuotaError,
+    ProducerRefusedByQuotaError,
+)
 from dedup_broker.domain.consumer import ConsumerBusyError
-from dedup_broker.domain.key_shared import ConsumerAssignError
+from dedup_broker.domain.key_shared_selectors import ConsumerAssignError
 from dedup_broker.domain.producer_access import ProducerBusyError, ProducerFencedError
+from dedup_broker.domain.termination import TopicTerminatedError
 from dedup_broker.domain.topic import ConsumerStillConnectedError, SubscriptionNotFoundError
 from dedup_broker.domain_base.outcomes import PublishOutcome, PublishStatus
 from dedup_broker.protocol import commands
@@ -19,6 +24,7 @@ from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.schema.compatibility import IncompatibleSchemaError
 from dedup_broker.security.authentication import AuthenticationError
 from dedup_broker.security.authorization import AuthorizationError
+from dedup_broker.security.encryption import EncryptionRequiredError
 
 
 class UnknownIdError(errors.PermanentError):
@@ -34,6 +40,10 @@ _CODES: tuple[tuple[type[BaseException], pb.ServerError], ...] = (
     # and finds it loaded again (NotAllowedError would be final for some clients).
     (errors.ManagedLedgerClosedError, pb.ServiceNotReady),
     (errors.ChecksumError, pb.ChecksumError),
+    (TopicTerminatedError, pb.TopicTerminatedError),
+    (EncryptionRequiredError, pb.MetadataError),
+    (ProducerHeldByQuotaError, pb.ProducerBlockedQuotaExceededError),
+    (ProducerRefusedByQuotaError, pb.ProducerBlockedQuotaExceededException),
     (AuthenticationError, pb.AuthenticationError),
     (AuthorizationError, pb.AuthorizationError),
     (errors.InvalidTopicNameError, pb.InvalidTopicName),
@@ -68,6 +78,8 @@ def send_error_code(exc: BaseException | None) -> pb.ServerError:
         return pb.ChecksumError
     if isinstance(exc, errors.ProtocolError):
         return pb.UnknownError
+    if isinstance(exc, TopicTerminatedError):
+        return pb.TopicTerminatedError
     return pb.PersistenceError
 
 

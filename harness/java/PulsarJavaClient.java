@@ -63,6 +63,8 @@ public final class PulsarJavaClient {
                         options);
                 case "steady" -> steady(client, args[2].split(","), Double.parseDouble(args[3]),
                         Double.parseDouble(args[4]));
+                case "priority" -> priority(client, args[2], args[3], Integer.parseInt(args[4]),
+                        options);
                 default -> throw new IllegalArgumentException("unknown mode " + args[0]);
             }
         }
@@ -208,7 +210,8 @@ public final class PulsarJavaClient {
             for (int i = 0; i < count; i++) {
                 Message<byte[]> message = consumer.receive(timeoutMs, TimeUnit.MILLISECONDS);
                 if (message == null) {
-                    System.out.println("{\"event\":\"timeout\",\"after\":" + i + "}");
+                    System.out.println("{\"event\":\"timeout\",\"after\":" + i
+                            + ",\"endOfTopic\":" + consumer.hasReachedEndOfTopic() + "}");
                     break;
                 }
                 byte[] data = message.getValue();
@@ -228,6 +231,49 @@ public final class PulsarJavaClient {
                 System.out.println(line);
                 consumer.acknowledge(message);
             }
+        }
+    }
+
+    /**
+     * Shared consumers of the given priority levels (subscribed in that order, each with
+     * receiverQueueSize "queue"), then count messages produced; once dispatch settled,
+     * each consumer's share is printed: {"event":"share","priority":P,"received":N}.
+     */
+    private static void priority(PulsarClient client, String topic, String subscription,
+            int count, Map<String, String> options) throws Exception {
+        int queue = Integer.parseInt(options.getOrDefault("queue", "10"));
+        List<Consumer<byte[]>> consumers = new ArrayList<>();
+        List<Integer> levels = new ArrayList<>();
+        for (String level : options.getOrDefault("priorities", "1,0").split(",")) {
+            levels.add(Integer.parseInt(level));
+            consumers.add(client.newConsumer()
+                    .topic(topic)
+                    .subscriptionName(subscription)
+                    .subscriptionType(SubscriptionType.Shared)
+                    .priorityLevel(Integer.parseInt(level))
+                    .receiverQueueSize(queue)
+                    .subscribe());
+        }
+        try (Producer<byte[]> producer = client.newProducer().topic(topic)
+                .enableBatching(false).create()) {
+            for (int i = 0; i < count; i++) {
+                producer.send(payload(i, 0));
+            }
+        }
+        Thread.sleep(Long.parseLong(options.getOrDefault("settleMs", "2000")));
+        for (int n = 0; n < consumers.size(); n++) {
+            int received = 0;
+            while (consumers.get(n).receive(500, TimeUnit.MILLISECONDS) != null) {
+                received++;
+                if (received >= queue) {
+                    break; // what the broker had dispatched before anything was read
+                }
+            }
+            System.out.println("{\"event\":\"share\",\"priority\":" + levels.get(n)
+                    + ",\"received\":" + received + "}");
+        }
+        for (Consumer<byte[]> consumer : consumers) {
+            consumer.close();
         }
     }
 

@@ -26,7 +26,7 @@ def test_a_pulsar_standalone_conf_loads_with_its_unimplemented_keys_reported(
     assert config.managed_ledger_cache_size_mb == BrokerConfig().managed_ledger_cache_size_mb
     [warning] = [r.getMessage() for r in caplog.records]
     assert "were ignored" in warning
-    for key in ("backlogQuotaDefaultLimitGB", "loadBalancerEnabled", "numOrderedExecutorThreads"):
+    for key in ("loadBalancerEnabled", "numOrderedExecutorThreads"):
         assert key in warning
     assert "brokerDeduplicationEnabled" not in warning
 

@@ -41,6 +41,7 @@ FOLDER_LAYERS: dict[str, float] = {
     "dedup_broker.compaction": 3,
     "dedup_broker.schema": 3,
     "dedup_broker.security": 3,
+    "dedup_broker.backlog": 3,
     "dedup_broker.cluster": 3,
     "system_topics": 3,
     # the domain core: broker, topics, subscriptions

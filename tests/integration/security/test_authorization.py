@@ -168,6 +168,11 @@ def test_tenant_admin_and_superuser_rights_over_the_admin_api(
     assert status == 403
     assert "superusers only" in body["reason"]
     status, body = admin_call(broker, "alice", "GET", "/admin/v2/persistent/public/default")
+    assert status == 403  # listing a namespace's topics needs produce or consume there
+    assert "role 'alice' is not authorized" in body["reason"]
+    status, body = admin_call(
+        broker, "alice", "GET", "/admin/v2/namespaces/public/default/permissions"
+    )
     assert status == 403
     assert "not an admin of tenant public" in body["reason"]
     # A role with produce permission is no admin; an unauthenticated call is a 401.

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from domain_links import ConsumerSide, ProducerSide, new_producer, publish, subscribe
 
 from dedup_broker.domain.consumer import SubscriptionType
 from dedup_broker.domain.partitioned import InvalidPartitionsError, TopicExistsError
@@ -15,6 +14,7 @@ from dedup_broker.domain_base.names import TopicName
 from dedup_broker.errors import ServiceNotReadyError, StorageError, TopicNotFoundError
 from dedup_broker.schema.compatibility import SchemaInfo, SchemaType
 from dedup_broker.storage.values import Position
+from harness.domain_links import ConsumerSide, ProducerSide, new_producer, publish, subscribe
 from harness.memory_broker import MemoryBroker, settle
 
 TOPIC = "persistent://public/default/orders"

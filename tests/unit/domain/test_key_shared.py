@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 
 import pytest
-from domain_links import ConsumerSide, new_producer, publish, subscribe
 
 from dedup_broker.domain.consumer import Consumer, SubscriptionType
 from dedup_broker.domain.key_hash import (
@@ -18,10 +17,11 @@ from dedup_broker.domain.key_hash import (
     murmur3_32,
     sticky_key,
 )
-from dedup_broker.domain.key_shared import ConsistentHashSelector, ConsumerAssignError
+from dedup_broker.domain.key_shared_selectors import ConsistentHashSelector, ConsumerAssignError
 from dedup_broker.domain.topic import Topic
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.storage.values import Position
+from harness.domain_links import ConsumerSide, new_producer, publish, subscribe
 from harness.memory_broker import MemoryBroker, settle
 
 TOPIC = "persistent://public/default/keyed"

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
-from domain_links import ConsumerSide, new_producer, publish, subscribe
 from prometheus_client import Counter
 
 from dedup_broker.domain.consumer import Consumer, Delivery, SubscriptionType
@@ -24,6 +23,7 @@ from dedup_broker.domain_base.names import TopicDomain, TopicName
 from dedup_broker.domain_base.outcomes import PublishOutcome
 from dedup_broker.errors import InvalidTopicNameError, TopicNotFoundError
 from dedup_broker.protocol.framing import parse_metadata_only
+from harness.domain_links import ConsumerSide, new_producer, publish, subscribe
 from harness.memory_broker import MemoryBroker
 
 TOPIC = "non-persistent://public/default/ticks"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from domain_links import ProducerSide
 
 from dedup_broker.domain.producer_access import (
     ProducerBusyError,
@@ -13,6 +12,7 @@ from dedup_broker.domain.producer_access import (
     ProducerFencedError,
 )
 from dedup_broker.domain_base.producer import Producer, ProducerAccessMode
+from harness.domain_links import ProducerSide
 from harness.memory_broker import MemoryBroker
 
 TOPIC = "persistent://public/default/orders"

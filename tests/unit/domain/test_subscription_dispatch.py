@@ -4,11 +4,11 @@ the cursor, redelivery with its count, and the unacked limit."""
 from __future__ import annotations
 
 import pytest
-from domain_links import ConsumerSide, new_producer, publish, subscribe
 
 from dedup_broker.domain.consumer import ConsumerBusyError, SubscriptionType
 from dedup_broker.domain.topic import Topic
 from dedup_broker.storage.values import Position
+from harness.domain_links import ConsumerSide, new_producer, publish, subscribe
 from harness.memory_broker import MemoryBroker, settle
 
 TOPIC = "persistent://public/default/orders"
@@ -79,6 +79,25 @@ async def test_shared_spreads_entries_over_consumers_with_permits() -> None:
     assert (len(side.positions_of("a")), len(side.positions_of("b"))) == (2, 4)
     assert side.positions_of("c") == []
     assert c.permits == 0
+
+
+async def test_shared_serves_the_best_priority_level_first() -> None:
+    """Pulsar's priority levels: 0 before 1; a lower level gets entries only while every
+    consumer of the higher one is out of permits."""
+    topic = await topic_with(0)
+    side = ConsumerSide()
+    low = await subscribe(topic, side, "low", sub_type=SHARED, priority_level=1)
+    high_a = await subscribe(topic, side, "high-a", sub_type=SHARED, priority_level=0)
+    high_b = await subscribe(topic, side, "high-b", sub_type=SHARED, priority_level=0)
+    for consumer, permits in ((low, 10), (high_a, 3), (high_b, 3)):
+        low.subscription.on_flow(consumer, permits)
+    producer = new_producer("later")
+    topic.add_producer(producer)
+    for seq in range(10):
+        await publish(topic, producer, seq)
+    await settle()
+    assert (len(side.positions_of("high-a")), len(side.positions_of("high-b"))) == (3, 3)
+    assert side.positions_of("low") == [at(i) for i in range(6, 10)]
 
 
 async def test_cumulative_and_individual_acks_move_the_cursor() -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-from domain_links import ProducerSide, new_producer, publish
-
 from dedup_broker.domain_base.outcomes import (
     DUPLICATE,
     UNKNOWN,
@@ -16,6 +14,7 @@ from dedup_broker.domain_base.outcomes import (
 )
 from dedup_broker.errors import LedgerFencedError, StorageError
 from dedup_broker.storage.values import Position
+from harness.domain_links import ProducerSide, new_producer, publish
 from harness.memory_broker import MemoryBroker, settle
 
 TOPIC = "persistent://public/default/orders"

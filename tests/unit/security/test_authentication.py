@@ -50,6 +50,8 @@ def test_tokens_claims_and_audience() -> None:
     with pytest.raises(AuthenticationError, match="does not name 'brokers'"):
         scoped.authenticate("token", token(role="r", aud="web").encode())
     assert authenticator(anonymous_user_role="guest").authenticate("", b"") == "guest"
+    # As Pulsar: a method no provider serves is anonymous when an anonymous role is set.
+    assert authenticator(anonymous_user_role="guest").authenticate("unknown", b"x") == "guest"
 
 
 def test_bad_settings_fail_at_start() -> None:

@@ -11,7 +11,11 @@ import pytest
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import ConfigError
-from dedup_broker.security.broker_client import broker_client_headers, broker_client_ssl_context
+from dedup_broker.security.broker_client import (
+    broker_client_headers,
+    broker_client_ssl_context,
+    broker_client_web_url,
+)
 from tests.tls_certificates import make_certificates
 
 
@@ -74,3 +78,35 @@ def test_https_to_brokers_trusts_the_broker_client_ca_or_else_the_tls_one(tmp_pa
     missing = base.with_overrides(broker_client_trust_certs_file_path=str(tmp_path / "none.pem"))
     with pytest.raises(ConfigError, match="brokerClientTrustCertsFilePath"):
         broker_client_ssl_context(missing)
+
+
+def test_tls_plugin_presents_a_client_certificate_and_no_header(tmp_path: Path) -> None:
+    """Pulsar's ``AuthenticationTls``: the certificate from brokerClientCertificateFilePath
+    (or the plugin's tlsCertFile/tlsKeyFile parameters); calls go to the HTTPS port."""
+    certificates = make_certificates(tmp_path)
+    plugin = "org.apache.pulsar.client.impl.auth.AuthenticationTls"
+    base = BrokerConfig().with_overrides(
+        broker_client_authentication_plugin=plugin,
+        tls_trust_certs_file_path=str(certificates.ca),
+    )
+    by_settings = base.with_overrides(
+        broker_client_certificate_file_path=str(certificates.client_cert),
+        broker_client_key_file_path=str(certificates.client_key),
+    )
+    by_parameters = base.with_overrides(
+        broker_client_authentication_parameters=(
+            f"tlsCertFile:{certificates.client_cert},tlsKeyFile:{certificates.client_key}"
+        )
+    )
+    for config in (by_settings, by_parameters):
+        assert broker_client_headers(config) == {}
+        broker_client_ssl_context(config)
+        assert broker_client_web_url(config, "http://b:8080", "https://b:8443") == (
+            "https://b:8443"
+        )
+    assert broker_client_web_url(config, "http://b:8080", None) == "http://b:8080"
+    assert broker_client_web_url(BrokerConfig(), "http://b:8080", "https://b:8443") == (
+        "http://b:8080"
+    )
+    with pytest.raises(ConfigError, match="needs a client certificate"):
+        broker_client_ssl_context(base)

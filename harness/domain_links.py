@@ -41,6 +41,7 @@ class ConsumerSide:
     """(consumer, position, redelivery count) in delivery order."""
     closed: list[str] = field(default_factory=list)
     active_changes: list[tuple[str, bool]] = field(default_factory=list)
+    ended: list[str] = field(default_factory=list)
 
     def deliver(self, consumer: Consumer, deliveries: Sequence[Delivery]) -> None:
         for delivery in deliveries:
@@ -53,6 +54,9 @@ class ConsumerSide:
 
     def active_consumer_changed(self, consumer: Consumer, active: bool) -> None:
         self.active_changes.append((consumer.name, active))
+
+    def reached_end_of_topic(self, consumer: Consumer) -> None:
+        self.ended.append(consumer.name)
 
     def positions_of(self, name: str) -> list[Position]:
         return [position for who, position, _ in self.delivered if who == name]
