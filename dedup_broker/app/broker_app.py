@@ -31,6 +31,7 @@ from dedup_broker.errors import BrokerError
 from dedup_broker.http.backlog_quota import BACKLOG_ERROR_STATUSES, backlog_quota_routes
 from dedup_broker.http.cluster import cluster_routes, redirect_middleware
 from dedup_broker.http.compaction import COMPACTION_ERROR_STATUSES, compaction_routes
+from dedup_broker.http.encryption import encryption_routes
 from dedup_broker.http.key_dedup import KEY_DEDUP_ERROR_STATUSES, key_dedup_routes
 from dedup_broker.http.ledger_deletion import ledger_deletion_routes
 from dedup_broker.http.messages import MESSAGES_ERROR_STATUSES, message_routes
@@ -122,6 +123,7 @@ def http_app(
         *topic_routes(topics, namespaces, owners),
         *message_routes(topics),
         *backlog_quota_routes(policies, config),
+        *encryption_routes(policies),
         *non_persistent_routes(topics, namespaces, owners),
         *pip6_routes(policies, topics),
         *key_dedup_routes(policies, broker.key_dedup),

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from dedup_broker.domain_base.handover import Destination
 from dedup_broker.domain_base.dates import pulsar_date
+from dedup_broker.domain_base.handover import Destination
 from dedup_broker.errors import PermanentError
 from dedup_broker.storage.api import Entry, Position
 

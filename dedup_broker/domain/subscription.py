@@ -27,8 +27,8 @@ from dedup_broker.domain.delayed_delivery import DelayedDelivery
 from dedup_broker.domain.dispatchers import KeySharedDispatcher, dispatcher_for
 from dedup_broker.domain.key_shared import KeySharedRouting
 from dedup_broker.domain.redeliveries import Redeliveries
-from dedup_broker.domain_base.handover import Destination
 from dedup_broker.domain.termination import tell_end_of_topic
+from dedup_broker.domain_base.handover import Destination
 from dedup_broker.errors import BrokerError
 from dedup_broker.protocol.framing import parse_metadata_only
 from dedup_broker.storage.api import Entry, ManagedCursor, ManagedLedger, Position

@@ -20,13 +20,13 @@ from dedup_broker.domain.consumer import ConsumerBusyError, SubscriptionType
 from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.producer_access import TOPIC_EPOCH_PROPERTY, ProducerHost
 from dedup_broker.domain.subscription import Subscription
-from dedup_broker.domain_base.handover import Destination
 from dedup_broker.domain.termination import (
     TERMINATED_PROPERTY,
     TopicTerminatedError,
     terminated_position,
     terminated_property,
 )
+from dedup_broker.domain_base.handover import Destination
 from dedup_broker.domain_base.names import TopicName
 from dedup_broker.domain_base.outcomes import (
     UNKNOWN,

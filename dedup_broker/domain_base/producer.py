@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from dedup_broker.domain_base.handover import Destination
 from dedup_broker.domain_base.dates import pulsar_date
+from dedup_broker.domain_base.handover import Destination
 
 
 class ProducerAccessMode(enum.IntEnum):

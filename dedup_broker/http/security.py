@@ -19,7 +19,7 @@ from aiohttp.typedefs import Handler, Middleware
 
 from dedup_broker.domain.listing import NamespaceListing
 from dedup_broker.domain_base.names import TopicName
-from dedup_broker.http.bodies import json_response, no_content, read_bool, read_json
+from dedup_broker.http.bodies import json_response, no_content, read_json
 from dedup_broker.http.errors import ErrorStatuses
 from dedup_broker.http.paths import NAMESPACES, TOPIC, namespace_of, topic_of
 from dedup_broker.security.authentication import AuthenticationError, Authenticator
@@ -33,7 +33,6 @@ from dedup_broker.security.authorization import (
     TenantInfo,
     actions_of,
 )
-from dedup_broker.security.encryption import ENCRYPTION_REQUIRED, encryption_required
 from dedup_broker.security.tls import PeerCertificate, peer_certificate
 
 UNAUTHENTICATED_PATHS = frozenset({"/metrics", "/admin/v2/brokers/health"})
@@ -153,8 +152,6 @@ def tenancy_routes(authorizer: Authorizer, namespaces: NamespaceListing) -> list
         web.get("/admin/v2/namespaces/{tenant}", api.list_namespaces),
         web.put(NAMESPACES, api.create_namespace),
         web.delete(NAMESPACES, api.delete_namespace),
-        web.get(NAMESPACES + "/encryptionRequired", api.get_encryption_required),
-        web.post(NAMESPACES + "/encryptionRequired", api.set_encryption_required),
         web.get(PERMISSIONS, api.get_permissions),
         web.post(PERMISSIONS + "/{role}", api.grant),
         web.delete(PERMISSIONS + "/{role}", api.revoke),
@@ -232,14 +229,6 @@ class _TenancyApi:
         if await self.namespaces.current_topics_of_namespace(namespace):
             raise TenancyConflictError(f"Cannot delete non empty namespace: {namespace}")
         await self.tenancy.delete_namespace(namespace)
-        return no_content()
-
-    async def get_encryption_required(self, request: web.Request) -> web.Response:
-        return json_response(encryption_required(self.policies, namespace_of(request)))
-
-    async def set_encryption_required(self, request: web.Request) -> web.Response:
-        value = await read_bool(request)
-        await self.policies.set_namespace_value(namespace_of(request), ENCRYPTION_REQUIRED, value)
         return no_content()
 
     async def get_permissions(self, request: web.Request) -> web.Response:

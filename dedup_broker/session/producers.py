@@ -13,9 +13,9 @@ from collections import deque
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
-from dedup_broker.domain_base.handover import Destination, outcome
 from dedup_broker.backlog.quota import check_producer
 from dedup_broker.domain.topic import Topic
+from dedup_broker.domain_base.handover import Destination, outcome
 from dedup_broker.domain_base.outcomes import PublishOutcome, PublishResult, settled
 from dedup_broker.domain_base.producer import Producer, ProducerAccessMode
 from dedup_broker.errors import ChecksumError, ProtocolError
