@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dedup_broker.errors import ConfigError
+from dedup_broker.properties_file import read_properties
 
 log = logging.getLogger(__name__)
 
@@ -333,24 +334,6 @@ def snake_case(name: str) -> str:
 
 _BY_CAMEL.update({camel_case(name): name for name in _FIELDS})
 _BY_CAMEL["managedLedgerCacheSizeMB"] = "managed_ledger_cache_size_mb"
-
-
-def read_properties(path: Path) -> dict[str, str]:
-    """Parse a Pulsar-style ``broker.conf``: ``key=value`` lines, ``#`` comments."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read configuration file {path}: {exc}") from exc
-    result: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if "=" not in line:
-            raise ConfigError(f"{path}:{number}: expected key=value, got {raw!r}")
-        key, _, value = line.partition("=")
-        result[key.strip()] = value.strip()
-    return result
 
 
 def _file_values(path: Path) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """A namespace's ``encryption_required`` policy, set with ``pulsar-admin``: a producer
-that does not encrypt is refused (``MetadataError``, as on Pulsar: the C++-based client retries until its
-operation timeout); one that encrypts with
-the official client's ``CryptoKeyReader`` publishes, and a consumer with the private key
-reads the plain messages back."""
+that does not encrypt is refused (``MetadataError``, as on Pulsar: the C++-based client
+retries until its operation timeout); one that encrypts with the official client's
+``CryptoKeyReader`` publishes, and a consumer with the private key reads the plain
+messages back."""
 
 from __future__ import annotations
 
