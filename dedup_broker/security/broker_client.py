@@ -52,13 +52,15 @@ def broker_client_headers(config: BrokerConfig) -> dict[str, str]:
 
 def broker_client_credentials(config: BrokerConfig) -> tuple[str, bytes] | None:
     """The same credentials as a Pulsar CONNECT carries them (method, auth data), for the
-    connections brokers keep to each other's Pulsar ports; ``None`` without a plugin."""
-    plugin = config.broker_client_authentication_plugin.strip()
-    if not plugin:
+    connections brokers keep to each other's Pulsar ports; ``None`` without a plugin, and
+    with ``AuthenticationTls`` (a certificate is no CONNECT data: a watch the other broker
+    refuses still shows it alive)."""
+    kind = _plugin_kind(config)
+    if kind is None or kind == "tls":
         return None
     broker_client_headers(config)  # validates the plugin and its parameters
     parameters = config.broker_client_authentication_parameters.strip()
-    if CLIENT_PLUGIN_ALIASES[plugin] == "token":
+    if kind == "token":
         return "token", _token(parameters).encode()
     user, password = _user_password(parameters)
     return "basic", f"{user}:{password}".encode()

@@ -12,6 +12,7 @@ import pytest
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import ConfigError
 from dedup_broker.security.broker_client import (
+    broker_client_credentials,
     broker_client_headers,
     broker_client_ssl_context,
     broker_client_web_url,
@@ -45,6 +46,20 @@ def test_basic_forms() -> None:
 
 def test_nothing_without_a_plugin() -> None:
     assert broker_client_headers(BrokerConfig()) == {}
+    assert broker_client_credentials(BrokerConfig()) is None
+
+
+def test_connect_credentials_of_the_peer_watch() -> None:
+    def credentials(plugin: str, parameters: str) -> tuple[str, bytes] | None:
+        return broker_client_credentials(
+            BrokerConfig().with_overrides(
+                broker_client_authentication_plugin=plugin,
+                broker_client_authentication_parameters=parameters,
+            )
+        )
+
+    assert credentials("token", "token:abc") == ("token", b"abc")
+    assert credentials("basic", "broker:pw") == ("basic", b"broker:pw")
 
 
 @pytest.mark.parametrize(
@@ -100,6 +115,8 @@ def test_tls_plugin_presents_a_client_certificate_and_no_header(tmp_path: Path) 
     )
     for config in (by_settings, by_parameters):
         assert broker_client_headers(config) == {}
+        # The peers' watch connections carry no CONNECT credentials: a certificate is none.
+        assert broker_client_credentials(config) is None
         broker_client_ssl_context(config)
         assert broker_client_web_url(config, "http://b:8080", "https://b:8443") == (
             "https://b:8443"
