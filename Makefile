@@ -17,7 +17,7 @@ venv: $(STAMP)
 
 ## The test suite: unit tests, then integration and chaos tests on real Kafka and Redis.
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=25 tests
 
 test-unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit

@@ -17,7 +17,7 @@ import pulsar
 
 from verify.check import Mode, PathSpec
 from verify.history import History
-from verify.load import Kind, Topic, delay_of, id_of
+from verify.load import SENT_AT, Kind, Topic, delay_of, id_of
 
 log = logging.getLogger(__name__)
 
@@ -131,10 +131,10 @@ class SubscriptionPath(LivePath):
 
     def _check_delay(self, message: pulsar.Message, message_id: int) -> None:
         delay = delay_of(self.topic.kind, message_id)
-        if (
-            delay
-            and time.time() < message.publish_timestamp() / 1000 + delay - EARLY_TOLERANCE_SECONDS
-        ):
+        if not delay:
+            return
+        due = int(message.properties()[SENT_AT]) / 1000 + delay
+        if time.time() < due - EARLY_TOLERANCE_SECONDS:
             self.extras["early"] += 1
 
     def stop(self) -> None:

@@ -80,6 +80,12 @@ def last_per_key(kind: Kind, sent: int) -> dict[str, int]:
     return {key_of(kind, i): i for i in range(max(0, sent - KEYS), sent)}
 
 
+SENT_AT = "sent-at"
+"""Property of a delayed message: epoch ms just before the send call. The client computes
+``deliver_at`` inside the call, so the message is due no earlier than this plus its delay
+(its publish time may be later: a send blocked on a full queue stamps it when it enters)."""
+
+
 def delay_of(kind: Kind, message_id: int) -> float:
     return DELAY_SECONDS if kind is Kind.DELAYED and message_id % 3 == 0 else 0.0
 
@@ -177,6 +183,7 @@ class Load:
                 producer.send_async(
                     payload(message_id, size),
                     self._acked_callback(message_id, key),
+                    properties={SENT_AT: str(int(time.time() * 1000))} if delay else None,
                     partition_key=key or None,
                     sequence_id=message_id,
                     deliver_after=datetime.timedelta(seconds=delay) if delay else None,

@@ -100,8 +100,9 @@ class Dispatcher:
     async def dispatch(self, rounds: Rounds) -> bool:
         return await rounds.dispatch_in_order()
 
-    def describe(self, consumer: Consumer, stats: dict[str, object]) -> None:
-        """Add what this type knows of the consumer to its stats."""
+    def describe(self, consumer: Consumer, stats: dict[str, object]) -> dict[str, object]:
+        """The consumer's stats with what this type knows of it added."""
+        return stats
 
     def forget(self, position: Position) -> None:
         """The entry at ``position`` is acknowledged."""
@@ -214,9 +215,10 @@ class KeySharedDispatcher(SharedDispatcher):
         """The consumer that owns a sticky key's hash slot now."""
         return self.routing.selector.select(key_hash(key))
 
-    def describe(self, consumer: Consumer, stats: dict[str, object]) -> None:
+    def describe(self, consumer: Consumer, stats: dict[str, object]) -> dict[str, object]:
         ranges = self.routing.selector.ranges_of(consumer)
         stats["keyHashRanges"] = [f"[{start}, {end}]" for start, end in ranges]
+        return stats
 
     def forget(self, position: Position) -> None:
         self.routing.forget(position)

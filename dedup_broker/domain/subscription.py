@@ -212,12 +212,17 @@ class Subscription:
 
     async def _rewind(self) -> None:
         async with self._lock:
-            for consumer in self.consumers:
-                consumer.take_pending()
-            self.cursor.rewind()
-            if self._compacted is not None:
-                self._compacted.restart_at(self._compacted.first_unacknowledged())
+            self._rewind_now()
         self.trigger()
+
+    def _rewind_now(self) -> None:
+        """Everything unacknowledged goes out again from the cursor (the caller holds the
+        lock)."""
+        for consumer in self.consumers:
+            consumer.take_pending()
+        self.cursor.rewind()
+        if self._compacted is not None:
+            self._compacted.restart_at(self._compacted.first_unacknowledged())
 
     async def reset_cursor(self, position: Position) -> None:
         """SEEK: disconnect consumers, then move the subscription (as Pulsar does).
@@ -293,10 +298,10 @@ class Subscription:
                 return bool(self._redeliveries.replay)
             ready = [e for e in entries if not self._hold(e)]
             if ready:
-                targets = self._dispatcher.targets(self.consumers, self._can_take) or targets
-                self._deliver(
-                    (self._dispatcher.pick(targets), e, messages_in_entry(e)) for e in ready
-                )
+                # The consumers may have changed while the read was in flight.
+                now = self._dispatcher.targets(self.consumers, self._can_take) or targets
+                live = [c for c in now if not c.closed] or now
+                self._deliver((self._dispatcher.pick(live), e, messages_in_entry(e)) for e in ready)
             return True
 
     async def dispatch_by_key(self, routing: KeySharedRouting[Consumer]) -> bool:
@@ -328,9 +333,18 @@ class Subscription:
 
     def _deliver(self, chosen: Iterable[tuple[Consumer, Entry, int]]) -> None:
         """Charge each consumer's permits for its entries and hand them over in one write
-        per consumer."""
+        per consumer.
+
+        Entries read for a consumer that left while the read was in flight go out again: as
+        single positions (Shared, Key_Shared) or from the rewound cursor (the types that
+        keep the log's order). Else the cursor would stand past them, and the next consumer
+        would not receive them before some later redelivery."""
         per_consumer: dict[Consumer, list[Delivery]] = {}
+        left: list[Position] = []
         for consumer, entry, count in chosen:
+            if consumer.closed:  # it left while its entries were being read
+                left.append(entry.position)
+                continue
             redeliveries = self._redeliveries.counts.get(entry.position, 0)
             ack_set = self.cursor.batch_ack_set(entry.position)
             per_consumer.setdefault(consumer, []).append(
@@ -341,6 +355,10 @@ class Subscription:
             self.bytes_out += len(entry.data)
         for consumer, batch in per_consumer.items():
             consumer.send(batch)
+        if left and self._dispatcher.redelivers_singly:
+            self._redeliveries.replay.update(left)
+        elif left:
+            self._rewind_now()
 
     # --- lifecycle and stats --------------------------------------------------------
     async def close(self) -> None:
@@ -370,13 +388,8 @@ class Subscription:
             "isReplicated": False,
             "subscriptionProperties": {},
             "activeConsumerName": active.name if active else None,
-            "consumers": [self._consumer_stats(c) for c in self.consumers],
+            "consumers": [self._dispatcher.describe(c, c.stats()) for c in self.consumers],
         }
-
-    def _consumer_stats(self, consumer: Consumer) -> dict[str, object]:
-        stats = consumer.stats()
-        self._dispatcher.describe(consumer, stats)
-        return stats
 
 
 def can_take(unacked_limit: int) -> Callable[[Consumer], bool]:

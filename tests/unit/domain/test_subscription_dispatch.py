@@ -3,10 +3,14 @@ the cursor, redelivery with its count, and the unacked limit."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 
-from dedup_broker.domain.consumer import ConsumerBusyError, SubscriptionType
+from dedup_broker.domain.consumer import Consumer, ConsumerBusyError, SubscriptionType
 from dedup_broker.domain.topic import Topic
+from dedup_broker.storage.api import Entry
 from dedup_broker.storage.values import Position
 from harness.domain_links import ConsumerSide, new_producer, publish, subscribe
 from harness.memory_broker import MemoryBroker, settle
@@ -204,3 +208,49 @@ async def test_a_consumer_that_cannot_write_waits() -> None:
     consumer.subscription.trigger()
     await settle()
     assert side.take() == [("a", at(0), 0)]
+
+
+class SlowReads:
+    """Holds the subscription's next cursor read until ``release()``: a consumer may come
+    and go while a read is in flight (a cold Kafka fetch on a topic just loaded)."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.cursor = consumer.subscription.cursor
+        self.read = self.cursor.read_entries
+        self.started = asyncio.Event()
+        self.gate = asyncio.Event()
+        self.cursor.read_entries = self._held  # type: ignore[method-assign]
+
+    async def _held(self, max_entries: int, *args: Any) -> list[Entry]:
+        self.started.set()
+        await self.gate.wait()
+        self.cursor.read_entries = self.read  # type: ignore[method-assign]
+        return await self.read(max_entries, *args)
+
+    async def release(self) -> None:
+        self.gate.set()
+        await settle()
+
+
+@pytest.mark.parametrize(
+    "sub_type", [SubscriptionType.EXCLUSIVE, FAILOVER, SHARED, SubscriptionType.KEY_SHARED]
+)
+async def test_entries_read_for_a_consumer_that_left_meanwhile_reach_the_next(
+    sub_type: SubscriptionType,
+) -> None:
+    """A consumer whose connection drops while the first read of its subscription is in
+    flight has nothing in flight yet; the entries read for it must go to the consumer that
+    comes next, from the first one (the cursor must not stand past them)."""
+    topic = await topic_with(5)
+    side = ConsumerSide()
+    gone = await subscribe(topic, side, "gone", sub_type=sub_type)
+    slow = SlowReads(gone)
+    gone.subscription.on_flow(gone, 10)
+    await asyncio.wait_for(slow.started.wait(), 5)
+    gone.subscription.consumer_left(gone)
+    await slow.release()
+    assert side.positions_of("gone") == []
+    next_one = await subscribe(topic, side, "next", sub_type=sub_type)
+    next_one.subscription.on_flow(next_one, 10)
+    await settle()
+    assert side.positions_of("next") == [at(i) for i in range(5)]
