@@ -130,6 +130,8 @@ class Consumer:
     msgs_out: int = 0
     bytes_out: int = 0
     closed: bool = False
+    told_end_of_topic: bool = False
+    """It heard REACHED_END_OF_TOPIC (a terminated topic tells each consumer once)."""
     key_shared: KeySharedSettings | None = None
     """Key_Shared subscriptions: the consumer's mode, ranges and ordering choice."""
     metadata: dict[str, str] = field(default_factory=dict)

@@ -9,9 +9,9 @@ each consumer's permits. Key_Shared rounds are chosen by ``key_shared.py``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-import weakref
 from collections.abc import Callable, Iterable
 
 from dedup_broker.config import BrokerConfig
@@ -60,7 +60,6 @@ class Subscription:
         self.cursor = cursor
         self.durable = durable
         self.consumers: list[Consumer] = []
-        self._told_end: weakref.WeakSet[Consumer] = weakref.WeakSet()
         self._dispatcher = dispatcher_for(
             sub_type, partition_index, config.subscription_key_shared_use_consistent_hashing
         )
@@ -263,7 +262,7 @@ class Subscription:
                 self._again = False
                 if not await self._dispatcher.dispatch(self) and not self._again:
                     if not self._redeliveries.replay:
-                        tell_end_of_topic(self.ledger, self.cursor, self.consumers, self._told_end)
+                        tell_end_of_topic(self.ledger, self.cursor, self.consumers)
                     return
         except BrokerError as exc:
             log.warning("dispatch on %s/%s paused: %s", self.ledger.name, self.name, exc)
@@ -392,6 +391,7 @@ class Subscription:
         }
 
 
+@functools.cache  # one check per limit, shared by every subscription
 def can_take(unacked_limit: int) -> Callable[[Consumer], bool]:
     """Whether a consumer may receive now: permits left, its connection not full, and
     fewer unacknowledged messages than ``maxUnackedMessagesPerConsumer`` (0: no limit)."""

@@ -7,7 +7,6 @@ restarts and handovers, as Pulsar keeps ``terminatedPosition`` in its ledger inf
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
@@ -38,16 +37,13 @@ def terminated_property(position: Position) -> str:
 
 
 def tell_end_of_topic(
-    ledger: ManagedLedger,
-    cursor: ManagedCursor,
-    consumers: Iterable[Consumer],
-    told: weakref.WeakSet[Consumer],
+    ledger: ManagedLedger, cursor: ManagedCursor, consumers: Iterable[Consumer]
 ) -> None:
     """On a terminated topic whose subscription has nothing left to read, each consumer
     hears it once (``REACHED_END_OF_TOPIC``)."""
     if terminated_position(ledger.properties) is None or cursor.has_more_entries():
         return
     for consumer in consumers:
-        if consumer not in told:
-            told.add(consumer)
+        if not consumer.told_end_of_topic:
+            consumer.told_end_of_topic = True
             consumer.link.reached_end_of_topic(consumer)
