@@ -14,6 +14,7 @@ checked again later (``python -m verify check RUN_DIR``)::
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -179,6 +180,7 @@ def recheck(run_dir: Path) -> tuple[list[PathResult], dict[str, list[float]]]:
     ack_times: dict[str, list[float]] = {}
     for tag in spec["topics"]:
         acked[tag], ack_times[tag] = load_acked(run_dir, tag)
+    dropped = chunks_dropped_by_client(run_dir / "client.log")
     results = []
     for data in spec["paths"]:
         path = PathSpec.of_json(data)
@@ -190,6 +192,25 @@ def recheck(run_dir: Path) -> tuple[list[PathResult], dict[str, list[float]]]:
                 sent,
                 load_deliveries(run_dir, path),
                 load_deliveries(run_dir, path, settle=True),
+                dropped.get(path.topic, set()),
             )
         )
     return results, ack_times
+
+
+_DROPPED_CHUNKS = re.compile(r"chunk whose chunk id is invalid \(uuid: verify-(.+)-(\d+) chunkId")
+
+
+def chunks_dropped_by_client(client_log: Path) -> dict[str, set[int]]:
+    """Per topic, the chunked messages the client dropped: a redelivery sent the first
+    chunk of a message again while the client held some of its chunks from before the
+    reconnection, and the C++-based client then discards the message (as with Pulsar) and
+    gets it at a later redelivery. The chunk's uuid is the producer's name and the id."""
+    dropped: dict[str, set[int]] = {}
+    if not client_log.exists():
+        return dropped
+    with client_log.open(errors="replace") as lines:
+        for line in lines:
+            if (match := _DROPPED_CHUNKS.search(line)) is not None:
+                dropped.setdefault(match[1], set()).add(int(match[2]))
+    return dropped

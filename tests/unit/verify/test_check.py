@@ -15,7 +15,7 @@ from verify.check import (
     failover_gaps,
     out_of_order,
 )
-from verify.history import History, recheck
+from verify.history import History, chunks_dropped_by_client, recheck
 
 READER = PathSpec("reader", "t", Mode.EXACTLY_ONCE, True)
 LIVE = PathSpec("exclusive", "t", Mode.AT_LEAST_ONCE, True)
@@ -57,6 +57,26 @@ def test_order_is_per_consumer_and_group_and_ignores_redeliveries() -> None:
         *delivered(2, 0, 2, 6, consumer=0, group="a"),
     ]
     assert out_of_order(deliveries) == 1  # 4 after 5 in (0, "b")
+
+
+def test_a_chunked_message_the_client_dropped_may_come_late_and_only_that_one(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "client.log"
+    log.write_text(
+        "2026-11-26 20:08:30.183 ERROR [1] ConsumerImpl:532 | Received a chunk whose chunk id"
+        " is invalid (uuid: verify-chunked-0-5 chunkId: 0, messageId: (2128,110,-1,-1))\n"
+        "2026-11-26 20:08:30.183 ERROR [1] ConsumerImpl:529 | Received an uncached chunk"
+        " (uuid: verify-chunked-0-5 chunkId: 1, messageId: (2128,111,-1,-1))\n"
+    )
+    dropped = chunks_dropped_by_client(log)
+    assert dropped == {"chunked-0": {5}}
+    history = delivered(4, 6, 7, 5)
+    excused = check_path(LIVE, acked(4, 5, 6, 7), range(8), history, (), dropped["chunked-0"])
+    assert (excused.out_of_order, excused.ok) == (0, True)
+    assert excused.notes == ["1 late after the client dropped their partly received chunks"]
+    other = check_path(LIVE, acked(4, 5, 6, 7), range(8), delivered(5, 7, 6), (), {5})
+    assert other.out_of_order == 1
 
 
 def test_ids_no_producer_sent_are_unexpected() -> None:
