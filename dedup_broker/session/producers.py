@@ -58,9 +58,13 @@ class ProducerCommands:
         self._creating: dict[int, asyncio.Future[None]] = {}
         self._waiting: dict[int, tuple[Producer, ServedTopic]] = {}
         """Producers being attached (``WaitForExclusive`` ones may wait long), by id."""
-        self._moving: set[int] = set()
-        """Producers closed by the broker whose CLOSE_PRODUCER waits for the address of the
-        topic's next broker: their SENDs go unanswered (the client resends them there)."""
+        self._closed_by_broker: set[int] = set()
+        """Producers the broker closed (its CLOSE_PRODUCER may still wait for the address
+        of the topic's next broker), until the client creates the id again: the SENDs it
+        wrote before it heard of the close go unanswered, and it resends them where it
+        reconnects. An error would make the client drop the whole connection, every other
+        producer and consumer on it included (Pulsar keeps recently closed producers for
+        the same reason)."""
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -82,15 +86,14 @@ class ProducerCommands:
             return
         self._forget(attached)
         producer_id = producer.producer_id
+        self._closed_by_broker.add(producer_id)
         if destination is None or destination.done():
             self._send_close(producer_id, destination)
             return
-        self._moving.add(producer_id)
         destination.add_done_callback(lambda done: self._moved(producer_id, done))
 
     def _moved(self, producer_id: int, destination: Destination) -> None:
-        if producer_id in self._moving:
-            self._moving.discard(producer_id)
+        if producer_id in self._closed_by_broker:  # not closed by the client meanwhile
             self._send_close(producer_id, destination)
 
     def _send_close(self, producer_id: int, destination: Destination | None) -> None:
@@ -105,6 +108,7 @@ class ProducerCommands:
 
     # --- creation -------------------------------------------------------------------
     def _on_producer(self, frame: Frame) -> Awaitable[None]:
+        self._closed_by_broker.discard(frame.command.producer.producer_id)
         return self._create(frame.command.producer)
 
     async def _create(self, request: pb.CommandProducer) -> None:
@@ -193,8 +197,8 @@ class ProducerCommands:
     def _on_send(self, frame: Frame) -> None:
         send = frame.command.send
         attached = self.producers.get(send.producer_id)
-        if attached is None and send.producer_id in self._moving:
-            return  # resent by the client once told where the topic went
+        if attached is None and send.producer_id in self._closed_by_broker:
+            return  # resent by the client where it reconnects
         if attached is None:
             raise UnknownIdError(f"no producer with id {send.producer_id} on this connection")
         producer = attached.producer
@@ -237,7 +241,7 @@ class ProducerCommands:
     # --- closing --------------------------------------------------------------------
     def _on_close_producer(self, frame: Frame) -> Awaitable[None] | None:
         request = frame.command.close_producer
-        self._moving.discard(request.producer_id)
+        self._closed_by_broker.discard(request.producer_id)
         waiting = self._waiting.get(request.producer_id)
         if waiting is not None:  # still waiting for the topic: it stops waiting
             producer, topic = waiting
@@ -269,7 +273,7 @@ class ProducerCommands:
         self.connection.metrics.producers.dec()
 
     def connection_lost(self) -> None:
-        self._moving.clear()
+        self._closed_by_broker.clear()
         for producer, topic in list(self._waiting.values()):
             topic.remove_producer(producer)
         for attached in list(self.producers.values()):

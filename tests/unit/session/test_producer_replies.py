@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dedup_broker.domain_base.names import TopicName
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch import build_batch
@@ -228,3 +229,25 @@ async def test_an_unloaded_topic_closes_its_producers_and_consumers() -> None:
     assert frames == replies(commands.success(20))
     await broker.broker.close()
     assert connection.received() == replies(commands.close_producer(1), commands.close_consumer(7))
+
+
+async def test_sends_racing_a_broker_side_close_go_unanswered_until_the_producer_returns() -> None:
+    """The client writes SENDs before it reads the CLOSE_PRODUCER: an error for them would
+    make the C++-based clients drop the whole connection, every consumer on it included.
+    They go unanswered (the client resends them where it reconnects), as with Pulsar."""
+    broker = MemoryBroker()
+    connection = await producer_on(broker)
+    await connection.exchange(client.subscribe(TOPIC, "sub", 7, 20))
+    await broker.broker.topic_registry.unload_topic(TopicName.parse(TOPIC))
+    await settle()
+    closes = [f.command.type for f in connection.received()]
+    assert closes == [pb.BaseCommand.CLOSE_PRODUCER, pb.BaseCommand.CLOSE_CONSUMER]
+    send(connection, 0)
+    await settle()
+    assert connection.received() == []
+    assert not connection.transport.closed
+    frames = await connection.exchange(client.producer(TOPIC, 1, 11, "p"))
+    assert frames == replies(commands.producer_success(11, "p"))
+    send(connection, 0)
+    await settle()
+    assert connection.received() == replies(receipt(0, 2, 0))  # the topic's new ledger
