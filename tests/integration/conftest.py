@@ -21,15 +21,21 @@ def make_broker(kafka_bootstrap: str, tmp_path: Path, **settings: object) -> Bro
     )
 
 
-@pytest.fixture
-def broker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[BrokerProcess]:
-    """A broker of its own (own cluster name, so its Kafka topics are its own)."""
-    process = make_broker(kafka_bootstrap, tmp_path)
+def serve(kafka_bootstrap: str, folder: Path, **settings: object) -> Iterator[BrokerProcess]:
+    """For fixtures (``yield from serve(...)``): a started broker of its own, stopped by pid
+    when the fixture ends."""
+    process = make_broker(kafka_bootstrap, folder, **settings)
     process.start()
     try:
         yield process
     finally:
         process.stop()
+
+
+@pytest.fixture
+def broker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A broker of its own (own cluster name, so its Kafka topics are its own)."""
+    yield from serve(kafka_bootstrap, tmp_path)
 
 
 @pytest.fixture

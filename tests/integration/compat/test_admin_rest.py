@@ -19,19 +19,14 @@ import requests
 from harness.broker_process import BrokerProcess
 from harness.pulsar_java import ensure_java_client, java_consume
 from harness.pulsar_tools import ensure_pulsar_tools, run_pulsar_admin_batch, write_client_conf
-from tests.integration.conftest import make_broker
+from tests.integration.conftest import serve
 
 
 @pytest.fixture(scope="module")
 def served(
     kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[BrokerProcess]:
-    process = make_broker(kafka_bootstrap, tmp_path_factory.mktemp("admin-rest"))
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
+    yield from serve(kafka_bootstrap, tmp_path_factory.mktemp("admin-rest"))
 
 
 def path_of(topic: str) -> str:

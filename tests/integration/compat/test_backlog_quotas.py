@@ -15,7 +15,7 @@ import requests
 
 from harness.broker_process import BrokerProcess
 from harness.pulsar_tools import ensure_pulsar_tools, run_pulsar_admin_batch, write_client_conf
-from tests.integration.conftest import make_broker
+from tests.integration.conftest import serve
 
 PAYLOAD = b"x" * 1024
 
@@ -24,16 +24,11 @@ PAYLOAD = b"x" * 1024
 def served(
     kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[BrokerProcess]:
-    process = make_broker(
+    yield from serve(
         kafka_bootstrap,
         tmp_path_factory.mktemp("backlog"),
         backlog_quota_check_interval_in_seconds=1,
     )
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
 
 
 def namespace_with_quota(broker: BrokerProcess, folder: Path, *quota: str) -> str:

@@ -8,7 +8,6 @@ import json
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pulsar
 import pytest
@@ -17,30 +16,21 @@ from pulsar.schema import AvroSchema, BytesSchema, Integer, JsonSchema, Record, 
 from dedup_broker.domain.key_hash import key_hash
 from harness.broker_process import BrokerProcess
 from harness.pulsar_java import ensure_java_client, java_priority_shares
-from tests.integration.conftest import make_broker
-
-
-def start(kafka_bootstrap: str, folder: Path, **settings: object) -> Iterator[BrokerProcess]:
-    process = make_broker(kafka_bootstrap, folder, **settings)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
+from tests.integration.conftest import serve
 
 
 @pytest.fixture(scope="module")
 def served(
     kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[BrokerProcess]:
-    yield from start(kafka_bootstrap, tmp_path_factory.mktemp("features"))
+    yield from serve(kafka_bootstrap, tmp_path_factory.mktemp("features"))
 
 
 @pytest.fixture(scope="module")
 def classic(
     kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[BrokerProcess]:
-    yield from start(
+    yield from serve(
         kafka_bootstrap,
         tmp_path_factory.mktemp("classic"),
         subscription_key_shared_use_consistent_hashing=False,

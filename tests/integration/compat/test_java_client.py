@@ -21,7 +21,7 @@ from harness.pulsar_java import (
     java_produce,
     sha256_hex,
 )
-from tests.integration.conftest import make_broker
+from tests.integration.conftest import make_broker, serve
 
 MAX_MESSAGE_SIZE = 100_000
 BIG = 3 * MAX_MESSAGE_SIZE - 1000  # three chunks each (chunk payloads leave room for headers)
@@ -34,17 +34,12 @@ def java_client() -> Path:
 
 @pytest.fixture
 def dedup_broker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[BrokerProcess]:
-    process = make_broker(
+    yield from serve(
         kafka_bootstrap,
         tmp_path,
         broker_deduplication_enabled=True,
         max_message_size=MAX_MESSAGE_SIZE,
     )
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
 
 
 def _stored(service_url: str, topic: str) -> list[bytes]:

@@ -13,7 +13,7 @@ import pytest
 
 from connectors.local_spark import local_session
 from harness.broker_process import BrokerProcess
-from tests.integration.conftest import make_broker
+from tests.integration.conftest import serve
 
 READ_MS = 10_000
 EXTRA_WAIT_MS = 2_000
@@ -28,12 +28,7 @@ def spark() -> Any:
 @pytest.fixture
 def dedup_broker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[BrokerProcess]:
     """A broker of its own with PIP-6 deduplication on for every topic."""
-    process = make_broker(kafka_bootstrap, tmp_path, broker_deduplication_enabled=True)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
+    yield from serve(kafka_bootstrap, tmp_path, broker_deduplication_enabled=True)
 
 
 def stored_messages(service_url: str, topic: str) -> list[pulsar.Message]:

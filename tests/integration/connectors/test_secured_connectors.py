@@ -17,7 +17,7 @@ import pytest
 from connectors.client_security import new_client
 from connectors.datasource import FORMAT, register
 from harness.broker_process import BrokerProcess
-from tests.integration.conftest import make_broker
+from tests.integration.conftest import serve
 
 pytest.importorskip("pyarrow")
 pytestmark = pytest.mark.timeout(400)
@@ -33,18 +33,13 @@ def secured(
     folder = tmp_path_factory.mktemp("secured-spark")
     key = folder / "secret.key"
     key.write_bytes(SECRET)
-    broker = make_broker(
+    yield from serve(
         kafka_bootstrap,
         folder,
         authentication_enabled=True,
         authentication_providers="token",
         token_secret_key=f"file://{key}",
     )
-    broker.start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
 
 
 def test_the_data_source_writes_and_reads_with_a_token(

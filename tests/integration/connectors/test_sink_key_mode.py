@@ -18,7 +18,7 @@ from pyspark.sql import functions as f
 from connectors.sink import PulsarSink
 from harness.admin_http import http_request
 from harness.broker_process import BrokerProcess
-from tests.integration.conftest import make_broker
+from tests.integration.conftest import serve
 from tests.integration.connectors.sink_fixtures import stored_messages
 
 KEYS = 300
@@ -26,12 +26,7 @@ KEYS = 300
 
 @pytest.fixture
 def key_broker(kafka_bootstrap: str, redis_url: str, tmp_path: Path) -> Iterator[BrokerProcess]:
-    process = make_broker(kafka_bootstrap, tmp_path, redis_url=redis_url)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
+    yield from serve(kafka_bootstrap, tmp_path, redis_url=redis_url)
 
 
 def test_key_mode_stores_each_key_once(spark: Any, key_broker: BrokerProcess, topic: str) -> None:

@@ -26,17 +26,12 @@ from harness.key_events import (
     producer_for,
     stored_event_ids,
 )
-from tests.integration.conftest import make_broker
+from tests.integration.conftest import serve
 
 
 @pytest.fixture
 def kd_broker(kafka_bootstrap: str, redis_url: str, tmp_path: Path) -> Iterator[BrokerProcess]:
-    process = make_broker(kafka_bootstrap, tmp_path, redis_url=redis_url)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
+    yield from serve(kafka_bootstrap, tmp_path, redis_url=redis_url)
 
 
 def set_policy(broker: BrokerProcess, path: str, policy: dict[str, object]) -> None:

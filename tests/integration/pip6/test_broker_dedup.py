@@ -12,24 +12,19 @@ import pytest
 
 from harness.admin_http import http_request
 from harness.broker_process import BrokerProcess
-from tests.integration.conftest import make_broker
+from tests.integration.conftest import make_broker, serve
 
 RECEIVE_MS = 10_000
 
 
 @pytest.fixture
 def dedup_broker(kafka_bootstrap: str, tmp_path: Path):  # type: ignore[no-untyped-def]
-    process = make_broker(
+    yield from serve(
         kafka_bootstrap,
         tmp_path,
         broker_deduplication_enabled=True,
         broker_deduplication_entries_interval=50,
     )
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
 
 
 def _stored(client: pulsar.Client, topic: str) -> list[bytes]:

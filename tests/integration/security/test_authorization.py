@@ -16,7 +16,7 @@ import pulsar
 import pytest
 
 from harness.broker_process import BrokerProcess
-from tests.integration.conftest import make_broker
+from tests.integration.conftest import serve
 
 SECRET = secrets.token_bytes(32)
 ROLES = ("admin", "alice", "bob", "carol", "dave")
@@ -33,7 +33,7 @@ def broker(
     folder = tmp_path_factory.mktemp("authorization")
     key = folder / "secret.key"
     key.write_bytes(SECRET)
-    process = make_broker(
+    yield from serve(
         kafka_bootstrap,
         folder,
         authentication_enabled=True,
@@ -42,11 +42,6 @@ def broker(
         authorization_enabled=True,
         super_user_roles="admin",
     )
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
 
 
 def admin_call(

@@ -13,14 +13,14 @@ import pytest
 import requests
 
 from harness.broker_process import BrokerProcess
-from tests.integration.conftest import make_broker
+from tests.integration.conftest import make_broker, serve
 
 
 @pytest.fixture(scope="module")
 def limited(
     kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[BrokerProcess]:
-    broker = make_broker(
+    yield from serve(
         kafka_bootstrap,
         tmp_path_factory.mktemp("limited"),
         max_topics_per_namespace=4,
@@ -28,11 +28,6 @@ def limited(
         max_consumers_per_topic=3,
         max_consumers_per_subscription=2,
     )
-    broker.start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
 
 
 @pytest.fixture()
