@@ -270,6 +270,9 @@ class Subscription:
         except Exception:
             log.exception("dispatch on %s/%s failed", self.ledger.name, self.name)
             asyncio.get_running_loop().call_later(1.0, self.trigger)
+        finally:
+            if self._task is asyncio.current_task():
+                self._task = None  # a finished task holds its frame: 600 B per subscription
 
     async def dispatch_in_order(self) -> bool:
         """One round: the replay set first, then the compacted view, then the cursor."""

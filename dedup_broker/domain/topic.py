@@ -10,13 +10,13 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING
 
 from dedup_broker.compaction.policy import compaction_threshold
 from dedup_broker.compaction.topic import CompanionTopics, TopicCompaction
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.consumer import ConsumerBusyError, SubscriptionType
+from dedup_broker.domain.ledger_limits import LedgerLimits
 from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.producer_access import TOPIC_EPOCH_PROPERTY, ProducerHost
 from dedup_broker.domain.subscription import Subscription
@@ -44,14 +44,13 @@ from dedup_broker.pip6.state import Verdict
 from dedup_broker.pip6.topic_dedup import TopicDeduplication
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import parse_metadata_only
-from dedup_broker.retention.policy import topic_retention
 from dedup_broker.storage.api import (
     COMPACTION_CURSOR,
     SYSTEM_CURSOR_PREFIX,
     Position,
     is_system_cursor,
 )
-from dedup_broker.tiered.policy import offload_threshold, offload_threshold_in_seconds
+from dedup_broker.tiered.policy import offload_threshold_in_seconds
 
 if TYPE_CHECKING:
     from dedup_broker.domain.consumer import Consumer
@@ -131,13 +130,10 @@ class Topic(ProducerHost):
             name.managed_ledger_name, create=create, fence=fence
         )
         topic = cls(services, name, ledger, storage.compacted_topics)
-        config, policies = services.config, services.policies
-        # Partials rather than lambdas: half the size, and every loaded topic holds three.
-        ledger.retention = partial(topic_retention, policies, config, name, ledger)
-        ledger.offloads.threshold = partial(offload_threshold, policies, config, name)
-        ledger.offloads.threshold_seconds = partial(
-            offload_threshold_in_seconds, policies, config, name
-        )
+        limits = LedgerLimits(services.policies, services.config, name, ledger)
+        ledger.retention = limits.retention
+        ledger.offloads.threshold = limits.offload_threshold
+        ledger.offloads.threshold_seconds = limits.offload_threshold_seconds
         for cursor_name in ledger.cursors.stored_names():
             if is_system_cursor(cursor_name):
                 continue

@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 FAILURE_READ_CHUNK = 500
 
 
+_NO_PRODUCERS: frozenset[str] = frozenset()
+
+
 @dataclass(frozen=True, slots=True)
 class Admission:
     """A SEND's verdict and what its write is recorded as once stored."""
@@ -55,7 +58,7 @@ class TopicDeduplication:
         self.config = config
         self.policies = policies
         self.state: MessageDeduplication | None = None
-        self._connected: set[str] = set()
+        self._connected = _NO_PRODUCERS  # shared while empty (an empty set takes 216 B)
         self._change = asyncio.Lock()
         ledger.on_write_failure_resolved = self._failure_resolved
 
@@ -124,12 +127,12 @@ class TopicDeduplication:
         return self.state.last_sequence_id(name) if self.state is not None else -1
 
     def producer_connected(self, name: str) -> None:
-        self._connected.add(name)
+        self._connected = self._connected | {name}
         if self.state is not None:
             self.state.producer_connected(name)
 
     def producer_disconnected(self, name: str) -> None:
-        self._connected.discard(name)
+        self._connected = self._connected - {name} or _NO_PRODUCERS
         if self.state is not None:
             self.state.producer_disconnected(name)
 

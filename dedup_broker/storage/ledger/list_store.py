@@ -17,6 +17,8 @@ from dedup_broker.storage.ledger.info_store import LedgerInfoWriter
 from dedup_broker.storage.ledger.ledger_store import now_ms
 from dedup_broker.storage.values import LedgerInfo, OffloadInfo
 
+_NONE_TRIMMED: frozenset[int] = frozenset()
+
 
 class LedgerListStore:
     def __init__(
@@ -31,8 +33,9 @@ class LedgerListStore:
         self._info = info
         self._cache = cache
         self._properties: dict[str, str] = {}
-        self._trimmed: set[int] = set()
-        """Ids removed from the list: never listed again, whatever list a writer computed."""
+        self._trimmed = _NONE_TRIMMED
+        """Ids removed from the list: never listed again, whatever list a writer computed
+        (a frozenset: every list that never trimmed shares one empty set)."""
         self.lock = asyncio.Lock()
         """Held from computing a new list to applying it: two writers (a rollover and an
         offload, say) must never store lists computed from the same old one."""
