@@ -17,7 +17,7 @@ import concurrent.futures
 import logging
 import queue
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +39,8 @@ _SCAN_MIN_FETCH_BYTES = 16 * 1024 * 1024
 
 ValuesVisitor = Callable[[int, list[bytes]], None]
 """``(offset of the first value, values of consecutive records)``; a missing value is b""."""
+KeysVisitor = Callable[[int, bytes | None], bool]
+"""``(offset, key)`` of one record; False stops the scan there."""
 
 
 @dataclass(slots=True)
@@ -136,6 +138,20 @@ class KafkaReader:
             self._scan_executor, self._scan_blocking, topic, partition, start, end, visit
         )
 
+    async def scan_keys(
+        self, topic: str, start: int, end: int, visit: KeysVisitor, partition: int = 0
+    ) -> int:
+        """Hands each record's ``(offset, key)`` for ``start <= offset < end`` to ``visit``
+        (in a worker thread) until it answers False. Returns the offset it stopped at:
+        that record's, or ``end`` (less if the partition ends before it) when it never
+        stopped."""
+        if end <= start:
+            return start
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._scan_executor, self._scan_keys, topic, partition, start, end, visit
+        )
+
     def _take(
         self, idle: queue.SimpleQueue[_PooledConsumer], conf: dict[str, Any]
     ) -> _PooledConsumer:
@@ -184,6 +200,42 @@ class KafkaReader:
         end: int,
         visit: ValuesVisitor,
     ) -> int:
+        next_offset = start
+        for batch in self._batches(consumer, topic, partition, start, end):
+            run_start = next_offset
+            values: list[bytes] = []
+            for offset, msg in batch:
+                if offset != next_offset and values:
+                    visit(run_start, values)  # a gap: hand over the run before it
+                    values = []
+                if not values:
+                    run_start = offset
+                values.append(msg.value() or b"")
+                next_offset = offset + 1
+            visit(run_start, values)
+        return next_offset
+
+    def _scan_keys(
+        self, topic: str, partition: int, start: int, end: int, visit: KeysVisitor
+    ) -> int:
+        pooled = self._take(self._idle_scanners, self._scan_conf)
+        try:
+            self._know(pooled, topic)
+            next_offset = start
+            for batch in self._batches(pooled.consumer, topic, partition, start, end):
+                for offset, msg in batch:
+                    if not visit(offset, msg.key()):
+                        return offset
+                    next_offset = offset + 1
+            return next_offset
+        finally:
+            self._idle_scanners.put(pooled)
+
+    def _batches(
+        self, consumer: Consumer, topic: str, partition: int, start: int, end: int
+    ) -> Iterator[list[tuple[int, Message]]]:
+        """The records ``start <= offset < end`` with their offsets, in offset order, in
+        non-empty batches, until ``end`` or the partition's end."""
         consumer.assign([TopicPartition(topic, partition, start)])
         next_offset = start
         # The timeout bounds a wait without progress: a long scan is not a slow one.
@@ -198,10 +250,7 @@ class KafkaReader:
                 batch = consumer.consume(
                     min(end - next_offset, _SCAN_CONSUME), min(remaining, _CONSUME_WAIT_S)
                 )
-                if not batch:
-                    continue
-                run_start = next_offset
-                values: list[bytes] = []
+                wanted: list[tuple[int, Message]] = []
                 done = False
                 for msg in batch:
                     error = msg.error()
@@ -216,19 +265,13 @@ class KafkaReader:
                     if offset >= end:
                         done = True
                         break
-                    if offset != next_offset and values:
-                        visit(run_start, values)  # a gap: hand over the run before it
-                        values = []
-                    if not values:
-                        run_start = offset
-                    values.append(msg.value() or b"")
+                    wanted.append((offset, msg))
                     next_offset = offset + 1
-                if values:
-                    visit(run_start, values)
+                if wanted:
+                    yield wanted
                     deadline = time.monotonic() + self._timeout_s
                 if done:
                     break
-            return next_offset
         finally:
             consumer.unassign()
 

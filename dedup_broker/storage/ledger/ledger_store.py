@@ -187,53 +187,52 @@ class LedgerStore(LedgerLookup):
         raise AssertionError("unreachable")
 
     # --- recovery -------------------------------------------------------------------
-    async def close_at_true_end(self, ledger_id: int) -> LedgerInfo:
-        """Seal the ledger and describe it as closed where Kafka really ends it."""
+    async def close_at_true_end(self, ledger_id: int, verified: int = 0) -> LedgerInfo:
+        """Seal the ledger and describe it as closed where Kafka really ends it: after the
+        run of records, from the first on, that sit at the places they were sent to.
+
+        A write that timed out leaves a gap, the records sent after it land early, and the
+        producer's retry may write some twice: a gap and as many duplicates cancel out, so
+        neither the last record nor a bisection can tell where the run ends; each record
+        from the start is read (keys only). ``verified``: leading entries known to be in
+        place (Kafka acknowledged them at their offsets to this broker), not read again.
+        """
         topic = self.topic(ledger_id)
         await self._admin.seal_topic(topic)
         end = await self._admin.high_watermark(topic)
-        entries, size = 0, 0
-        if end > FIRST_ENTRY_OFFSET:
-            last = await self._key_at(topic, end - 1)
-            if last.entry_id is None or last.entry_id == end - 1 - FIRST_ENTRY_OFFSET:
-                entries, size = end - FIRST_ENTRY_OFFSET, last.cumulative_size
-            else:
-                entries, size = await self._end_before_gap(topic, end)
-                log.warning(
-                    "ledger %d: records after entry %d landed out of place (a write that "
-                    "failed left a gap); the ledger ends there, %d record(s) after it are "
-                    "not part of it",
-                    ledger_id,
-                    entries - 1,
-                    end - FIRST_ENTRY_OFFSET - entries,
-                )
+        entries, size = await self._run_in_place(topic, verified, end)
+        if entries < end - FIRST_ENTRY_OFFSET:
+            log.warning(
+                "ledger %d: the record after entry %d is not the entry sent there (a write "
+                "that failed left a gap); the ledger ends there, %d record(s) after it are "
+                "not part of it",
+                ledger_id,
+                entries - 1,
+                end - FIRST_ENTRY_OFFSET - entries,
+            )
         log.info("ledger %d closed at its end in Kafka: %d entries", ledger_id, entries)
         return LedgerInfo(ledger_id, entries, size, now_ms())
 
-    async def _key_at(self, topic: str, offset: int) -> formats.EntryKey:
-        records = await self._reader.fetch(topic, offset, offset + 1)
-        if not records or records[-1].offset != offset:
-            raise StorageError(f"{topic}: cannot read its record at offset {offset}")
-        key = formats.decode_entry_key(records[-1].key)
-        return key if key is not None else formats.EntryKey(0)
-
-    async def _end_before_gap(self, topic: str, end: int) -> tuple[int, int]:
-        """(entries, size) of the longest run of records at the places they were sent to.
-
-        After a gap every later record lands early by the gap's length, so "in place" holds
-        for a prefix of the records: found by bisection."""
-        low, high = FIRST_ENTRY_OFFSET - 1, end - 1  # low: in place (or none); high: not
+    async def _run_in_place(self, topic: str, verified: int, end: int) -> tuple[int, int]:
+        """(entries, size) of the records from the first on that each hold the entry sent
+        to their offset, ending at the first that does not (or at ``end``)."""
+        # The last verified record is read again for the size the ledger has up to it.
+        first = FIRST_ENTRY_OFFSET + max(verified - 1, 0)
+        expected = first
         size = 0
-        while high - low > 1:
-            middle = (low + high) // 2
-            key = await self._key_at(topic, middle)
-            if key.entry_id == middle - FIRST_ENTRY_OFFSET:
-                low, size = middle, key.cumulative_size
-            else:
-                high = middle
-        if low >= FIRST_ENTRY_OFFSET and size == 0:
-            size = (await self._key_at(topic, low)).cumulative_size
-        return low + 1 - FIRST_ENTRY_OFFSET, size
+
+        def in_place(offset: int, raw_key: bytes | None) -> bool:
+            nonlocal expected, size
+            key = formats.decode_entry_key(raw_key)
+            if offset != expected or key is None:
+                return False
+            if key.entry_id is not None and key.entry_id != offset - FIRST_ENTRY_OFFSET:
+                return False
+            expected, size = offset + 1, key.cumulative_size
+            return True
+
+        await self._reader.scan_keys(topic, first, end, in_place)
+        return expected - FIRST_ENTRY_OFFSET, size
 
     # --- reads ----------------------------------------------------------------------
     async def read(

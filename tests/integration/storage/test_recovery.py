@@ -20,7 +20,7 @@ from dedup_broker.errors import (
     StorageError,
 )
 from dedup_broker.storage import formats
-from dedup_broker.storage.api import Position
+from dedup_broker.storage.api import ManagedLedger, Position
 from dedup_broker.storage.service.kafka_storage import KafkaStorage
 from tests.integration.storage.helpers import ConfigFactory, run, wait_until
 
@@ -108,6 +108,18 @@ def _land(kafka_bootstrap: str, topic: str, records: list[tuple[bytes, int, int]
     assert outsider.flush(10) == 0
 
 
+async def _misplaced_write_recovers(ml: ManagedLedger) -> None:
+    """The broker's next write lands out of its place: it fails, and the managed ledger
+    recovers."""
+    try:
+        await ml.append(b"mine", 0)
+    except StorageError:
+        pass
+    else:
+        raise AssertionError("a misplaced write must fail")
+    await asyncio.wait_for(ml.wait_writable(), 30)
+
+
 def test_records_that_landed_despite_a_failure_become_entries(
     make_config: ConfigFactory, kafka_bootstrap: str
 ) -> None:
@@ -177,14 +189,7 @@ def test_records_after_a_gap_are_not_part_of_the_ledger(
             _land(kafka_bootstrap, storage.ledger_store.topic(ledger), [
                 (b"entry-3", 20, 3), (b"entry-4", 27, 4)
             ])  # fmt: skip
-            failed = ml.append(b"mine", 0)
-            try:
-                await failed
-            except StorageError:
-                pass
-            else:
-                raise AssertionError("a misplaced write must fail")
-            await asyncio.wait_for(ml.wait_writable(), 30)
+            await _misplaced_write_recovers(ml)
             assert ml.last_confirmed == told[-1]
             assert [(i.ledger_id, i.entries) for i in ml.ledgers()[:-1]] == [(ledger, 2)]
             entries = await ml.read_entries(told[0], 10)
@@ -192,6 +197,53 @@ def test_records_after_a_gap_are_not_part_of_the_ledger(
             # A broker taking over an open ledger with a gap ends it in the same place.
             closed = await storage.ledger_store.close_at_true_end(ledger)
             assert (closed.entries, closed.size) == (2, len(b"ok0ok1"))
+        finally:
+            await storage.close()
+
+    run(scenario)
+
+
+def test_a_gap_and_as_many_duplicates_after_it_do_not_hide_the_gap(
+    make_config: ConfigFactory, kafka_bootstrap: str
+) -> None:
+    """A timed-out write leaves a gap and the producer's retry after it writes records
+    twice: two entries missing, then entries 4 and 5 twice, so the last record (entry 5
+    at offset 6) sits in its place although entries 2 and 3 are not in Kafka. Taking the
+    ledger whole would make the resend of entry 2 look like a duplicate of what follows
+    it (acknowledged, never stored); it ends before the gap on every path."""
+    config = make_config()
+
+    async def scenario() -> None:
+        storage = await KafkaStorage.start(config)
+        try:
+            ml = await storage.open_managed_ledger("gap-and-duplicates")
+            told = [await ml.append(f"ok{i}".encode(), 0) for i in range(2)]
+            ledger = told[0].ledger_id
+            topic = storage.ledger_store.topic(ledger)
+            _land(kafka_bootstrap, topic, [
+                (b"entry-4", 22, 4), (b"entry-5", 29, 5), (b"entry-4", 22, 4), (b"entry-5", 29, 5)
+            ])  # fmt: skip
+            # A broker taking over the open ledger (its writer gone) ends it before the gap.
+            closed = await storage.ledger_store.close_at_true_end(ledger)
+            assert (closed.entries, closed.size) == (2, len(b"ok0ok1"))
+        finally:
+            await storage.close()
+        # So does the writer itself, recovering from its own failed write.
+        storage = await KafkaStorage.start(config)
+        try:
+            ml = await storage.open_managed_ledger("writer-sees-the-gap")
+            told = [await ml.append(f"ok{i}".encode(), 0) for i in range(3)]
+            ledger = told[0].ledger_id
+            _land(kafka_bootstrap, storage.ledger_store.topic(ledger), [
+                (b"entry-5", 20, 5), (b"entry-6", 27, 6), (b"entry-5", 20, 5), (b"entry-6", 27, 6)
+            ])  # fmt: skip
+            # Entries 3 and 4 are missing: the broker's next write (entry 3) lands at
+            # offset 8 and fails as misplaced.
+            await _misplaced_write_recovers(ml)
+            assert ml.last_confirmed == told[-1]
+            assert [(i.ledger_id, i.entries) for i in ml.ledgers()[:-1]] == [(ledger, 3)]
+            entries = await ml.read_entries(told[0], 10)
+            assert [e.data for e in entries] == [b"ok0", b"ok1", b"ok2"]
         finally:
             await storage.close()
 
