@@ -3,6 +3,7 @@ subscription types."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -129,6 +130,8 @@ class Consumer:
     created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     msgs_out: int = 0
     bytes_out: int = 0
+    last_sent: float = 0.0
+    """``time.monotonic()`` of its last entries sent to be acknowledged."""
     closed: bool = False
     told_end_of_topic: bool = False
     """It heard REACHED_END_OF_TOPIC (a terminated topic tells each consumer once)."""
@@ -152,6 +155,8 @@ class Consumer:
                 self.unacked_messages += delivery.messages
             self.msgs_out += delivery.messages
             self.bytes_out += len(delivery.entry.data)
+        if tracked:
+            self.last_sent = time.monotonic()
         self.link.deliver(self, deliveries)
 
     def forget(self, position: Position) -> bool:
@@ -187,3 +192,24 @@ class Consumer:
             "priorityLevel": self.priority_level,
             "metadata": dict(self.metadata),
         }
+
+
+ACKS_IN_FLIGHT_S = 0.3
+"""How long a client may take to acknowledge what it just received: Pulsar clients group
+acknowledgements for 100 ms (``acknowledgmentGroupTime``) before sending them."""
+
+
+async def let_acks_arrive(consumers: Iterable[Consumer]) -> None:
+    """Before consumers are disconnected (an unload): wait until what was sent to them
+    lately is acknowledged, or could have been. An acknowledgement that reaches a
+    disconnected consumer is lost, and its client, having delivered the messages once,
+    drops them when they come again, so they would stay unacknowledged until another
+    consumer of the subscription gets them."""
+    waiting = [c for c in consumers if c.pending]
+    while waiting:
+        latest = max(c.last_sent for c in waiting)
+        remaining = latest + ACKS_IN_FLIGHT_S - time.monotonic()
+        if remaining <= 0:
+            return
+        await asyncio.sleep(min(remaining, 0.01))
+        waiting = [c for c in waiting if c.pending]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from dedup_broker.compaction.policy import compaction_threshold
 from dedup_broker.compaction.topic import CompanionTopics, TopicCompaction
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.consumer import ConsumerBusyError, SubscriptionType
+from dedup_broker.domain.consumer import ConsumerBusyError, SubscriptionType, let_acks_arrive
 from dedup_broker.domain.ledger_limits import LedgerLimits
 from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.producer_access import TOPIC_EPOCH_PROPERTY, ProducerHost
@@ -407,11 +407,15 @@ class Topic(ProducerHost):
         )
 
     async def close(self, destination: Destination | None = None) -> None:
-        """Unload: producers are told to go first (their clients reconnect and resend, at
-        ``destination`` when given), the writes in flight settle, the PIP-6 snapshot
-        covers all of them, then consumers go and cursors are stored."""
+        """Unload: dispatch stops, producers are told to go (their clients reconnect and
+        resend, at ``destination`` when given), the writes in flight settle, the PIP-6
+        snapshot covers all of them, then consumers go once what they received lately
+        could be acknowledged, and cursors are stored."""
         self.closed = True
         self.access.fail_waiting(ServiceNotReadyError(f"topic {self.name} was unloaded"))
+        # Nothing more goes out: what consumers got before can be acknowledged meanwhile.
+        for subscription in list(self.subscriptions.values()):
+            await subscription.close()
         for producer in list(self.producers.values()):
             self.remove_producer(producer)
             producer.link.close_producer(producer, destination)
@@ -419,10 +423,10 @@ class Topic(ProducerHost):
         await self.compaction.close()
         await self._appends_settled.wait()
         await self.dedup.close()
+        await let_acks_arrive(c for s in self.subscriptions.values() for c in s.consumers)
         for subscription in list(self.subscriptions.values()):
             for consumer in list(subscription.consumers):
                 subscription.disconnect(consumer, destination)
-            await subscription.close()
         await self.managed_ledger.close()
 
     def stats(self) -> dict[str, object]:
