@@ -58,6 +58,11 @@ class StorageError(RetriableError):
     """Kafka did not complete a read or a write; the outcome may be unknown."""
 
 
+class KafkaNotReadyError(StorageError):
+    """Kafka answered but cannot do it yet: its broker is still fenced or its controller
+    busy (it is starting, or has just been resumed)."""
+
+
 class UnknownTopicError(StorageError):
     """Kafka does not know the topic: deleted, or created a moment ago and not yet known
     to its partition's leader."""

@@ -187,7 +187,7 @@ class BrokerApp:
             connection=config.redis_connection(),
         )
         key_dedup = KeyDedupService(config, key_store, policies, key_metrics)
-        await storage.admin.create_topic(
+        await storage.admin.create_topic_when_ready(
             owners_topic(config.cluster_name),
             {"retention.ms": "3600000"},
             partitions=config.cluster_ownership_slots,

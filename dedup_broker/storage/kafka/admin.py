@@ -11,6 +11,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from dedup_broker.config import BrokerConfig
+from dedup_broker.errors import KafkaNotReadyError, StorageError
 from dedup_broker.kafka_logging import kafka_logger
 from dedup_broker.storage.kafka.producer import storage_error
 
@@ -37,12 +39,39 @@ SEALED_MAX_MESSAGE_BYTES = "0"
 """``max.message.bytes`` of a sealed ledger topic: Kafka rejects every further write."""
 LIST_OFFSETS_ATTEMPTS = 6
 """Offset queries tried this often (about 3 s of back-off in all) before they fail."""
+START_PATIENCE_S = 120.0
+"""How long a starting broker waits for Kafka to be able to create its topics."""
+_START_RETRY_FIRST_S, _START_RETRY_MAX_S = 0.5, 5.0
+_NOT_READY_CODES = frozenset(
+    {
+        KafkaError.REQUEST_TIMED_OUT,  # "Failed while waiting for controller"
+        KafkaError.NOT_CONTROLLER,
+        KafkaError.BROKER_NOT_AVAILABLE,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+    }
+)
 
 
 def _error_code(exc: BaseException) -> int | None:
     if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
         return int(exc.args[0].code())
     return None
+
+
+def creation_error(topic: str, exc: BaseException) -> StorageError:
+    """What a failed topic creation means: ``KafkaNotReadyError`` when Kafka will be
+    able to create it in a moment (a retriable error, or its only broker still fenced,
+    which Kafka answers as a replication factor it cannot meet)."""
+    error = storage_error(f"create topic {topic}", exc)
+    kafka_error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    if not isinstance(kafka_error, KafkaError):
+        return error
+    code = kafka_error.code()
+    fenced = code == KafkaError.INVALID_REPLICATION_FACTOR and "fenced" in kafka_error.str()
+    not_ready = kafka_error.retriable() or fenced or code in _NOT_READY_CODES
+    return KafkaNotReadyError(str(error)) if not_ready else error
 
 
 @dataclass
@@ -108,6 +137,27 @@ class KafkaAdmin:
             self._creator = loop.create_task(self._create_pending())
         return await asyncio.shield(creation.done)
 
+    async def create_topic_when_ready(
+        self,
+        topic: str,
+        config: Mapping[str, str],
+        partitions: int = 1,
+        patience_s: float = START_PATIENCE_S,
+    ) -> bool:
+        """``create_topic`` for a broker that starts: tried again while Kafka is not ready
+        yet (started together with it, or just restarted), for at most ``patience_s``."""
+        deadline = time.monotonic() + patience_s
+        delay = _START_RETRY_FIRST_S
+        while True:
+            try:
+                return await self.create_topic(topic, config, partitions)
+            except KafkaNotReadyError as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning("%s; trying again in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _START_RETRY_MAX_S)
+
     async def _create_pending(self) -> None:
         while self._pending_creations:
             batch, self._pending_creations = self._pending_creations, {}
@@ -130,7 +180,7 @@ class KafkaAdmin:
                         continue
                     # librdkafka's reason (refused credentials...) gets logged
                     self._topics_client.poll(0)
-                    creation.fail(storage_error(f"create topic {topic}", exc))
+                    creation.fail(creation_error(topic, exc))
                 else:
                     creation.settle(True)
 

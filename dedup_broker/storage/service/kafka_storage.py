@@ -132,7 +132,7 @@ class KafkaStorage:
         admin = KafkaAdmin(config)
         topics = internal_topics(config)
         await asyncio.gather(
-            *(admin.create_topic(topic, topic_config) for topic, topic_config in topics.items())
+            *(admin.create_topic_when_ready(topic, conf) for topic, conf in topics.items())
         )
         producer = SharedProducer(config, asyncio.get_running_loop())
         reader = KafkaReader(config)
