@@ -48,6 +48,8 @@ HANDOVER_WAIT_SECONDS = 10.0
 """How long clients of a slot that moved are held while its new owner is not known yet
 (they are then told to go without an address, and look the topic up)."""
 WATCH_SECONDS = 1.0
+_RECHECK_FIRST_S, _RECHECK_MAX_S = 0.5, 5.0
+"""Pauses between questions to the group after a slot's fence was lost to a Kafka failure."""
 """How often the group is read to follow its members (peers watched, dead ones removed)."""
 
 
@@ -202,15 +204,25 @@ class Cluster:
         if self._release is not None:
             await self._release(frozenset({slot}))
         # A fence lost to a Kafka failure rather than to a takeover: the group still
-        # assigns the slot to this very process, so it takes the fence again.
-        try:
-            view = await self.directory.view(max_age=0)
-        except ServiceNotReadyError:
+        # assigns the slot to this very process, so it takes the fence again. A Kafka
+        # that has just restarted may not describe the group for a while: asked again
+        # until it does, or the group moves the slot (else nobody would serve it).
+        delay = _RECHECK_FIRST_S
+        while self._assigned_here(slot) and slot not in self.owned:
+            try:
+                view = await self.directory.view(max_age=0)
+            except ServiceNotReadyError as exc:
+                log.info("slot %d: who owns it is not known yet (%s); asking again", slot, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _RECHECK_MAX_S)
+                continue
+            if self._assigned_here(slot) and view.owners.get(slot) == self.address:
+                self.owned = self.owned | {slot}
+                log.info("slot %d: still assigned here; taking its fence again", slot)
             return
-        still_ours = self.membership is not None and slot in self.membership.owned
-        if still_ours and view.owners.get(slot) == self.address:
-            self.owned = self.owned | {slot}
-            log.info("slot %d: still assigned here; taking its fence again", slot)
+
+    def _assigned_here(self, slot: int) -> bool:
+        return self.membership is not None and slot in self.membership.owned
 
     def _background(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(work)
