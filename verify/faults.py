@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from enum import Enum
 
+from harness.broker_process import BrokerProcess
 from verify.check import Fault
 from verify.environment import Admin, Servers, freeze
 from verify.history import History
@@ -94,7 +95,7 @@ class Faults:
         name = f"broker-{self.servers.brokers.index(broker)}"
         if kind is FaultKind.KILL:
             broker.kill()
-            _again(lambda: broker.start(timeout=120), f"starting {name}")
+            _again(lambda: _bring_up(broker), f"starting {name}")
             return name
         if kind is FaultKind.PAUSE:
             assert broker.process is not None
@@ -102,7 +103,7 @@ class Faults:
             return name
         if kind is FaultKind.RESTART:
             broker.stop()
-            _again(lambda: broker.start(timeout=120), f"starting {name}")
+            _again(lambda: _bring_up(broker), f"starting {name}")
             return name
         if kind is FaultKind.UNLOAD:
             topic = self.rng.choice(self.topics)
@@ -119,6 +120,15 @@ class Faults:
         time.sleep(1.0)
         _again(self.servers.redis.start, "starting Redis")
         return "redis"
+
+
+def _bring_up(broker: BrokerProcess) -> None:
+    """Start the broker; one whose last start was only slow (still running, not ready in
+    time) is waited for again rather than started twice."""
+    if broker.process is not None and broker.process.poll() is None:
+        broker.wait_ready(120)
+    else:
+        broker.start(timeout=120)
 
 
 def _again(start: Callable[[], None], what: str, attempts: int = 5) -> None:
