@@ -238,6 +238,8 @@ class ManagedLedgerImpl:
 
     async def close_without_writing(self, error: Exception) -> None:
         """Another broker took over: stop at once, write nothing more."""
+        if self._closed.is_set():
+            return
         log.error("%s: %s; closing without writing", self.name, error)
         self._closing = True
         self._writer.stop(error)

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from dedup_broker.errors import ManagedLedgerFencedError
+from dedup_broker.errors import ManagedLedgerFencedError, OwnershipLostError
 from dedup_broker.storage.ledger.appends import AppendPipeline
 from dedup_broker.storage.ledger.coalesced import cancel_and_wait
 from dedup_broker.storage.ledger.confirmed import ConfirmedLedgers
@@ -61,7 +61,7 @@ class WriteRecovery:
         closed: LedgerInfo | None = None
         new_id: int | None = None
         current_id = self._confirmed.ledgers.last_id
-        fenced: ManagedLedgerFencedError | None = None
+        fenced: ManagedLedgerFencedError | OwnershipLostError | None = None
         store = self._list_store
         async with store.lock:
             while True:
@@ -77,7 +77,8 @@ class WriteRecovery:
                     self._confirmed.add_open_ledger(new_id)
                     self._appends.start_ledger(new_id)
                     break
-                except ManagedLedgerFencedError as exc:
+                except (ManagedLedgerFencedError, OwnershipLostError) as exc:
+                    # Another broker took over: nothing here may write any more.
                     fenced = exc
                     break
                 except Exception as exc:
