@@ -26,7 +26,12 @@ from dedup_broker.schema.compatibility import SchemaInfo
 from dedup_broker.security.authorization import AuthAction
 from dedup_broker.security.encryption import check_producer_encryption
 from dedup_broker.session.lookups import topic_name
-from dedup_broker.session.replies import CreationInProgressError, UnknownIdError, publish_reply
+from dedup_broker.session.replies import (
+    CreationInProgressError,
+    EarlierSendFailedError,
+    UnknownIdError,
+    publish_reply,
+)
 
 if TYPE_CHECKING:
     from dedup_broker.domain.registry import ServedTopic
@@ -39,13 +44,28 @@ class _Attached:
     """A producer of this connection: its topic and its SENDs awaiting an outcome, in
     arrival order."""
 
-    __slots__ = ("pending", "producer", "schema_version", "topic")
+    __slots__ = ("pending", "producer", "refused", "schema_version", "topic")
 
     def __init__(self, producer: Producer, topic: ServedTopic, schema_version: bytes) -> None:
         self.producer = producer
         self.topic = topic
         self.schema_version = schema_version
         self.pending: deque[tuple[pb.CommandSend, PublishResult]] = deque()
+        self.refused: BaseException | None = None
+        """Why a SEND of this producer failed with a retriable error: every later SEND
+        of it on this connection fails too, until the client creates it again."""
+
+    def note(self, result: PublishResult) -> None:
+        """A retriable failure stops the producer's stream here. The client answers it by
+        dropping the connection and resending everything from the failed SEND on; a later
+        SEND it had already written must not be stored meanwhile: stored before the
+        earlier ones, it would also make deduplication take their resends for
+        duplicates (acknowledged, never stored)."""
+        if result.cancelled() or self.refused is not None:
+            return
+        outcome = result.result()
+        if outcome.error is not None and outcome.retriable:
+            self.refused = outcome.error
 
 
 class ProducerCommands:
@@ -216,6 +236,8 @@ class ProducerCommands:
                     ChecksumError("message checksum (CRC32C) does not match its content")
                 )
             )
+        elif attached.refused is not None:
+            result = settled(PublishOutcome.failed(EarlierSendFailedError(attached.refused)))
         else:
             try:
                 metadata = parse_metadata_only(entry)
@@ -225,6 +247,10 @@ class ProducerCommands:
                 result = attached.topic.publish(producer, send, entry, metadata)
         attached.pending.append((send, result))
         self.connection.publish_started()
+        if result.done():  # before the next SEND of this very read is looked at
+            attached.note(result)
+        else:
+            result.add_done_callback(attached.note)
         result.add_done_callback(lambda _: self._flush(attached))
 
     def _flush(self, attached: _Attached) -> None:
