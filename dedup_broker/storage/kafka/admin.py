@@ -47,11 +47,10 @@ _NOT_READY_CODES = frozenset(
         KafkaError.REQUEST_TIMED_OUT,  # "Failed while waiting for controller"
         KafkaError.NOT_CONTROLLER,
         KafkaError.BROKER_NOT_AVAILABLE,
-        KafkaError._TIMED_OUT,
-        KafkaError._TRANSPORT,
-        KafkaError._ALL_BROKERS_DOWN,
     }
 )
+"""Answers of a Kafka that is up but not ready; a Kafka that cannot be reached or refuses
+the broker's credentials fails the start at once, with librdkafka's reason logged."""
 
 
 def _error_code(exc: BaseException) -> int | None:
@@ -62,7 +61,7 @@ def _error_code(exc: BaseException) -> int | None:
 
 def creation_error(topic: str, exc: BaseException) -> StorageError:
     """What a failed topic creation means: ``KafkaNotReadyError`` when Kafka will be
-    able to create it in a moment (a retriable error, or its only broker still fenced,
+    able to create it in a moment (its controller busy, or its only broker still fenced,
     which Kafka answers as a replication factor it cannot meet)."""
     error = storage_error(f"create topic {topic}", exc)
     kafka_error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
@@ -70,8 +69,7 @@ def creation_error(topic: str, exc: BaseException) -> StorageError:
         return error
     code = kafka_error.code()
     fenced = code == KafkaError.INVALID_REPLICATION_FACTOR and "fenced" in kafka_error.str()
-    not_ready = kafka_error.retriable() or fenced or code in _NOT_READY_CODES
-    return KafkaNotReadyError(str(error)) if not_ready else error
+    return KafkaNotReadyError(str(error)) if fenced or code in _NOT_READY_CODES else error
 
 
 @dataclass
