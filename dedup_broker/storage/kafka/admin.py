@@ -67,9 +67,12 @@ def creation_error(topic: str, exc: BaseException) -> StorageError:
     kafka_error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
     if not isinstance(kafka_error, KafkaError):
         return error
-    code = kafka_error.code()
-    fenced = code == KafkaError.INVALID_REPLICATION_FACTOR and "fenced" in kafka_error.str()
-    return KafkaNotReadyError(str(error)) if fenced or code in _NOT_READY_CODES else error
+    code, reason = kafka_error.code(), kafka_error.str()
+    fenced = code == KafkaError.INVALID_REPLICATION_FACTOR and "fenced" in reason
+    # Kafka's busy controller, as librdkafka reports it once its own timeout ran out.
+    busy = code == KafkaError._TIMED_OUT and "waiting for controller" in reason
+    not_ready = fenced or busy or code in _NOT_READY_CODES
+    return KafkaNotReadyError(str(error)) if not_ready else error
 
 
 @dataclass
@@ -150,11 +153,21 @@ class KafkaAdmin:
             try:
                 return await self.create_topic(topic, config, partitions)
             except KafkaNotReadyError as exc:
-                if time.monotonic() + delay > deadline:
+                # A client Kafka refuses (credentials) reads the same timeout: only a Kafka
+                # that answers this broker is waited for.
+                if time.monotonic() + delay > deadline or not await self._answers():
                     raise
                 log.warning("%s; trying again in %.1fs", exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _START_RETRY_MAX_S)
+
+    async def _answers(self) -> bool:
+        """Kafka serves this broker's metadata requests (it is reached and authenticated)."""
+        try:
+            await asyncio.to_thread(self._client.list_topics, timeout=self._timeout_s)
+        except KafkaException:
+            return False
+        return True
 
     async def _create_pending(self) -> None:
         while self._pending_creations:

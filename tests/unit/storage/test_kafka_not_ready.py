@@ -52,6 +52,11 @@ def admin_refusing(refusals: list[KafkaException]) -> tuple[KafkaAdmin, Refusing
     admin = KafkaAdmin(BrokerConfig(kafka_bootstrap_servers="127.0.0.1:9"))
     client = RefusingTopicsClient(refusals)
     admin._topics_client = client
+
+    async def answers() -> bool:  # a Kafka that serves metadata, busy creating topics
+        return True
+
+    admin._answers = answers  # type: ignore[method-assign]
     return admin, client
 
 
@@ -60,6 +65,10 @@ def test_a_fenced_broker_or_a_busy_controller_is_kafka_not_ready() -> None:
     assert isinstance(fenced, KafkaNotReadyError)
     busy = refusal(KafkaError.REQUEST_TIMED_OUT, "Failed while waiting for controller")
     assert isinstance(creation_error("t", busy), KafkaNotReadyError)
+    late = refusal(KafkaError._TIMED_OUT, "Failed while waiting for controller: Local: Timed out")
+    assert isinstance(creation_error("t", late), KafkaNotReadyError)
+    unreachable = refusal(KafkaError._TRANSPORT, "Connection refused")
+    assert not isinstance(creation_error("t", unreachable), KafkaNotReadyError)
     too_many = refusal(
         KafkaError.INVALID_REPLICATION_FACTOR,
         "Replication factor: 3 larger than available brokers: 1.",
