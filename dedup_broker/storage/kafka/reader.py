@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import queue
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -181,15 +182,21 @@ class KafkaReader:
         finally:
             self._idle.put(pooled)
 
-    def _scan_blocking(
-        self, topic: str, partition: int, start: int, end: int, visit: ValuesVisitor
-    ) -> int:
+    @contextlib.contextmanager
+    def _scanner(self, topic: str) -> Iterator[Consumer]:
+        """A scanning consumer that knows ``topic``, back in the pool afterwards."""
         pooled = self._take(self._idle_scanners, self._scan_conf)
         try:
             self._know(pooled, topic)
-            return self._scan(pooled.consumer, topic, partition, start, end, visit)
+            yield pooled.consumer
         finally:
             self._idle_scanners.put(pooled)
+
+    def _scan_blocking(
+        self, topic: str, partition: int, start: int, end: int, visit: ValuesVisitor
+    ) -> int:
+        with self._scanner(topic) as consumer:
+            return self._scan(consumer, topic, partition, start, end, visit)
 
     def _scan(
         self,
@@ -218,22 +225,21 @@ class KafkaReader:
     def _scan_keys(
         self, topic: str, partition: int, start: int, end: int, visit: KeysVisitor
     ) -> int:
-        pooled = self._take(self._idle_scanners, self._scan_conf)
-        try:
-            self._know(pooled, topic)
+        with (
+            self._scanner(topic) as consumer,
+            contextlib.closing(self._batches(consumer, topic, partition, start, end)) as batches,
+        ):  # closed (the partition unassigned) before the consumer goes back
             next_offset = start
-            for batch in self._batches(pooled.consumer, topic, partition, start, end):
+            for batch in batches:
                 for offset, msg in batch:
                     if not visit(offset, msg.key()):
                         return offset
                     next_offset = offset + 1
             return next_offset
-        finally:
-            self._idle_scanners.put(pooled)
 
     def _batches(
         self, consumer: Consumer, topic: str, partition: int, start: int, end: int
-    ) -> Iterator[list[tuple[int, Message]]]:
+    ) -> Generator[list[tuple[int, Message]], None, None]:
         """The records ``start <= offset < end`` with their offsets, in offset order, in
         non-empty batches, until ``end`` or the partition's end."""
         consumer.assign([TopicPartition(topic, partition, start)])
