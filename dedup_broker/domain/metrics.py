@@ -54,7 +54,8 @@ class BrokerMetrics:
         )
         self.dedup_verdicts = Counter(
             "dedup_broker_deduplication_verdicts_total",
-            "Deduplication verdicts on SEND (NotDup, Dup, Unknown)",
+            "Deduplication verdicts on SEND but NotDup: Dup, and Unknown each time a SEND "
+            "waiting for its earlier copy asks again (every 50 ms)",
             ("verdict",),
             registry=r,
         )

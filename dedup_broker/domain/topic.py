@@ -19,6 +19,7 @@ from dedup_broker.domain.consumer import ConsumerBusyError, SubscriptionType, le
 from dedup_broker.domain.ledger_limits import LedgerLimits
 from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.producer_access import TOPIC_EPOCH_PROPERTY, ProducerHost
+from dedup_broker.domain.send_order import publish_in_turn
 from dedup_broker.domain.subscription import Subscription
 from dedup_broker.domain.termination import (
     TERMINATED_PROPERTY,
@@ -43,6 +44,7 @@ from dedup_broker.lazy import LazyEvent
 from dedup_broker.pip6.state import Verdict
 from dedup_broker.pip6.topic_dedup import TopicDeduplication
 from dedup_broker.protocol import pulsar_api_pb2 as pb
+from dedup_broker.protocol.batch import batch_size
 from dedup_broker.protocol.framing import parse_metadata_only
 from dedup_broker.storage.api import (
     COMPACTION_CURSOR,
@@ -189,10 +191,15 @@ class Topic(ProducerHost):
         entry: bytes,
         metadata: pb.MessageMetadata,
     ) -> PublishResult:
-        """Publish one SEND's entry: key-window verdicts (when on), PIP-6, the append."""
-        if self.key_dedup.intercepts:
-            return self.key_dedup.submit(producer, send, entry, metadata)
-        return self.append_checked(producer, send, entry, metadata)
+        """Publish one SEND's entry: key-window verdicts (when on), PIP-6, the append, in
+        the producer's turn (:mod:`send_order`)."""
+
+        def now() -> PublishResult:
+            if self.key_dedup.intercepts:
+                return self.key_dedup.submit(producer, send, entry, metadata)
+            return self.append_checked(producer, send, entry, metadata)
+
+        return publish_in_turn(producer, now)
 
     def append_checked(
         self,
@@ -489,10 +496,3 @@ def _check_not_reserved(subscription: str) -> None:
             f"subscription {subscription!r} is reserved: names starting with "
             f"{SYSTEM_CURSOR_PREFIX!r} and {COMPACTION_CURSOR!r} are the broker's own"
         )
-
-
-def batch_size(metadata: pb.MessageMetadata) -> int:
-    """Messages in a batched entry, 0 for an entry holding a single plain message."""
-    if metadata.HasField("num_messages_in_batch"):
-        return metadata.num_messages_in_batch
-    return 0

@@ -27,6 +27,14 @@ class EarlierCopyInFlightError(RetriableError):
     """An earlier copy of the message is still being written; resend after it settled."""
 
 
+class EarlierSendFailedError(RetriableError):
+    """An earlier SEND of the producer failed: this one is not stored either, so that the
+    client's resend, from the failed one on, stores them in order."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"an earlier message of this producer failed ({cause}); resend from it")
+
+
 @dataclass(frozen=True, slots=True)
 class PublishOutcome:
     status: PublishStatus

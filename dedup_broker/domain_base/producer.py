@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import time
 from dataclasses import dataclass, field
@@ -49,6 +50,9 @@ class Producer:
     metadata: dict[str, str] = field(default_factory=dict)
     """The producer's properties (``CommandProducer.metadata``)."""
     client_version: str = ""
+    turn: asyncio.Future[BaseException | None] | None = None
+    """While a SEND of this producer waits for its earlier copy (``domain.send_order``):
+    resolves once it is past its wait; the producer's later SENDs wait for it."""
 
     def stats(self) -> dict[str, object]:
         """Pulsar's ``PublisherStats`` (the fields the Java and Go admin models read)."""

@@ -125,6 +125,13 @@ def is_batch(metadata: pb.MessageMetadata) -> bool:
     return metadata.HasField("num_messages_in_batch")
 
 
+def batch_size(metadata: pb.MessageMetadata) -> int:
+    """Messages in a batched entry, 0 for an entry holding a single plain message."""
+    if metadata.HasField("num_messages_in_batch"):
+        return metadata.num_messages_in_batch
+    return 0
+
+
 def _single_from_entry(metadata: pb.MessageMetadata, payload: bytes) -> SingleMessage:
     """A non-batch entry seen as a one-message batch, so callers handle one shape."""
     single = pb.SingleMessageMetadata(payload_size=len(payload))

@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING
 from dedup_broker.backlog.quota import check_producer
 from dedup_broker.domain.topic import Topic
 from dedup_broker.domain_base.handover import Destination, outcome
-from dedup_broker.domain_base.outcomes import PublishOutcome, PublishResult, settled
+from dedup_broker.domain_base.outcomes import (
+    EarlierSendFailedError,
+    PublishOutcome,
+    PublishResult,
+    settled,
+)
 from dedup_broker.domain_base.producer import Producer, ProducerAccessMode
 from dedup_broker.errors import ChecksumError, ProtocolError
 from dedup_broker.protocol import commands
@@ -28,7 +33,6 @@ from dedup_broker.security.encryption import check_producer_encryption
 from dedup_broker.session.lookups import topic_name
 from dedup_broker.session.replies import (
     CreationInProgressError,
-    EarlierSendFailedError,
     UnknownIdError,
     publish_reply,
 )

@@ -35,14 +35,6 @@ class CreationInProgressError(errors.RetriableError):
     """The same producer or consumer is still being created; the client retries."""
 
 
-class EarlierSendFailedError(errors.RetriableError):
-    """An earlier SEND of the producer failed: this one is not stored either, so that the
-    client's resend, from the failed one on, stores them in order."""
-
-    def __init__(self, cause: BaseException) -> None:
-        super().__init__(f"an earlier message of this producer failed ({cause}); resend from it")
-
-
 _CODES: tuple[tuple[type[BaseException], pb.ServerError], ...] = (
     # A PRODUCER or SUBSCRIBE that met the topic as it was unloaded: the client retries
     # and finds it loaded again (NotAllowedError would be final for some clients).

@@ -27,7 +27,7 @@ from dedup_broker.domain.consumer import (
 from dedup_broker.domain.dispatchers import dispatcher_for
 from dedup_broker.domain.non_persistent.metrics import DropReason, NonPersistentMetrics
 from dedup_broker.domain.producer_access import ProducerHost
-from dedup_broker.domain.topic import ReadCompactedNotAllowedError, batch_size
+from dedup_broker.domain.topic import ReadCompactedNotAllowedError
 from dedup_broker.domain_base.handover import Destination
 from dedup_broker.domain_base.names import TopicName
 from dedup_broker.domain_base.outcomes import PublishOutcome, PublishResult, settled
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from dedup_broker.protocol import pulsar_api_pb2 as pb
+from dedup_broker.protocol.batch import batch_size
 
 MESSAGE_ID = Position(0, 0)
 """The id Pulsar gives every message of a non-persistent topic (receipts and deliveries)."""

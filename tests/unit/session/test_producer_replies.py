@@ -4,8 +4,10 @@ and CLOSE_PRODUCER when its topic goes."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+from dedup_broker.domain import send_order
 from dedup_broker.domain_base.names import TopicName
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
@@ -16,7 +18,6 @@ from harness.client_commands import message_block
 from harness.memory_broker import MemoryBroker, WireClient, settle
 
 TOPIC = "persistent://public/default/orders"
-IN_FLIGHT = "an earlier copy of this message is still being written; resend later"
 
 
 def replies(*expected: pb.BaseCommand) -> list[Frame]:
@@ -59,17 +60,21 @@ async def test_a_duplicate_gets_a_receipt_without_a_position() -> None:
     assert connection.received() == replies(receipt(0, 1, 0), receipt(0, -1, -1))
 
 
-async def test_a_resend_of_a_message_in_flight_is_refused_after_the_original_is_answered() -> None:
+async def test_a_resend_of_a_message_in_flight_waits_and_is_answered_as_a_duplicate() -> None:
+    """No send error (the client would drop the connection): the resend's answer waits
+    for the original's write."""
     broker = MemoryBroker.configured(broker_deduplication_enabled=True)
     connection = await producer_on(broker)
     broker.ledger(TOPIC).hold_appends = True
     send(connection, 0)
     send(connection, 0)
-    await settle()
+    send(connection, 1)
+    await asyncio.sleep(4 * send_order.LOOK_AGAIN_S)
     assert connection.received() == []
+    broker.ledger(TOPIC).hold_appends = False
     broker.ledger(TOPIC).acknowledge_appends()
-    await settle()
-    assert connection.received() == replies(receipt(0, 1, 0), send_error(0, IN_FLIGHT))
+    await asyncio.sleep(2 * send_order.LOOK_AGAIN_S)
+    assert connection.received() == replies(receipt(0, 1, 0), receipt(0, -1, -1), receipt(1, 1, 1))
 
 
 async def test_receipts_leave_in_send_order_when_kafka_acknowledges_out_of_order() -> None:
