@@ -12,7 +12,9 @@ stored, written once it is known lost); only after ``WAIT_LIMIT_S`` does the cli
 Unknown's error.
 
 The producer's later SENDs wait behind it: written before it, one would raise the
-persisted sequence id past it, and its resend would pass for a duplicate.
+persisted sequence id past it, and its resend would pass for a duplicate. For the same
+reason a waiting SEND gives up once a write of its producer failed: the client resends
+from the failed one on.
 """
 
 from __future__ import annotations
@@ -91,6 +93,10 @@ async def _wait_then_publish(
             if result is None:
                 result = publish()
             while _unknown(result) and not producer.closed and time.monotonic() < deadline:
+                if producer.write_failed is not None:
+                    refusal = EarlierSendFailedError(producer.write_failed)
+                    result = settled(PublishOutcome.failed(refusal))
+                    break
                 await asyncio.sleep(LOOK_AGAIN_S)
                 result = publish()
     finally:

@@ -242,6 +242,7 @@ class Topic(ProducerHost):
             if exc is not None:
                 self.services.metrics.kafka_write_errors.inc()
                 self.dedup.write_failed()
+                producer.write_failed = exc
                 log.warning("publish on %s failed (seq %d): %s", self.name, send.sequence_id, exc)
                 result.set_result(PublishOutcome.failed(exc))
                 return

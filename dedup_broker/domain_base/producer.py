@@ -53,6 +53,9 @@ class Producer:
     turn: asyncio.Future[BaseException | None] | None = None
     """While a SEND of this producer waits for its earlier copy (``domain.send_order``):
     resolves once it is past its wait; the producer's later SENDs wait for it."""
+    write_failed: BaseException | None = None
+    """Why a write of this producer failed, if one did: its SENDs waiting for an earlier
+    copy fail too, rather than be written ahead of the failed one's resend."""
 
     def stats(self) -> dict[str, object]:
         """Pulsar's ``PublisherStats`` (the fields the Java and Go admin models read)."""

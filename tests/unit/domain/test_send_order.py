@@ -102,3 +102,34 @@ async def test_a_copy_not_settled_in_time_fails_the_resend_and_what_follows(
     assert len(ledger.pending_appends) == 1
     ledger.acknowledge_appends()
     assert await first == PublishOutcome.stored(Position(1, 0))
+
+
+async def test_after_a_failed_write_a_waiting_send_is_not_written_and_resends_are_exact() -> None:
+    """The client resends from the failed SEND on; a later SEND stored first would make
+    deduplication take the failed one's resend for a duplicate. The resends find what
+    really landed."""
+    broker = MemoryBroker.configured(broker_deduplication_enabled=True)
+    topic = await broker.topic(TOPIC)
+    producer = new_producer("p")
+    topic.add_producer(producer)
+    ledger = broker.ledger(TOPIC)
+    ledger.hold_appends = True
+    sends = [asyncio.ensure_future(publish(topic, producer, seq)) for seq in (0, 1)]
+    await settle()
+    ledger.read_gate = asyncio.Event()  # learning what landed takes a while
+    ledger.pending_appends[0].fail(landed=True)  # Kafka stored 0 (its report failed), not 1
+    assert [o.status for o in await asyncio.gather(*sends)] == [PublishStatus.FAILED] * 2
+    later = asyncio.ensure_future(publish(topic, producer, 2))  # sent before it heard
+    await settle()
+    ledger.hold_appends = False
+    ledger.read_gate.set()
+    outcome = await later
+    assert outcome.status is PublishStatus.FAILED
+    assert isinstance(outcome.error, EarlierSendFailedError) and outcome.retriable
+    topic.remove_producer(producer)  # the client drops the connection, creates the
+    again = new_producer("p")  # producer again and resends from the failed SEND on
+    topic.add_producer(again)
+    assert await publish(topic, again, 0) is DUPLICATE
+    assert topic.last_sequence_id("p") == 0
+    assert await publish(topic, again, 1) == PublishOutcome.stored(Position(2, 0))
+    assert await publish(topic, again, 2) == PublishOutcome.stored(Position(2, 1))

@@ -76,26 +76,6 @@ async def test_a_failed_append_is_a_retriable_failure_and_fails_what_follows() -
     assert await publish(topic, producer, 1) == PublishOutcome.stored(Position(2, 0))
 
 
-async def test_after_a_failed_write_deduplication_learns_what_landed() -> None:
-    broker = MemoryBroker.configured(broker_deduplication_enabled=True)
-    topic = await broker.topic(TOPIC)
-    producer = new_producer("p")
-    topic.add_producer(producer)
-    ledger = broker.ledger(TOPIC)
-    ledger.hold_appends = True
-    landed = asyncio.ensure_future(publish(topic, producer, 0))
-    lost = asyncio.ensure_future(publish(topic, producer, 1))
-    await settle()
-    ledger.pending_appends[0].fail(landed=True)  # Kafka stored it; its report failed
-    assert (await landed).status is PublishStatus.FAILED
-    assert (await lost).status is PublishStatus.FAILED
-    # A resend waits until storage knows what landed: this one had.
-    ledger.hold_appends = False
-    assert await publish(topic, producer, 0) is DUPLICATE
-    assert topic.last_sequence_id("p") == 0
-    assert await publish(topic, producer, 1) == PublishOutcome.stored(Position(2, 0))
-
-
 async def test_an_earlier_chunk_is_stored_once_and_the_last_completes_the_message() -> None:
     topic = await MemoryBroker.configured(broker_deduplication_enabled=True).topic(TOPIC)
     producer = new_producer("p")
