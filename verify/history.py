@@ -17,6 +17,7 @@ import json
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -214,3 +215,23 @@ def chunks_dropped_by_client(client_log: Path) -> dict[str, set[int]]:
             if (match := _DROPPED_CHUNKS.search(line)) is not None:
                 dropped.setdefault(match[1], set()).add(int(match[2]))
     return dropped
+
+
+_SEND_ERROR = re.compile(r"Received send error from server: (.*)$")
+
+
+def send_errors_seen(client_log: Path) -> Counter[str]:
+    """The send errors the client received, by message. The official clients drop their
+    connection on each (every producer and consumer sharing it reconnects), so a run's
+    count says how often the broker made them do so."""
+    seen: Counter[str] = Counter()
+    if not client_log.exists():
+        return seen
+    with client_log.open(errors="replace") as lines:
+        for line in lines:
+            if (match := _SEND_ERROR.search(line)) is not None:
+                seen[_NUMBER.sub("N", match[1].strip())] += 1
+    return seen
+
+
+_NUMBER = re.compile(r"\d+")

@@ -23,6 +23,7 @@ from verify.history import (
     load_faults,
     load_samples,
     recheck,
+    send_errors_seen,
 )
 from verify.live import LivePath, TableViewPath, live_paths
 from verify.load import PARTITIONS, Kind, Load, Topic, last_per_key
@@ -299,6 +300,12 @@ def verdict(run_dir: Path) -> Outcome:
         lines.append(
             f"     broker memory: RSS {samples[0]['rss_mb']} MB at first, "
             f"{samples[-1]['rss_mb']} MB at the end, peak {peak} MB"
+        )
+    send_errors = send_errors_seen(run_dir / "client.log")
+    if send_errors:
+        common = "; ".join(f"{n} x {text[:90]}" for text, n in send_errors.most_common(3))
+        lines.append(
+            f"     client connections dropped on a send error: {send_errors.total()} ({common})"
         )
     lines.extend(f"PROBLEM {p}" for p in outcome.problems)
     total = sum(len(t) for t in ack_times.values())

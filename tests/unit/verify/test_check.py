@@ -15,7 +15,7 @@ from verify.check import (
     failover_gaps,
     out_of_order,
 )
-from verify.history import History, chunks_dropped_by_client, recheck
+from verify.history import History, chunks_dropped_by_client, recheck, send_errors_seen
 
 READER = PathSpec("reader", "t", Mode.EXACTLY_ONCE, True)
 LIVE = PathSpec("exclusive", "t", Mode.AT_LEAST_ONCE, True)
@@ -77,6 +77,22 @@ def test_a_chunked_message_the_client_dropped_may_come_late_and_only_that_one(
     assert excused.notes == ["1 late after the client dropped their partly received chunks"]
     other = check_path(LIVE, acked(4, 5, 6, 7), range(8), delivered(5, 7, 6), (), {5})
     assert other.out_of_order == 1
+
+
+def test_send_errors_the_client_dropped_its_connection_for_are_counted_by_kind(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "client.log"
+    prefix = "2026-11-27 04:49:43.763 WARN  [1] ClientConnection:1521 | [127.0.0.1:38176 ->"
+    log.write_text(
+        f"{prefix} 127.0.0.1:45581] Received send error from server: an earlier copy\n"
+        f"{prefix} 127.0.0.1:45581] Received send error from server: Redis at 127.0.0.1:1\n"
+        f"{prefix} 127.0.0.1:45582] Received send error from server: Redis at 127.0.0.1:2\n"
+        f"{prefix} 127.0.0.1:45581] Connection disconnected (refCnt: 4)\n"
+    )
+    seen = send_errors_seen(log)
+    assert seen == {"Redis at N.N.N.N:N": 2, "an earlier copy": 1}
+    assert send_errors_seen(tmp_path / "none.log") == {}
 
 
 def test_ids_no_producer_sent_are_unexpected() -> None:
