@@ -75,6 +75,7 @@ GROUP_MAX_MESSAGES = 4096
 loop and its keys claimed in one Redis script, so an unbounded group (a client's whole
 window of 1000-message batches) would hold the loop and Redis for seconds."""
 READY_WAIT_SECONDS = 5.0
+REDIS_ASK_AGAIN_SECONDS = 0.1
 _KEEP, _UNCHECKED, _WAIT = MessageVerdict.KEEP, MessageVerdict.UNCHECKED, MessageVerdict.WAIT
 
 
@@ -248,13 +249,13 @@ class TopicKeyDedup:
         key_lists = [p.keys for p in prepared]
         try:
             try:
-                await claims.lookup(key_lists)
+                await self._lookup(claims, key_lists)
             except ScopeRebuildingError:
                 # Rebuilding from the log takes moments: wait for it rather than fail.
                 claims.states.clear()
                 if not await self._wait_ready():
                     raise KeyDedupNotReadyError("the key window is being rebuilt") from None
-                await claims.lookup(key_lists)
+                await self._lookup(claims, key_lists)
         except BrokerError as exc:
             for p in prepared:
                 self._error(p.item, exc)
@@ -265,6 +266,22 @@ class TopicKeyDedup:
                 await self._decide(claims, p, used)
         finally:
             self._release([k for k in claims.owned if k not in used])
+
+    async def _lookup(self, claims: GroupKeys, key_lists: list[list[bytes | None]]) -> None:
+        """The group's key states. A Redis that cannot be reached is asked again for up to
+        ``READY_WAIT_SECONDS`` (a restart takes about a second) before the SENDs fail:
+        the official clients answer each send error by dropping their connection, with
+        every producer and consumer on it."""
+        deadline = asyncio.get_running_loop().time() + READY_WAIT_SECONDS
+        while True:
+            try:
+                await claims.lookup(key_lists)
+                return
+            except KeyStoreUnavailableError:
+                if asyncio.get_running_loop().time() >= deadline or self.closed:
+                    raise
+                claims.states.clear()
+                await asyncio.sleep(REDIS_ASK_AGAIN_SECONDS)
 
     async def _wait_ready(self) -> bool:
         """Both this topic's replay and the scope (marker, rebuild) done, within a bound."""
