@@ -100,12 +100,16 @@ async def _wait_then_publish(
                 await asyncio.sleep(LOOK_AGAIN_S)
                 result = publish()
     finally:
-        if result is None or (result.done() and result.result().error is not None):
-            error = result.result().error if result is not None else None
-            turn.set_result(error or RuntimeError("cancelled"))
-        else:
-            turn.set_result(None)
+        turn.set_result(_why_failed(result))
     _chain(result, outcome)
+
+
+def _why_failed(result: PublishResult | None) -> BaseException | None:
+    """What the SENDs behind a waiting one hear of it: None if it went on (written, or
+    answered without an error)."""
+    if result is None:
+        return RuntimeError("cancelled while waiting")
+    return result.result().error if result.done() else None
 
 
 def _chain(source: PublishResult, target: PublishResult) -> None:
