@@ -28,6 +28,7 @@ from dedup_broker.storage import formats
 from dedup_broker.storage.kafka.admin import KafkaAdmin
 from dedup_broker.storage.kafka.producer import SharedProducer, max_record_bytes
 from dedup_broker.storage.kafka.reader import KafkaReader
+from dedup_broker.storage.ledger.id_allocations import AllocationIndex
 from dedup_broker.storage.values import (
     Entry,
     EntryVisitor,
@@ -58,6 +59,7 @@ class LedgerLookup:
         self._admin = admin
         self._reader = reader
         self.ids_topic = formats.ledger_ids_topic(config.cluster_name)
+        self._allocations = AllocationIndex(self.ids_topic, admin, reader)
 
     def topic(self, ledger_id: int) -> str:
         return formats.ledger_topic(self._cluster, ledger_id)
@@ -82,20 +84,7 @@ class LedgerLookup:
 
     async def allocated_to(self, managed_ledger_name: str, after_id: int) -> list[int]:
         """Ids allocated for ``managed_ledger_name`` after ``after_id`` (allocation records)."""
-        end = await self._admin.high_watermark(self.ids_topic)
-        found: list[int] = []
-        start = after_id + 1
-        while start < end:
-            records = await self._reader.fetch(self.ids_topic, start, end)
-            if not records:
-                break
-            for record in records:
-                if record.value is not None:
-                    purpose = formats.decode_ledger_id_allocation(record.value)
-                    if purpose == managed_ledger_name:
-                        found.append(record.offset)
-            start = records[-1].offset + 1
-        return found
+        return await self._allocations.allocated_to(managed_ledger_name, after_id)
 
     async def allocation_of(self, ledger_id: int) -> str | None:
         """The managed ledger name ``ledger_id`` was allocated for; None if never allocated."""
