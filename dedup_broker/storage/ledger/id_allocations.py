@@ -11,6 +11,7 @@ per name only the ids not yet known to be listed.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from typing import Protocol
 
 from dedup_broker.storage import formats
@@ -32,19 +33,34 @@ class ValueScanner(Protocol):
     ) -> int: ...
 
 
+INDEX_CAPACITY = 100_000
+"""Allocations the index remembers (about 60 bytes each); older ones are read from the
+topic when asked about, as before the index."""
+
+
 class AllocationIndex:
-    """Ledger ids by the managed ledger they were allocated for.
+    """Ledger ids by the managed ledger they were allocated for, over the latest
+    ``capacity`` allocations.
 
-    Memory: one entry per name with an id not yet asked about (a loaded managed ledger
-    keeps about one, its current ledger; a name asked about drops the ids at or below its
-    last listed one)."""
+    A name asked about forgets its ids at or below its last listed ledger, so a loaded
+    managed ledger keeps about one (its current ledger); the window bounds the rest."""
 
-    def __init__(self, ids_topic: str, offsets: EndOffsets, scanner: ValueScanner) -> None:
+    def __init__(
+        self,
+        ids_topic: str,
+        offsets: EndOffsets,
+        scanner: ValueScanner,
+        capacity: int = INDEX_CAPACITY,
+    ) -> None:
         self._topic = ids_topic
         self._offsets = offsets
         self._scanner = scanner
+        self._capacity = capacity
+        self._base: int | None = None
+        """The first offset of the window (None until the first question)."""
         self._read_to = 0
-        """Every allocation below this offset is in ``_by_name``."""
+        """Every allocation in ``[_base, _read_to)`` is in ``_by_name``."""
+        self._window: deque[tuple[int, str]] = deque()
         self._by_name: dict[str, list[int]] = {}
         self._catching_up = asyncio.Lock()
 
@@ -55,26 +71,52 @@ class AllocationIndex:
         were handled when it was listed, so they are forgotten."""
         end = await self._offsets.high_watermark(self._topic)
         async with self._catching_up:  # callers arriving meanwhile share the next read
+            if self._base is None:
+                self._base = self._read_to = max(0, end - self._capacity)
             if self._read_to < end:
                 await self._read(end)
+            base = self._base
+        older = await self._read_older(name, after_id + 1, min(base, end))
         ids = self._by_name.get(name, [])
         kept = [ledger_id for ledger_id in ids if ledger_id > after_id]
         if kept:
             self._by_name[name] = kept
         else:
             self._by_name.pop(name, None)
-        return [ledger_id for ledger_id in kept if ledger_id < end]
+        return older + [ledger_id for ledger_id in kept if ledger_id < end]
 
     async def _read(self, end: int) -> None:
+        for offset, purpose in await self._allocations(self._read_to, end):
+            self._by_name.setdefault(purpose, []).append(offset)
+            self._window.append((offset, purpose))
+        self._read_to = max(self._read_to, end)
+        while len(self._window) > self._capacity:
+            offset, purpose = self._window.popleft()
+            ids = self._by_name.get(purpose)
+            if ids and ids[0] == offset:
+                del ids[0]
+                if not ids:
+                    del self._by_name[purpose]
+            self._base = offset + 1
+
+    async def _read_older(self, name: str, start: int, end: int) -> list[int]:
+        """Before the window: the ids of ``name`` read from the topic itself."""
+        if start >= end:
+            return []
+        return [
+            offset for offset, purpose in await self._allocations(start, end) if purpose == name
+        ]
+
+    async def _allocations(self, start: int, end: int) -> list[tuple[int, str]]:
         read: list[tuple[int, list[bytes]]] = []
 
         def visit(first: int, values: list[bytes]) -> None:  # in a reader thread
             read.append((first, values))
 
-        reached = await self._scanner.scan(self._topic, self._read_to, end, visit)
-        for first, values in read:
-            for offset, value in enumerate(values, first):
-                if value:
-                    purpose = formats.decode_ledger_id_allocation(value)
-                    self._by_name.setdefault(purpose, []).append(offset)
-        self._read_to = max(self._read_to, reached)
+        await self._scanner.scan(self._topic, start, end, visit)
+        return [
+            (offset, formats.decode_ledger_id_allocation(value))
+            for first, values in read
+            for offset, value in enumerate(values, first)
+            if value
+        ]

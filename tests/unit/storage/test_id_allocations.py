@@ -36,8 +36,8 @@ class _IdsTopic:
         return start + len(values)
 
 
-def _index(topic: _IdsTopic) -> AllocationIndex:
-    return AllocationIndex(IDS, topic, topic)
+def _index(topic: _IdsTopic, capacity: int = 100_000) -> AllocationIndex:
+    return AllocationIndex(IDS, topic, topic, capacity)
 
 
 def test_ids_of_the_name_after_its_last_listed_ledger() -> None:
@@ -87,3 +87,20 @@ def test_questions_asked_together_share_one_read() -> None:
     answers = asyncio.run(together())
     assert answers == [list(range(i, 1000, 100)) for i in range(100)]
     assert topic.records_read == 1000
+
+
+def test_a_full_window_forgets_the_oldest_and_reads_them_from_the_topic_when_asked() -> None:
+    topic = _IdsTopic()
+    index = _index(topic, capacity=50)
+    old = [topic.allocate("old") for _ in range(3)]
+    for i in range(200):
+        topic.allocate(f"t{i}")
+    assert asyncio.run(index.allocated_to("t199", 201)) == [202]
+    assert topic.records_read == 50  # the first question reads the window only
+    late = topic.allocate("old")
+    # "old" asked about later: its ids before the window come from the topic itself.
+    assert asyncio.run(index.allocated_to("old", old[0])) == [*old[1:], late]
+    for i in range(100):
+        topic.allocate(f"u{i}")
+    assert asyncio.run(index.allocated_to("u0", -1)) == [204]
+    assert asyncio.run(index.allocated_to("old", -1)) == [*old, late]
