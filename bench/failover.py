@@ -17,11 +17,12 @@ For each fault and each client, two figures:
 
 - **back after**: the time from the fault until every topic of that client acknowledged a
   message sent after the fault (the topics of other brokers do so at once);
-- **longest pause**: over the whole cycle, from the fault until the broker is back and the
-  cluster settled (its slots handed back included), the longest time any one topic went
-  without an acknowledgement. A graceful leave can be "back" at once (the leaving broker
-  still acknowledges while it hands its slots over) and still pause its topics during
-  the handover: this figure shows it. With no fault it is the send interval (0.1 s).
+- **longest pause**, the longest time any one topic went without an acknowledgement, in
+  two parts of the cycle: during the fault (from the fault until the broker is started
+  again or thawed) and during its return (from then until the cluster settled, its slots
+  handed back included). A graceful leave can be "back" at once (the leaving broker still
+  acknowledges while it hands its slots over) and still pause its topics during the
+  handover: this figure shows it. With no fault it is the send interval (0.1 s).
 
 Reported: p50, p99 and max per fault kind, client and figure.
 
@@ -187,26 +188,40 @@ def _wait(recovered: Callable[[], bool], timeout: float) -> bool:
 
 def _inject(
     kind: str, cluster: ClusterProcesses, broker: BrokerProcess, pause: float, all_topics: list[str]
-) -> tuple[float, Callable[[], None]]:
-    """Starts the fault; returns its time and what ends it (run once every topic is back)."""
+) -> tuple[float, Callable[[], float]]:
+    """Starts the fault; returns its time and what ends it (run once every topic is back),
+    which returns when the broker was started again or thawed."""
     assert broker.process is not None
     if kind == "kill-9":
         at = time.time()
         broker.kill()
-        return at, lambda: broker.start(timeout=120)
+
+        def restart() -> float:
+            back = time.time()
+            broker.start(timeout=120)
+            return back
+
+        return at, restart
     if kind == "sigstop":
         at = time.time()
         broker.process.send_signal(signal.SIGSTOP)
         timer = threading.Timer(pause, broker.process.send_signal, (signal.SIGCONT,))
         timer.start()
-        return at, timer.join
+
+        def thawed() -> float:
+            timer.join()
+            return at + pause
+
+        return at, thawed
     if kind == "leave":
         at = time.time()
         threading.Thread(target=broker.stop, daemon=True).start()
 
-        def start_again() -> None:
+        def start_again() -> float:
             _wait(lambda: broker.process is None or broker.process.poll() is not None, 90)
+            back = time.time()
             broker.start(timeout=120)
+            return back
 
         return at, start_again
     mine = _topics_of(cluster, broker, all_topics)
@@ -217,7 +232,7 @@ def _inject(
             f"{broker.http_url}/admin/v2/persistent/{local}/unload", method="PUT"
         )
         urllib.request.urlopen(request, timeout=60).close()
-    return at, lambda: None
+    return at, time.time  # nothing to undo: the fault's part ends once every topic is back
 
 
 def _recovery(acks: Acks, at: float, timeout: float = 120.0) -> float | None:
@@ -257,6 +272,7 @@ def main() -> None:
     )
     results: dict[tuple[str, str], list[float]] = {}
     pauses: dict[tuple[str, str], list[float]] = {}
+    return_pauses: dict[tuple[str, str], list[float]] = {}
     try:
         cluster.start()
         service_url = cluster.service_url
@@ -303,14 +319,17 @@ def main() -> None:
                         print(
                             f"{kind:8} #{number + 1:2} {name:6} not back within 120 s", flush=True
                         )
-                end()
+                back = end()
                 cluster.wait_settled(120)
                 time.sleep(3)
                 for name, acks in clients.items():
-                    pause = acks.longest_pause(at, time.time() - 1)
-                    pauses.setdefault((kind, name), []).append(pause)
+                    during = acks.longest_pause(at, back)
+                    returning = acks.longest_pause(back, time.time() - 1)
+                    pauses.setdefault((kind, name), []).append(during)
+                    return_pauses.setdefault((kind, name), []).append(returning)
                     print(
-                        f"{kind:8} #{number + 1:2} {name:6} longest pause of a topic {pause:.1f} s",
+                        f"{kind:8} #{number + 1:2} {name:6} longest pause of a topic: "
+                        f"{during:.1f} s in the fault, {returning:.1f} s in the return",
                         flush=True,
                     )
         java.terminate()
@@ -324,7 +343,12 @@ def main() -> None:
         f"\nfailover: 3 brokers, {TOPICS} topics per client at {RATE:.0f} msgs/s each, "
         f"{args.faults} faults of each kind"
     )
-    for figure, values in (("back after", results), ("longest pause", pauses)):
+    figures = (
+        ("back after", results),
+        ("longest pause in the fault", pauses),
+        ("longest pause in the return", return_pauses),
+    )
+    for figure, values in figures:
         print(f" {figure}:")
         for kind in kinds:
             for name in clients:
