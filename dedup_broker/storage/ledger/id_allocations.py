@@ -34,8 +34,8 @@ class ValueScanner(Protocol):
 
 
 INDEX_CAPACITY = 100_000
-"""Allocations the index remembers (about 60 bytes each); older ones are read from the
-topic when asked about, as before the index."""
+"""Allocations the index remembers (about 100 bytes each, 10 MB when full); older ones
+are read from the topic when asked about, as before the index."""
 
 
 class AllocationIndex:
