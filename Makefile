@@ -77,6 +77,7 @@ bench: $(STAMP)
 	$(PY) -m bench.dedup_state
 	$(PY) -m bench.cluster
 	$(PY) -m bench.failover
+	$(PY) -m bench.producer_memory
 	$(PY) -m bench.memory --topics 9000  # a restart doubles the ledgers: 10,000 exceed 20,000 open files
 
 kafka-up: $(STAMP)

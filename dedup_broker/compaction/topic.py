@@ -62,6 +62,18 @@ class CompanionTopics(Protocol):
 
 
 class TopicCompaction:
+    __slots__ = (
+        "_companions",
+        "_ledger",
+        "_retain_null_key",
+        "_task",
+        "_view",
+        "_view_lock",
+        "last_error",
+        "last_succeeded_ms",
+        "status",
+    )
+
     def __init__(
         self, ledger: ManagedLedger, companions: CompanionTopics, retain_null_key: bool
     ) -> None:

@@ -44,6 +44,8 @@ class ProducerClosedError(PermanentError):
 class ProducerAccess:
     """The exclusive holder, the queue of waiting producers and the epoch of one topic."""
 
+    __slots__ = ("epoch", "exclusive", "topic", "waiting")
+
     def __init__(self, topic: str, epoch: int | None) -> None:
         self.topic = topic
         self.epoch = epoch

@@ -85,6 +85,28 @@ def parse_position(text: str) -> Position:
 
 
 class TopicKeyDedup:
+    __slots__ = (
+        "_append_checked",
+        "_busy",
+        "_change",
+        "_failed",
+        "_queue",
+        "_ready",
+        "_recovering",
+        "_resolved_before",
+        "_wake",
+        "_worker",
+        "closed",
+        "errors",
+        "ledger",
+        "load_id",
+        "name",
+        "owner",
+        "policy",
+        "scope",
+        "service",
+    )
+
     def __init__(
         self,
         name: TopicName,
@@ -110,15 +132,16 @@ class TopicKeyDedup:
         self._failed: list[list[bytes]] = []
         self._change = asyncio.Lock()
         self.errors = 0
-        previous = ledger.on_write_failure_resolved
+        self._resolved_before = ledger.on_write_failure_resolved
+        ledger.on_write_failure_resolved = self._write_failure_resolved
 
-        def resolved(told: Position, truth: Position) -> None:
-            if previous is not None:
-                previous(told, truth)
-            if self.scope is not None:
-                asyncio.get_running_loop().create_task(self._resolve_failure(told, truth))
-
-        ledger.on_write_failure_resolved = resolved
+    def _write_failure_resolved(self, told: Position, truth: Position) -> None:
+        """The ledger learnt what a failed write left (a bound method, not a closure: one
+        per loaded topic)."""
+        if self._resolved_before is not None:
+            self._resolved_before(told, truth)
+        if self.scope is not None:
+            asyncio.get_running_loop().create_task(self._resolve_failure(told, truth))
 
     # --- policy -----------------------------------------------------------------------
     @property

@@ -10,6 +10,8 @@ from collections.abc import Callable, Mapping
 
 
 class ProducerActivity:
+    __slots__ = ("_clock", "_connected", "_last_active")
+
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
         self._last_active: dict[str, float] = {}

@@ -83,6 +83,8 @@ class ChunkVerdict(Enum):
 class ChunkProgress:
     """Each producer's chunked message in progress."""
 
+    __slots__ = ("_runs",)
+
     def __init__(self) -> None:
         self._runs: dict[str, ChunkRun] = {}
 

@@ -11,6 +11,8 @@ log = logging.getLogger(__name__)
 
 
 class SnapshotTask:
+    __slots__ = ("_due", "_name", "_snapshot_once", "_task", "closed", "lock")
+
     def __init__(
         self, name: str, snapshot_once: Callable[[], Awaitable[bool]], due: Callable[[], bool]
     ) -> None:

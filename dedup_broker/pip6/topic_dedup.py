@@ -50,6 +50,8 @@ class Admission:
 
 
 class TopicDeduplication:
+    __slots__ = ("_change", "_connected", "config", "ledger", "name", "policies", "state")
+
     def __init__(
         self, name: TopicName, ledger: ManagedLedger, config: BrokerConfig, policies: Policies
     ) -> None:

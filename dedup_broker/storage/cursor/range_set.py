@@ -16,6 +16,8 @@ from dedup_broker.storage.values import Position
 class PositionRangeSet:
     """Sorted disjoint ``[start, end]`` ranges; ``start.ledger_id == end.ledger_id``."""
 
+    __slots__ = ("_ends", "_size", "_starts")
+
     def __init__(self) -> None:
         self._starts: list[Position] = []
         self._ends: list[Position] = []

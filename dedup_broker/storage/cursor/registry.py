@@ -21,6 +21,18 @@ INITIAL_POSITIONS = ("latest", "earliest")
 
 
 class CursorRegistry:
+    __slots__ = (
+        "_config",
+        "_guard",
+        "_ledger",
+        "_lock",
+        "_name",
+        "_on_moved",
+        "_open",
+        "_table",
+        "write_error",
+    )
+
     def __init__(
         self,
         managed_ledger_name: str,

@@ -93,6 +93,29 @@ class _Append:
 class AppendPipeline:
     """Appends in flight and queued, their settlement, and the writable state."""
 
+    __slots__ = (
+        "_awaiting_commit",
+        "_confirmed",
+        "_ctx",
+        "_fence",
+        "_loop",
+        "_on_lost",
+        "_topic",
+        "_unreported",
+        "close_error",
+        "closing",
+        "drained",
+        "inflight",
+        "name",
+        "next_entry_id",
+        "produced_size",
+        "queued",
+        "recovery",
+        "rollover",
+        "state",
+        "writable",
+    )
+
     def __init__(
         self,
         name: str,

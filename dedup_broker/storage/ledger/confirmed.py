@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 
 
 class ConfirmedLedgers:
+    __slots__ = ("_listeners", "_notify_scheduled", "entries_added", "last", "ledgers", "name")
+
     def __init__(self, name: str, ledgers: LedgerList | None = None) -> None:
         self.name = name
         self.ledgers = ledgers if ledgers is not None else LedgerList()

@@ -17,6 +17,8 @@ _OFFLOADED_SCAN_BYTES = 8 * 1024 * 1024
 
 
 class EntryReader:
+    __slots__ = ("_cache", "_name", "_offloader", "_store")
+
     def __init__(
         self,
         name: str,

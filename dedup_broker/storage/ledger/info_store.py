@@ -17,6 +17,8 @@ from dedup_broker.storage.values import LedgerInfo
 
 
 class LedgerInfoWriter:
+    __slots__ = ("_lock", "_name", "_table", "last", "unknown")
+
     def __init__(self, name: str, table: MetadataTable) -> None:
         self._name = name
         self._table = table

@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 class KafkaLedgerWriter:
     """The write side of a managed ledger on Kafka."""
 
+    __slots__ = ("_confirmed", "_ctx", "_store", "appends", "name", "recovery", "rollover")
+
     def __init__(
         self,
         ctx: StorageContext,

@@ -32,6 +32,8 @@ class _Ledger:
 class LedgerList:
     """Ledgers in id order; the last one may be open (the current ledger)."""
 
+    __slots__ = ("_ids", "_ledgers")
+
     def __init__(self, ledgers: Iterable[LedgerInfo] = ()) -> None:
         self._ledgers: list[_Ledger] = []
         self._ids: list[int] = []

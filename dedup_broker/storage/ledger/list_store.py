@@ -21,6 +21,8 @@ _NONE_TRIMMED: frozenset[int] = frozenset()
 
 
 class LedgerListStore:
+    __slots__ = ("_cache", "_confirmed", "_info", "_properties", "_trimmed", "lock", "name")
+
     def __init__(
         self,
         name: str,

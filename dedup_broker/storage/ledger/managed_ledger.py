@@ -122,6 +122,8 @@ class WriteSide:
 class WriterEvents:
     """What the write side tells its managed ledger."""
 
+    __slots__ = ("_ledger",)
+
     def __init__(self, ledger: ManagedLedgerImpl) -> None:
         self._ledger = ledger
 
@@ -149,6 +151,22 @@ WriteSideFactory = Callable[["ManagedLedgerImpl", WriterEvents], WriteSide]
 
 class ManagedLedgerImpl:
     """The storage layer's ``api.ManagedLedger``."""
+
+    __slots__ = (
+        "_closed",
+        "_closing",
+        "_confirmed",
+        "_on_closed",
+        "_source",
+        "_writer",
+        "cursors",
+        "fence",
+        "name",
+        "offloads",
+        "on_write_failure_resolved",
+        "retention",
+        "trimmer",
+    )
 
     def __init__(
         self,

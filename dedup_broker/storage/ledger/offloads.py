@@ -107,6 +107,21 @@ class OffloadableLedger(Protocol):
 
 
 class LedgerOffloads:
+    __slots__ = (
+        "_ctx",
+        "_job",
+        "_ledger",
+        "_list_store",
+        "_lock",
+        "_requested",
+        "_timer",
+        "_writable",
+        "last_error",
+        "status",
+        "threshold",
+        "threshold_seconds",
+    )
+
     def __init__(
         self,
         ledger: OffloadableLedger,

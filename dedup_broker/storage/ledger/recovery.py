@@ -28,6 +28,17 @@ _RETRY_MIN_S, _RETRY_MAX_S = 0.1, 5.0
 
 
 class WriteRecovery:
+    __slots__ = (
+        "_appends",
+        "_confirmed",
+        "_ctx",
+        "_list_store",
+        "_on_lost",
+        "_resolved",
+        "_task",
+        "name",
+    )
+
     def __init__(
         self,
         ctx: StorageContext,

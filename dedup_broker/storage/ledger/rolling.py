@@ -27,6 +27,21 @@ log = logging.getLogger(__name__)
 class LedgerRollover:
     """The rollover of one managed ledger: its timer and the roll itself."""
 
+    __slots__ = (
+        "_appends",
+        "_confirmed",
+        "_ctx",
+        "_list_store",
+        "_loop",
+        "_on_lost",
+        "_rolled",
+        "_started",
+        "_task",
+        "_timer",
+        "name",
+        "rolling",
+    )
+
     def __init__(
         self,
         ctx: StorageContext,

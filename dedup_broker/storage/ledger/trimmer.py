@@ -41,6 +41,8 @@ class TrimmableLedger(Protocol):
 
 
 class LedgerTrimmer:
+    __slots__ = ("_ctx", "_job", "_ledger", "_list_store", "_writable", "lock")
+
     def __init__(
         self,
         ledger: TrimmableLedger,

@@ -198,6 +198,8 @@ class WritesThrough:
     """A table whose writes go through ``sender`` (a write fence's transactions); reads
     and the shared view are the table's own."""
 
+    __slots__ = ("_sender", "_table")
+
     def __init__(self, table: KafkaMetadataTable, sender: RecordSender) -> None:
         self._table = table
         self._sender = sender

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import types
 
 import pytest
 
@@ -37,7 +38,7 @@ def surface(protocol: type) -> tuple[str, ...]:
 
 def shape(member: object) -> object:
     """What callers rely on: property or not, coroutine or not, the parameters."""
-    if member is None or isinstance(member, property):
+    if member is None or isinstance(member, (property, types.MemberDescriptorType)):
         return "an attribute"  # a property, or set on each instance
     assert callable(member)
     parameters = [

@@ -1,0 +1,74 @@
+"""``make bench`` (memory): what librdkafka holds per topic a producer has written to.
+
+The broker writes every ledger through one shared confluent-kafka producer, and
+librdkafka keeps a topic handle, its partition state and its metadata for every topic
+that producer ever wrote to. An idle Pulsar topic has one ledger topic it wrote to, so
+this is part of ``bench.memory``'s cost per idle topic that no change in the broker's
+Python code can remove.
+
+One Kafka; N single-partition topics are created; a fresh idempotent producer (the
+broker's settings that matter here: ``enable.idempotence``, ``acks=all``) writes one
+message to each and flushes. (RSS after - RSS before) / N, with RSS read from /proc
+after a pause, is the producer's memory per topic written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+import uuid
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench.memory import resident_kib
+from dedup_broker.devservers import provide_kafka
+
+CREATE_BATCH = 200
+SETTLE_SECONDS = 3.0
+
+
+def producer_bytes_per_topic(bootstrap_servers: str, count: int) -> float:
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    names = [f"bench-rk-{uuid.uuid4().hex[:6]}-{i}" for i in range(count)]
+    for start in range(0, count, CREATE_BATCH):
+        created = admin.create_topics(
+            [NewTopic(n, 1, 1) for n in names[start : start + CREATE_BATCH]]
+        )
+        for future in created.values():
+            future.result()
+    producer = Producer(
+        {"bootstrap.servers": bootstrap_servers, "enable.idempotence": True, "acks": "all"}
+    )
+    producer.produce(names[0], b"warm-up")
+    producer.flush(30)
+    time.sleep(SETTLE_SECONDS)
+    before = resident_kib(os.getpid())
+    for name in names[1:]:
+        producer.produce(name, b"hello")
+        producer.poll(0)
+    if producer.flush(60) != 0:
+        raise RuntimeError("messages left unacknowledged")
+    time.sleep(SETTLE_SECONDS)
+    after = resident_kib(os.getpid())
+    return (after - before) * 1024 / (count - 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.producer_memory")
+    parser.add_argument("--topics", type=int, default=1500, help="topics written to")
+    args = parser.parse_args()
+    kafka = provide_kafka(native_heap="2g")
+    try:
+        each = producer_bytes_per_topic(kafka.bootstrap_servers, args.topics)
+    finally:
+        kafka.stop()
+    print(
+        f"librdkafka producer: {each:.0f} bytes of RSS per topic written to "
+        f"({args.topics} topics, one message each)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""Objects every loaded topic holds have no instance dictionary: an idle topic's memory
+is the sum of many small objects (docs/benchmarks.md, "What the memory is")."""
+
+from __future__ import annotations
+
+import pytest
+
+from dedup_broker.compaction.topic import TopicCompaction
+from dedup_broker.key_dedup.topic import TopicKeyDedup
+from dedup_broker.pip6.activity import ProducerActivity
+from dedup_broker.pip6.snapshot_task import SnapshotTask
+from dedup_broker.pip6.topic_dedup import TopicDeduplication
+from dedup_broker.storage.cursor.registry import CursorRegistry
+from dedup_broker.storage.ledger.appends import AppendPipeline
+from dedup_broker.storage.ledger.confirmed import ConfirmedLedgers
+from dedup_broker.storage.ledger.kafka_ledger import KafkaLedgerWriter
+from dedup_broker.storage.ledger.ledger_list import LedgerList
+from dedup_broker.storage.ledger.managed_ledger import ManagedLedgerImpl
+from dedup_broker.storage.ledger.offloads import LedgerOffloads
+from dedup_broker.storage.ledger.recovery import WriteRecovery
+from dedup_broker.storage.ledger.rolling import LedgerRollover
+from dedup_broker.storage.ledger.trimmer import LedgerTrimmer
+
+PER_TOPIC = [
+    AppendPipeline,
+    ConfirmedLedgers,
+    CursorRegistry,
+    KafkaLedgerWriter,
+    LedgerList,
+    LedgerOffloads,
+    LedgerRollover,
+    LedgerTrimmer,
+    ManagedLedgerImpl,
+    ProducerActivity,
+    SnapshotTask,
+    TopicCompaction,
+    TopicDeduplication,
+    TopicKeyDedup,
+    WriteRecovery,
+]
+
+
+@pytest.mark.parametrize("cls", PER_TOPIC, ids=lambda cls: cls.__name__)
+def test_instances_have_no_dictionary(cls: type) -> None:
+    assert cls.__dictoffset__ == 0, f"{cls.__name__} instances carry a __dict__"
