@@ -151,11 +151,12 @@ class AppendPipeline:
         if fence is not None:
             fence.watch(self.fence_lost)
 
-    def start_ledger(self, ledger_id: int) -> None:
-        """Appends go to ``ledger_id`` from now on (the list names it already)."""
+    def start_ledger(self, ledger_id: int, entries: int = 0, size: int = 0) -> None:
+        """Appends go to ``ledger_id`` from now on (the list names it already), after the
+        ``entries`` entries (``size`` bytes) it holds."""
         self._topic = self._ctx.ledgers.topic(ledger_id)
-        self.next_entry_id = 0
-        self.produced_size = 0
+        self.next_entry_id = entries
+        self.produced_size = size
         self.rollover.started()
 
     # --- appending ------------------------------------------------------------------

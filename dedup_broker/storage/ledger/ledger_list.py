@@ -58,6 +58,14 @@ class LedgerList:
             raise ValueError(f"ledger {self._ledgers[-1].ledger_id} is still open")
         self._append(ledger_id, 0, 0, 0, True)
 
+    def resume_current(self, entries: int, size: int) -> None:
+        """The current ledger already holds ``entries`` entries of ``size`` bytes (a closed
+        ledger appends go on in after a clean close)."""
+        current = self._ledgers[-1]
+        if not current.open:
+            raise ValueError(f"ledger {current.ledger_id} is not open")
+        current.entries, current.size = entries, size
+
     def add_confirmed(self, size: int) -> None:
         """One more acknowledged entry of ``size`` bytes in the current ledger."""
         current = self._ledgers[-1]

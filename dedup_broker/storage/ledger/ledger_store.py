@@ -223,6 +223,16 @@ class LedgerStore(LedgerLookup):
         await self._reader.scan_keys(topic, first, end, in_place)
         return expected - FIRST_ENTRY_OFFSET, size
 
+    async def ends_after(self, ledger_id: int, entries: int) -> bool:
+        """Kafka holds exactly the header and ``entries`` records in the ledger's topic (a
+        closed ledger nothing was written into after its close). False if unknown."""
+        try:
+            end = await self._admin.high_watermark(self.topic(ledger_id))
+        except StorageError as exc:
+            log.info("ledger %d: its end is unknown (%s)", ledger_id, exc)
+            return False
+        return end == FIRST_ENTRY_OFFSET + entries
+
     # --- reads ----------------------------------------------------------------------
     async def read(
         self, ledger_id: int, first_entry: int, count: int, max_bytes: int | None

@@ -289,31 +289,3 @@ def test_a_failed_write_fails_everything_in_flight_in_order(
             await storage.close()
 
     run(scenario)
-
-
-def test_clean_close_then_reopen_keeps_everything(make_config: ConfigFactory) -> None:
-    config = make_config()
-
-    async def scenario() -> None:
-        storage = await KafkaStorage.start(config)
-        ml = await storage.open_managed_ledger("clean")
-        first = [await ml.append(b"1", 0) for _ in range(3)]
-        await ml.close()
-        assert ml.state == "Closed"
-        try:
-            await ml.append(b"x", 0)
-        except Exception as exc:
-            assert type(exc).__name__ == "ManagedLedgerClosedError"
-        reopened = await storage.open_managed_ledger("clean")
-        assert reopened is not ml
-        assert [(i.ledger_id, i.entries) for i in reopened.ledgers()[:-1]] == [
-            (first[0].ledger_id, 3)
-        ]
-        # An empty ledger left at the end is dropped on the next open.
-        await reopened.close()
-        third = await storage.open_managed_ledger("clean")
-        assert [i.entries for i in third.ledgers()] == [3, -1]
-        assert third.ledgers()[-1].ledger_id > reopened.ledgers()[-1].ledger_id
-        await storage.close()
-
-    run(scenario)
