@@ -78,7 +78,7 @@ bench: $(STAMP)
 	$(PY) -m bench.cluster
 	$(PY) -m bench.failover
 	$(PY) -m bench.producer_memory
-	$(PY) -m bench.memory --topics 9000  # a restart doubles the ledgers: 10,000 exceed 20,000 open files
+	$(PY) -m bench.memory
 
 kafka-up: $(STAMP)
 	$(PY) -m dedup_broker.app.cli dev kafka-up
