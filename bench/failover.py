@@ -186,6 +186,13 @@ def _wait(recovered: Callable[[], bool], timeout: float) -> bool:
     return False
 
 
+def _start_again(broker: BrokerProcess) -> float:
+    """Start ``broker`` again; returns when the start began (the fault's part ends)."""
+    back = time.time()
+    broker.start(timeout=120)
+    return back
+
+
 def _inject(
     kind: str, cluster: ClusterProcesses, broker: BrokerProcess, pause: float, all_topics: list[str]
 ) -> tuple[float, Callable[[], float]]:
@@ -196,12 +203,7 @@ def _inject(
         at = time.time()
         broker.kill()
 
-        def restart() -> float:
-            back = time.time()
-            broker.start(timeout=120)
-            return back
-
-        return at, restart
+        return at, lambda: _start_again(broker)
     if kind == "sigstop":
         at = time.time()
         broker.process.send_signal(signal.SIGSTOP)
@@ -219,9 +221,7 @@ def _inject(
 
         def start_again() -> float:
             _wait(lambda: broker.process is None or broker.process.poll() is not None, 90)
-            back = time.time()
-            broker.start(timeout=120)
-            return back
+            return _start_again(broker)
 
         return at, start_again
     mine = _topics_of(cluster, broker, all_topics)

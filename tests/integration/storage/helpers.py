@@ -8,9 +8,10 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from dedup_broker.config import BrokerConfig
+from dedup_broker.storage import formats
 
 
 class ConfigFactory(Protocol):
@@ -57,3 +58,12 @@ async def wait_until(condition: Callable[[], bool], timeout: float = 20) -> None
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         await asyncio.sleep(0.02)
+
+
+def land_records(kafka_bootstrap: str, topic: str, records: list[tuple[bytes, int, int]]) -> None:
+    """Records written as this broker writes them (key: size so far, entry id), but not
+    by it: as the records of writes whose reports failed would land."""
+    outsider = Producer({"bootstrap.servers": kafka_bootstrap})
+    for value, size, entry_id in records:
+        outsider.produce(topic, value, formats.encode_entry_key(size, entry_id))
+    assert outsider.flush(10) == 0

@@ -6,7 +6,6 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Producer
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     AlterConfigOpType,
@@ -22,7 +21,7 @@ from dedup_broker.errors import (
 from dedup_broker.storage import formats
 from dedup_broker.storage.api import ManagedLedger, Position
 from dedup_broker.storage.service.kafka_storage import KafkaStorage
-from tests.integration.storage.helpers import ConfigFactory, run, wait_until
+from tests.integration.storage.helpers import ConfigFactory, land_records, run, wait_until
 
 
 def seal(admin: AdminClient, topic: str) -> None:
@@ -99,15 +98,6 @@ def test_reopen_after_an_unclean_stop(make_config: ConfigFactory) -> None:
     run(scenario)
 
 
-def _land(kafka_bootstrap: str, topic: str, records: list[tuple[bytes, int, int]]) -> None:
-    """Records written as this broker writes them (key: size so far, entry id), but not
-    by it: as the records of writes whose reports failed would land."""
-    outsider = Producer({"bootstrap.servers": kafka_bootstrap})
-    for value, size, entry_id in records:
-        outsider.produce(topic, value, formats.encode_entry_key(size, entry_id))
-    assert outsider.flush(10) == 0
-
-
 async def _misplaced_write_recovers(ml: ManagedLedger) -> None:
     """The broker's next write lands out of its place: it fails, and the managed ledger
     recovers."""
@@ -135,7 +125,7 @@ def test_records_that_landed_despite_a_failure_become_entries(
             ledger = told[0].ledger_id
             # Entries 3 and 4 land in their places, their reports lost: the broker's
             # next append (entry 3 for it) then lands at offset 6.
-            _land(kafka_bootstrap, storage.ledger_store.topic(ledger), [
+            land_records(kafka_bootstrap, storage.ledger_store.topic(ledger), [
                 (b"landed-3", 16, 3), (b"landed-4", 24, 4)
             ])  # fmt: skip
             failed = ml.append(b"mine", 0)
@@ -186,7 +176,7 @@ def test_records_after_a_gap_are_not_part_of_the_ledger(
             told = [await ml.append(f"ok{i}".encode(), 0) for i in range(2)]
             ledger = told[0].ledger_id
             # Entry 2 never landed; entries 3 and 4 did, at offsets 3 and 4.
-            _land(kafka_bootstrap, storage.ledger_store.topic(ledger), [
+            land_records(kafka_bootstrap, storage.ledger_store.topic(ledger), [
                 (b"entry-3", 20, 3), (b"entry-4", 27, 4)
             ])  # fmt: skip
             await _misplaced_write_recovers(ml)
@@ -220,7 +210,7 @@ def test_a_gap_and_as_many_duplicates_after_it_do_not_hide_the_gap(
             told = [await ml.append(f"ok{i}".encode(), 0) for i in range(2)]
             ledger = told[0].ledger_id
             topic = storage.ledger_store.topic(ledger)
-            _land(kafka_bootstrap, topic, [
+            land_records(kafka_bootstrap, topic, [
                 (b"entry-4", 22, 4), (b"entry-5", 29, 5), (b"entry-4", 22, 4), (b"entry-5", 29, 5)
             ])  # fmt: skip
             # A broker taking over the open ledger (its writer gone) ends it before the gap.
@@ -234,7 +224,7 @@ def test_a_gap_and_as_many_duplicates_after_it_do_not_hide_the_gap(
             ml = await storage.open_managed_ledger("writer-sees-the-gap")
             told = [await ml.append(f"ok{i}".encode(), 0) for i in range(3)]
             ledger = told[0].ledger_id
-            _land(kafka_bootstrap, storage.ledger_store.topic(ledger), [
+            land_records(kafka_bootstrap, storage.ledger_store.topic(ledger), [
                 (b"entry-5", 20, 5), (b"entry-6", 27, 6), (b"entry-5", 20, 5), (b"entry-6", 27, 6)
             ])  # fmt: skip
             # Entries 3 and 4 are missing: the broker's next write (entry 3) lands at

@@ -3,12 +3,9 @@ last ledger instead of a new Kafka topic per load; anything else gets a fresh le
 
 from __future__ import annotations
 
-from confluent_kafka import Producer
-
-from dedup_broker.storage import formats
 from dedup_broker.storage.api import Position
 from dedup_broker.storage.service.kafka_storage import KafkaStorage
-from tests.integration.storage.helpers import ConfigFactory, run
+from tests.integration.storage.helpers import ConfigFactory, land_records, run
 
 
 def test_a_clean_close_then_reopen_goes_on_in_the_same_ledger(
@@ -77,10 +74,8 @@ def test_a_ledger_that_is_full_or_written_after_its_close_is_not_resumed(
             await ml.close()
             # A record lands after the close (as a write whose report timed out could):
             # the ledger keeps the two entries it was closed with, appends go elsewhere.
-            outsider = Producer({"bootstrap.servers": kafka_bootstrap})
             topic = storage.ledger_store.topic(told[0].ledger_id)
-            outsider.produce(topic, b"stray", formats.encode_entry_key(7, 2))
-            assert outsider.flush(10) == 0
+            land_records(kafka_bootstrap, topic, [(b"stray", 7, 2)])
             reopened = await storage.open_managed_ledger("late")
             infos = reopened.ledgers()
             assert [(i.ledger_id, i.entries) for i in infos[:-1]] == [(told[0].ledger_id, 2)]
