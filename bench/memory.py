@@ -5,8 +5,10 @@ One Kafka, one broker process with ``brokerDeduplicationEnabled=true``:
 1. after start-up and a warm-up (a few topics loaded and left, so that code paths and
    caches are in place), the broker's RSS (``VmRSS`` from /proc) is the baseline;
 2. idle topics: N topics are loaded, each with one message published by a producer that
-   is then closed. Persistent topics stay loaded until they are unloaded or deleted (the
-   broker has no idle-topic unloading for them), so they are counted with the broker's
+   is then closed (with ``--subscription``, each also gets a durable subscription, whose
+   consumer is closed too: its cursor stays). Persistent topics stay loaded until they
+   are unloaded or deleted (the broker has no idle-topic unloading for them), so they
+   are counted with the broker's
    ``pulsar_topics_count`` gauge. ``(RSS after - RSS before) / N`` is the cost of one
    idle topic; the wall time of the loading is reported too (each topic creates a
    ledger topic in Kafka, which is what takes the time);
@@ -130,14 +132,16 @@ def _publish_once(client: pulsar.Client, topic: str, producer_name: str | None =
     producer.close()
 
 
-def idle_topics(probe: Probe, count: int, threads: int) -> tuple[dict[str, float], list[str]]:
+def idle_topics(
+    probe: Probe, count: int, threads: int, subscription: str | None
+) -> tuple[dict[str, float], list[str]]:
     prefix = f"idle-{uuid.uuid4().hex[:6]}"
     names = [f"{NAMESPACE}/{prefix}-{i:06d}" for i in range(count)]
     client = pulsar.Client(probe.broker.service_url, operation_timeout_seconds=120, logger=QUIET)
     try:
         base_topics = probe.loaded_topics()
         before = probe.read()
-        seconds, first = _publish_each(client, names, threads)
+        seconds, first = _publish_each(client, names, threads, subscription)
     finally:
         client.close()
     after = probe.read()
@@ -153,16 +157,19 @@ def _p99(ordered: list[float]) -> float:
 
 
 def _publish_each(
-    client: pulsar.Client, names: list[str], threads: int
+    client: pulsar.Client, names: list[str], threads: int, subscription: str | None = None
 ) -> tuple[float, list[float]]:
-    """One producer per topic publishes one message and closes; the wall time of all,
-    and each topic's own time (sorted)."""
+    """One producer per topic publishes one message and closes (then, with
+    ``subscription``, a consumer creates that durable subscription and closes); the wall
+    time of all, and each topic's publish time (sorted)."""
     took: list[float] = []
 
     def one(i: int) -> None:
         started = time.perf_counter()
         _publish_once(client, names[i])
         took.append(time.perf_counter() - started)
+        if subscription is not None:
+            client.subscribe(names[i], subscription).close()
 
     seconds = _in_parallel(len(names), threads, one)
     return seconds, sorted(took)
@@ -261,6 +268,18 @@ def main() -> None:
     parser.add_argument("--topics", type=int, default=10_000, help="idle topics (0: skip)")
     parser.add_argument("--producers", type=int, default=10_000, help="PIP-6 producers (0: skip)")
     parser.add_argument("--threads", type=int, default=16, help="client threads loading")
+    parser.add_argument(
+        "--reload-threads",
+        type=int,
+        default=64,
+        help="client threads publishing again after the restart (every topic's clients "
+        "reconnect at once then; fewer threads would make the client the bottleneck)",
+    )
+    parser.add_argument(
+        "--subscription",
+        action="store_true",
+        help="each idle topic also gets a durable subscription (a cursor, loaded with it)",
+    )
     parser.add_argument("--quick", action="store_true", help="500 of each: a smoke run")
     parser.add_argument(
         "--kafka-heap",
@@ -325,7 +344,9 @@ def main() -> None:
             )
             if args.topics > 0:
                 print(f"loading {args.topics} idle topics", flush=True)
-                figures, names = idle_topics(probe, args.topics, args.threads)
+                figures, names = idle_topics(
+                    probe, args.topics, args.threads, "idle" if args.subscription else None
+                )
                 rows.append(("idle topics", figures))
                 if args.kafka_freeze > 0 and kafka.pid is not None:
                     print(f"Kafka frozen for {args.kafka_freeze:.0f} s", flush=True)
@@ -348,7 +369,7 @@ def main() -> None:
             reports = _allocation_reports(broker.log_text()) if args.tracemalloc else []
             if args.topics > 0 and args.reload:
                 print(f"restarting the broker, publishing to {args.topics} topics", flush=True)
-                reload = restart_reload(probe, names, args.threads)
+                reload = restart_reload(probe, names, args.reload_threads)
                 extra.append(
                     f"after a restart, every topic took a publish again within "
                     f"{reload['reload_all_s']:.0f} s (each: p50 {reload['reload_p50_s']:.2f} s, "

@@ -10,6 +10,13 @@ One Kafka; N single-partition topics are created; a fresh idempotent producer (t
 broker's settings that matter here: ``enable.idempotence``, ``acks=all``) writes one
 message to each and flushes. (RSS after - RSS before) / N, with RSS read from /proc
 after a pause, is the producer's memory per topic written.
+
+Then the same producer's cost of queueing one record (``produce()``, in the calling
+thread: the broker's event loop) to the topics it wrote to first and to those it wrote to
+last. librdkafka finds a topic by name in a list of every topic the producer knows, in
+the order it first wrote to them, so a record for a recently written topic costs a walk
+past all the others: with thousands of ledger topics an append to a new ledger costs the
+event loop far more than one to an old one.
 """
 
 from __future__ import annotations
@@ -29,7 +36,13 @@ CREATE_BATCH = 200
 SETTLE_SECONDS = 3.0
 
 
-def producer_bytes_per_topic(bootstrap_servers: str, count: int) -> float:
+PRODUCE_SAMPLE = 100
+PRODUCE_ROUNDS = 20
+
+
+def producer_bytes_per_topic(bootstrap_servers: str, count: int) -> tuple[float, float, float]:
+    """RSS per topic written, then microseconds per ``produce()`` to the first and to
+    the last ``PRODUCE_SAMPLE`` topics written."""
     admin = AdminClient({"bootstrap.servers": bootstrap_servers})
     names = [f"bench-rk-{uuid.uuid4().hex[:6]}-{i}" for i in range(count)]
     for start in range(0, count, CREATE_BATCH):
@@ -52,7 +65,21 @@ def producer_bytes_per_topic(bootstrap_servers: str, count: int) -> float:
         raise RuntimeError("messages left unacknowledged")
     time.sleep(SETTLE_SECONDS)
     after = resident_kib(os.getpid())
-    return (after - before) * 1024 / (count - 1)
+    oldest = _produce_micros(producer, names[1 : 1 + PRODUCE_SAMPLE])
+    newest = _produce_micros(producer, names[-PRODUCE_SAMPLE:])
+    if producer.flush(60) != 0:
+        raise RuntimeError("messages left unacknowledged")
+    return (after - before) * 1024 / (count - 1), oldest, newest
+
+
+def _produce_micros(producer: Producer, names: list[str]) -> float:
+    """Microseconds one ``produce()`` to one of ``names`` takes, on average."""
+    started = time.perf_counter()
+    for _ in range(PRODUCE_ROUNDS):
+        for name in names:
+            producer.produce(name, b"again")
+        producer.poll(0)
+    return (time.perf_counter() - started) * 1e6 / (PRODUCE_ROUNDS * len(names))
 
 
 def main() -> None:
@@ -61,12 +88,16 @@ def main() -> None:
     args = parser.parse_args()
     kafka = provide_kafka(native_heap="2g")
     try:
-        each = producer_bytes_per_topic(kafka.bootstrap_servers, args.topics)
+        each, oldest, newest = producer_bytes_per_topic(kafka.bootstrap_servers, args.topics)
     finally:
         kafka.stop()
     print(
         f"librdkafka producer: {each:.0f} bytes of RSS per topic written to "
         f"({args.topics} topics, one message each)"
+    )
+    print(
+        f"one produce() with {args.topics} topics known: {oldest:.1f} us to one of the "
+        f"first {PRODUCE_SAMPLE} written, {newest:.1f} us to one of the last {PRODUCE_SAMPLE}"
     )
 
 

@@ -59,10 +59,13 @@ class RecordingTransport(asyncio.Transport):
         self.written = bytearray()
         self.reading = True
         self.closed = False
+        self.writes = 0
+        """Calls of :meth:`write`: what would be system calls on a socket."""
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if not self.closed:
             self.written += data
+            self.writes += 1
 
     def close(self) -> None:
         if not self.closed:
@@ -116,7 +119,9 @@ class WireClient:
             self.connection.data_received(encode_payload_command(command, payload))
 
     def received(self) -> list[Frame]:
-        """The frames the broker wrote since the previous call."""
+        """The frames the broker wrote since the previous call (what it queued in this
+        turn of the loop included)."""
+        self.connection.flush()
         data = bytes(self.transport.written[self._read :])
         self._read = len(self.transport.written)
         return self._decoder.feed(data)

@@ -86,7 +86,7 @@ class TopicDeduplication:
                 for name in self._connected:
                     state.producer_connected(name)
                 await state.enable()
-                log.info("deduplication enabled on %s: %s", self.name, state.stats())
+                log.debug("deduplication enabled on %s: %s", self.name, state.stats())
             elif wanted and self.state is not None and self.state.status == DedupStatus.FAILED:
                 await self.state.enable()
             elif not wanted and self.state is not None:

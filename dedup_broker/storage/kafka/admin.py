@@ -11,6 +11,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import KafkaNotReadyError, StorageError
 from dedup_broker.kafka_logging import kafka_logger
+from dedup_broker.storage.kafka.end_offsets import PartitionEnds
 from dedup_broker.storage.kafka.producer import storage_error
 
 log = logging.getLogger(__name__)
@@ -106,6 +108,11 @@ class KafkaAdmin:
         # the controller, so creations get their own client (offset queries do not queue
         # behind them) and go in batches (see create_topic).
         self._topics_client = AdminClient({**conf, "client.id": f"{conf['client.id']}-topics"})
+        self._ends = PartitionEnds(self._client, self._timeout_s)
+        self._metadata_requests = threading.Lock()
+        """Held around every ``list_topics`` of the client, which runs in worker threads:
+        librdkafka can corrupt its heap ("double free or corruption") when metadata
+        requests for topics it does not know run in several threads at once."""
         self._pending_creations: dict[str, _PendingCreation] = {}
         self._creator: asyncio.Task[None] | None = None
 
@@ -200,7 +207,9 @@ class KafkaAdmin:
 
     def _topic_exists(self, topic: str) -> bool:
         try:
-            described = self._client.list_topics(topic, timeout=self._timeout_s).topics.get(topic)
+            with self._metadata_requests:
+                metadata = self._client.list_topics(topic, timeout=self._timeout_s)
+            described = metadata.topics.get(topic)
         except KafkaException as exc:
             raise storage_error(f"describe topic {topic}", exc) from exc
         if described is None:
@@ -214,10 +223,13 @@ class KafkaAdmin:
     async def list_topics(self) -> list[str]:
         """Every topic of the Kafka cluster, sorted."""
         try:
-            metadata = await asyncio.to_thread(self._client.list_topics, timeout=self._timeout_s)
+            return await asyncio.to_thread(self._all_topics)
         except KafkaException as exc:
             raise storage_error("list topics", exc) from exc
-        return sorted(metadata.topics)
+
+    def _all_topics(self) -> list[str]:
+        with self._metadata_requests:
+            return sorted(self._client.list_topics(timeout=self._timeout_s).topics)
 
     async def delete_topic(self, topic: str) -> bool:
         """Delete ``topic``; False if it did not exist."""
@@ -275,26 +287,31 @@ class KafkaAdmin:
         raise AssertionError("unreachable")
 
     def _refresh_metadata(self, topics: list[str]) -> None:
-        for topic in topics:
-            with contextlib.suppress(KafkaException):
-                self._client.list_topics(topic, timeout=self._timeout_s)
+        with self._metadata_requests:
+            for topic in topics:
+                with contextlib.suppress(KafkaException):
+                    self._client.list_topics(topic, timeout=self._timeout_s)
 
     async def high_watermark(self, topic: str, partition: int = 0) -> int:
         """The partition's end offset: one past the last record readers may see."""
-        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-        request = {TopicPartition(topic, partition): latest}
-        return (await self._list_offsets(request, f"end offset of {topic}"))[topic]
+        return await self._end(topic, partition, IsolationLevel.READ_UNCOMMITTED, "end offset")
 
     async def stable_end(self, topic: str, partition: int = 0) -> int:
         """The partition's last stable offset: one past the last record that is not part
         of a transaction still open (the end a read-committed reader reaches)."""
+        return await self._end(topic, partition, IsolationLevel.READ_COMMITTED, "stable end")
+
+    async def _end(self, topic: str, partition: int, isolation: IsolationLevel, what: str) -> int:
+        """Asked together with the other ends asked for in this turn; a failed answer is
+        asked again on its own, with the retries of :meth:`_list_offsets`."""
+        try:
+            return await self._ends.end(topic, partition, isolation)
+        except KafkaException as exc:
+            log.debug("%s of %s failed (%s); asking on its own", what, topic, exc)
+        await asyncio.to_thread(self._refresh_metadata, [topic])
         latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
         request = {TopicPartition(topic, partition): latest}
-        return (
-            await self._list_offsets(
-                request, f"stable end of {topic}", IsolationLevel.READ_COMMITTED
-            )
-        )[topic]
+        return (await self._list_offsets(request, f"{what} of {topic}", isolation))[topic]
 
     async def offsets_for_time(self, topics: list[str], timestamp_ms: int) -> dict[str, int]:
         """Per topic (partition 0): offset of the first record with timestamp >= the

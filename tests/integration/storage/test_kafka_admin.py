@@ -1,11 +1,14 @@
-"""Topic creation through the storage layer's admin client: many at once, in batches."""
+"""The storage layer's admin client: topic creation and end-offset queries, many at once
+in shared requests."""
 
 from __future__ import annotations
 
 import asyncio
 
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
+from dedup_broker.errors import StorageError
 from dedup_broker.storage.kafka.admin import KafkaAdmin
 from tests.integration.storage.helpers import ConfigFactory, run
 
@@ -46,3 +49,58 @@ def test_concurrent_creations_each_get_their_own_answer(
     resource = ConfigResource(ConfigResource.Type.TOPIC, f"{prefix}-017")
     described = admin.describe_configs([resource])[resource].result()
     assert described["retention.ms"].value == "60017"
+
+
+def test_ends_asked_together_each_get_their_own_answer(
+    make_config: ConfigFactory, kafka_bootstrap: str
+) -> None:
+    """End offsets asked for in one turn go to Kafka as one request; each caller gets its
+    own partition's end (read-committed or not), and a topic that does not exist fails
+    only its own caller."""
+    config = make_config()
+    prefix = f"{config.cluster_name}.ends"
+    names = [f"{prefix}-{i:02d}" for i in range(12)]
+    pending = f"{prefix}-pending"
+
+    async def scenario() -> None:
+        kafka = KafkaAdmin(config)
+        await asyncio.gather(*(kafka.create_topic(name, {}) for name in [*names, pending]))
+        writer = Producer({"bootstrap.servers": kafka_bootstrap})
+        for i, name in enumerate(names):
+            for _ in range(i):
+                writer.produce(name, b"x")
+        assert writer.flush(10) == 0
+        # Two committed records and the commit's marker, then a transaction left open
+        # with three more.
+        open_txn = Producer(
+            {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{pending}.txn"}
+        )
+        open_txn.init_transactions(10)
+        open_txn.begin_transaction()
+        open_txn.produce(pending, b"committed")
+        open_txn.produce(pending, b"committed")
+        open_txn.commit_transaction(10)
+        open_txn.begin_transaction()
+        for _ in range(3):
+            open_txn.produce(pending, b"open")
+        assert open_txn.flush(10) == 0
+
+        ends = await asyncio.gather(*(kafka.high_watermark(name) for name in names))
+        assert ends == list(range(12))
+        twice = await asyncio.gather(kafka.high_watermark(names[5]), kafka.high_watermark(names[5]))
+        assert twice == [5, 5]
+        visible, stable = await asyncio.gather(
+            kafka.high_watermark(pending), kafka.stable_end(pending)
+        )
+        assert (visible, stable) == (6, 3)
+        answers = await asyncio.gather(
+            kafka.high_watermark(names[3]),
+            kafka.high_watermark(f"{prefix}-missing"),
+            kafka.stable_end(names[7]),
+            return_exceptions=True,
+        )
+        assert answers[0] == 3 and answers[2] == 7
+        assert isinstance(answers[1], StorageError)
+        open_txn.abort_transaction(10)
+
+    run(scenario)

@@ -8,7 +8,7 @@ from dedup_broker.cluster.membership import BrokerAddress
 from dedup_broker.domain_base.names import TopicName
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
-from dedup_broker.protocol.framing import Frame
+from dedup_broker.protocol.framing import Frame, encode_command
 from dedup_broker.session.handshake import SERVER_PROTOCOL_VERSION
 from harness import client_commands as client
 from harness.memory_broker import MemoryBroker, WireClient, settle
@@ -132,3 +132,24 @@ async def test_lookups_name_the_tls_urls_too() -> None:
             broker_service_url_tls="pulsar+ssl://b2:6661",
         )
     )
+
+
+async def test_replies_of_one_turn_leave_in_one_write_in_order() -> None:
+    """Commands that arrive together are answered in the order they came, in one write to
+    the socket rather than one each."""
+    connection = await MemoryBroker().client()
+    connection.received()
+    writes = connection.transport.writes
+    unsupported = [pb.BaseCommand(type=pb.BaseCommand.END_TXN) for _ in range(3)]
+    for request_id, command in enumerate(unsupported):
+        command.endTxn.request_id = request_id
+    arriving = [commands.ping(), *unsupported, commands.ping()]
+    connection.connection.data_received(b"".join(encode_command(c) for c in arriving))
+    await settle()
+    refused = "command END_TXN is not supported by this broker"
+    assert connection.received() == replies(
+        commands.pong(),
+        *(commands.error(i, pb.NotAllowedError, refused) for i in range(3)),
+        commands.pong(),
+    )
+    assert connection.transport.writes == writes + 1
