@@ -130,6 +130,10 @@ class BrokerConfig:
     kafka_request_timeout_ms: int = 30000
     kafka_delivery_timeout_ms: int = 30000
     kafka_producer_linger_ms: int = 1
+    kafka_producer_pool_size: int = 8
+    """Kafka producers (each with its thread) the broker writes through; each topic's
+    records always through the same one. More than one because a producer's cost per
+    record grows with the number of topics it has written to."""
     kafka_reader_pool_size: int = 4
     """Kafka consumers (each with its thread) serving reads that miss the entry cache."""
     kafka_security_protocol: str = "PLAINTEXT"

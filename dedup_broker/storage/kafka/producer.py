@@ -1,14 +1,21 @@
-"""The broker's one idempotent Kafka producer and the thread that serves its reports.
+"""The broker's idempotent Kafka producers and the threads that serve their reports.
 
 Every write of the storage layer (entries, ledger headers, metadata, cursors) goes
-through this producer, so all of them are idempotent and ``acks=all``. librdkafka calls
-delivery callbacks from ``poll()``; a dedicated thread polls, collects the reports of
-one poll in a list and hands the whole list to the event loop with a single
-``call_soon_threadsafe``: at thousands of appends per second that is one thread hop per
-batch, not per record.
+through these producers, so all of them are idempotent and ``acks=all``. A topic's
+records always go through the same producer (``kafkaProducerPoolSize`` of them, chosen
+by the topic's name), so they stay in order. Several producers rather than one because
+librdkafka finds a record's topic by name in a list of every topic its producer has
+written to, in the calling thread (the event loop): with 10,000 ledger topics on one
+producer a record for a recently written one cost about 300 us (docs/storage.md, "Many
+topics").
+
+librdkafka calls delivery callbacks from ``poll()``; a dedicated thread per producer
+polls, collects the reports of one poll in a list and hands the whole list to the event
+loop with a single ``call_soon_threadsafe``: at thousands of appends per second that is
+one thread hop per batch, not per record.
 
 If librdkafka reports a fatal error (the idempotent producer can no longer guarantee
-ordering), the producer is replaced by a fresh one; everything still queued in the old
+ordering), that producer is replaced by a fresh one; everything still queued in the old
 one fails, which the managed ledgers treat like any other failed write.
 """
 
@@ -17,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import zlib
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -82,35 +90,19 @@ class _FutureDelivery:
 
 
 class SharedProducer:
+    """The producers, each topic's records through one of them."""
+
+    __slots__ = ("_loop", "_shards")
+
     def __init__(self, config: BrokerConfig, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._flush_timeout_s = config.kafka_delivery_timeout_ms / 1000 + 5
-        record_bytes = max_record_bytes(config)
-        self._conf: dict[str, Any] = {
-            **config.kafka_connection(),
-            "client.id": f"{config.cluster_name}.broker",
-            "logger": kafka_logger(),
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": config.kafka_producer_linger_ms,
-            "delivery.timeout.ms": config.kafka_delivery_timeout_ms,
-            "request.timeout.ms": config.kafka_request_timeout_ms,
-            "message.max.bytes": record_bytes,
-            "batch.size": record_bytes,
-            "queue.buffering.max.messages": 2_000_000,
-            "queue.buffering.max.kbytes": 2 * 1024 * 1024,
-            # A record for a deleted ledger must fail, never recreate the topic.
-            "allow.auto.create.topics": False,
-            "error_cb": self._on_error,
-        }
-        self._producer = Producer(self._conf)
-        self._reports: list[tuple[DeliveryHandler, KafkaError | None, int]] = []
-        self._fatal = False
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="kafka-producer-poll", daemon=True)
-        self._thread.start()
+        count = max(1, config.kafka_producer_pool_size)
+        self._shards = [_PolledProducer(config, loop, i) for i in range(count)]
 
-    # --- event loop side ------------------------------------------------------------
+    def _shard(self, topic: str) -> _PolledProducer:
+        shards = self._shards
+        return shards[zlib.crc32(topic.encode()) % len(shards)] if len(shards) > 1 else shards[0]
+
     def produce(
         self,
         topic: str,
@@ -126,15 +118,18 @@ class SharedProducer:
 
         Raises StorageError if the record could not even be queued.
         """
-        if self._stopping.is_set():
+        shard = self._shard(topic)
+        if shard.stopping.is_set():
             raise StorageError("the Kafka producer is closed")
         try:
-            self._producer.produce(
+            shard.producer.produce(
                 topic,
                 value,
                 key,
                 partition,
-                on_delivery=lambda err, msg: self._reports.append(
+                # ``shard.reports`` looked up when the report comes: the poll thread
+                # hands the list over and starts a new one.
+                on_delivery=lambda err, msg: shard.reports.append(
                     (handler, err, _offset(msg) if err is None else -1)
                 ),
                 timestamp=timestamp_ms,
@@ -168,6 +163,46 @@ class SharedProducer:
         )
         return future
 
+    async def close(self, timeout_seconds: float | None = None) -> None:
+        """Wait for queued records (bounded by the delivery timeout, or ``timeout_seconds``
+        if shorter) and stop the threads; what is still queued then is purged."""
+        await asyncio.gather(*(shard.close(timeout_seconds) for shard in self._shards))
+
+
+class _PolledProducer:
+    """One librdkafka producer and the thread that polls it."""
+
+    def __init__(self, config: BrokerConfig, loop: asyncio.AbstractEventLoop, index: int) -> None:
+        self._loop = loop
+        self._flush_timeout_s = config.kafka_delivery_timeout_ms / 1000 + 5
+        record_bytes = max_record_bytes(config)
+        self._conf: dict[str, Any] = {
+            **config.kafka_connection(),
+            "client.id": f"{config.cluster_name}.broker" + (f"-{index}" if index else ""),
+            "logger": kafka_logger(),
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": config.kafka_producer_linger_ms,
+            "delivery.timeout.ms": config.kafka_delivery_timeout_ms,
+            "request.timeout.ms": config.kafka_request_timeout_ms,
+            "message.max.bytes": record_bytes,
+            "batch.size": record_bytes,
+            "queue.buffering.max.messages": 2_000_000,
+            "queue.buffering.max.kbytes": 2 * 1024 * 1024,
+            # A record for a deleted ledger must fail, never recreate the topic.
+            "allow.auto.create.topics": False,
+            "error_cb": self._on_error,
+        }
+        self.producer = Producer(self._conf)
+        self.reports: list[tuple[DeliveryHandler, KafkaError | None, int]] = []
+        self._fatal = False
+        self.stopping = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"kafka-producer-poll-{index}", daemon=True
+        )
+        self._thread.start()
+
+    # --- event loop side ------------------------------------------------------------
     def _dispatch(self, batch: list[tuple[DeliveryHandler, KafkaError | None, int]]) -> None:
         for handler, error, offset in batch:
             try:
@@ -180,7 +215,7 @@ class SharedProducer:
         if shorter) and stop the thread; what is still queued then is purged."""
         if timeout_seconds is not None:
             self._flush_timeout_s = min(self._flush_timeout_s, timeout_seconds)
-        self._stopping.set()
+        self.stopping.set()
         await asyncio.to_thread(self._thread.join)
 
     # --- poll thread ----------------------------------------------------------------
@@ -192,36 +227,36 @@ class SharedProducer:
             log.debug("Kafka producer: %s", error.str())
 
     def _hand_over(self) -> None:
-        if not self._reports:
+        if not self.reports:
             return
-        batch, self._reports = self._reports, []
+        batch, self.reports = self.reports, []
         try:
             self._loop.call_soon_threadsafe(self._dispatch, batch)
         except RuntimeError:
             log.warning("event loop closed; %d delivery reports dropped", len(batch))
 
     def _replace_fatal_producer(self) -> None:
-        old = self._producer
+        old = self.producer
         self._fatal = False
-        self._producer = Producer(self._conf)
+        self.producer = Producer(self._conf)
         old.purge()
         old.flush(self._flush_timeout_s)
 
     def _run(self) -> None:
-        while not self._stopping.is_set():
+        while not self.stopping.is_set():
             try:
-                self._producer.poll(_POLL_INTERVAL_S)
+                self.producer.poll(_POLL_INTERVAL_S)
                 if self._fatal:
                     self._replace_fatal_producer()
             except Exception:
                 log.exception("Kafka producer poll failed")
             self._hand_over()
         try:
-            remaining = self._producer.flush(self._flush_timeout_s)
+            remaining = self.producer.flush(self._flush_timeout_s)
             if remaining:
                 log.warning("%d records still unacknowledged at shutdown", remaining)
-                self._producer.purge()
-                self._producer.flush(1)
+                self.producer.purge()
+                self.producer.flush(1)
         except Exception:
             log.exception("Kafka producer flush failed")
         self._hand_over()
