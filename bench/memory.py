@@ -41,6 +41,7 @@ from typing import Any
 
 import pulsar
 
+from dedup_broker.config import BrokerConfig
 from dedup_broker.devservers import provide_kafka
 from dedup_broker.pip6.state import DEDUP_CURSOR
 from dedup_broker.storage.formats import CursorRecord, encode_cursor_info
@@ -133,7 +134,7 @@ def _publish_once(client: pulsar.Client, topic: str, producer_name: str | None =
 
 
 def idle_topics(
-    probe: Probe, count: int, threads: int, subscription: str | None
+    probe: Probe, count: int, threads: int, subscription: str | None, idle_seconds: float
 ) -> tuple[dict[str, float], list[str]]:
     prefix = f"idle-{uuid.uuid4().hex[:6]}"
     names = [f"{NAMESPACE}/{prefix}-{i:06d}" for i in range(count)]
@@ -144,7 +145,9 @@ def idle_topics(
         seconds, first = _publish_each(client, names, threads, subscription)
     finally:
         client.close()
-    after = probe.read()
+    # Idle means idle: the broker drops a ledger not written to for that long from its
+    # Kafka producer, and what librdkafka kept of it goes with the producer's renewal.
+    after = probe.read(SETTLE_SECONDS + idle_seconds)
     loaded = probe.loaded_topics() - base_topics
     if loaded != count:
         raise RuntimeError(f"{loaded} idle topics loaded, expected {count}")
@@ -280,6 +283,13 @@ def main() -> None:
         action="store_true",
         help="each idle topic also gets a durable subscription (a cursor, loaded with it)",
     )
+    parser.add_argument(
+        "--idle-seconds",
+        type=int,
+        default=BrokerConfig().kafka_producer_idle_topic_seconds,
+        help="the broker's kafkaProducerIdleTopicSeconds; the idle topics' RSS is read this "
+        "long after the last was loaded",
+    )
     parser.add_argument("--quick", action="store_true", help="500 of each: a smoke run")
     parser.add_argument(
         "--kafka-heap",
@@ -325,6 +335,7 @@ def main() -> None:
                 # The broker's default session: a busy Kafka creating thousands of topics,
                 # or one frozen for seconds, must not cost the broker its slots.
                 "metadata_store_session_timeout_millis": 30000,
+                "kafka_producer_idle_topic_seconds": args.idle_seconds,
             },
             log_dir=Path(tempfile.mkdtemp(prefix="bench-memory-")),
         )
@@ -344,8 +355,9 @@ def main() -> None:
             )
             if args.topics > 0:
                 print(f"loading {args.topics} idle topics", flush=True)
+                subscription = "idle" if args.subscription else None
                 figures, names = idle_topics(
-                    probe, args.topics, args.threads, "idle" if args.subscription else None
+                    probe, args.topics, args.threads, subscription, args.idle_seconds
                 )
                 rows.append(("idle topics", figures))
                 if args.kafka_freeze > 0 and kafka.pid is not None:

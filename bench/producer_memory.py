@@ -17,11 +17,19 @@ last. librdkafka finds a topic by name in a list of every topic the producer kno
 the order it first wrote to them, so a record for a recently written topic costs a walk
 past all the others: with thousands of ledger topics an append to a new ledger costs the
 event loop far more than one to an old one.
+
+Last, ledger churn (``--churn-rounds``): librdkafka never forgets a topic, deleted ones
+included, and a broker writes every ledger for a while, then never again. Through the
+broker's own pool of producers (``SharedProducer``, one producer), each round writes to
+N fresh topics, tells the pool it is done with them and deletes them; the RSS after each
+round stays flat only because the pool renews a producer that is done with as many
+topics as it still writes to.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import time
 import uuid
@@ -30,7 +38,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.memory import resident_kib
+from dedup_broker.config import BrokerConfig
 from dedup_broker.devservers import provide_kafka
+from dedup_broker.storage.kafka.producer import SharedProducer
 
 CREATE_BATCH = 200
 SETTLE_SECONDS = 3.0
@@ -82,13 +92,60 @@ def _produce_micros(producer: Producer, names: list[str]) -> float:
     return (time.perf_counter() - started) * 1e6 / (PRODUCE_ROUNDS * len(names))
 
 
+def _create(admin: AdminClient, names: list[str]) -> None:
+    for start in range(0, len(names), CREATE_BATCH):
+        for future in admin.create_topics(
+            [NewTopic(n, 1, 1) for n in names[start : start + CREATE_BATCH]]
+        ).values():
+            future.result()
+
+
+def churn_rss(bootstrap_servers: str, count: int, rounds: int) -> list[int]:
+    """KiB of RSS gained after each round of writing to, forgetting and deleting ``count``
+    fresh topics through the broker's producer pool."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    config = BrokerConfig(kafka_bootstrap_servers=bootstrap_servers, kafka_producer_pool_size=1)
+
+    async def churn() -> list[int]:
+        producer = SharedProducer(config, asyncio.get_running_loop())
+        gained: list[int] = []
+        base = 0
+        try:
+            for round_number in range(rounds + 1):
+                names = [f"bench-churn-{uuid.uuid4().hex[:6]}-{i}" for i in range(count)]
+                await asyncio.to_thread(_create, admin, names)
+                await asyncio.gather(*(producer.send(name, b"entry") for name in names))
+                for name in names:
+                    producer.forget(name)
+                for start in range(0, count, CREATE_BATCH):
+                    for future in admin.delete_topics(names[start : start + CREATE_BATCH]).values():
+                        await asyncio.wrap_future(future)
+                await asyncio.sleep(SETTLE_SECONDS)
+                if round_number == 0:
+                    base = resident_kib(os.getpid())
+                else:
+                    gained.append(resident_kib(os.getpid()) - base)
+        finally:
+            await producer.close()
+        return gained
+
+    return asyncio.run(churn())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.producer_memory")
     parser.add_argument("--topics", type=int, default=1500, help="topics written to")
+    parser.add_argument(
+        "--churn-rounds",
+        type=int,
+        default=4,
+        help="rounds of writing to --topics fresh topics, then deleting them (0: none)",
+    )
     args = parser.parse_args()
     kafka = provide_kafka(native_heap="2g")
     try:
         each, oldest, newest = producer_bytes_per_topic(kafka.bootstrap_servers, args.topics)
+        churn = churn_rss(kafka.bootstrap_servers, args.topics, args.churn_rounds)
     finally:
         kafka.stop()
     print(
@@ -99,6 +156,13 @@ def main() -> None:
         f"one produce() with {args.topics} topics known: {oldest:.1f} us to one of the "
         f"first {PRODUCE_SAMPLE} written, {newest:.1f} us to one of the last {PRODUCE_SAMPLE}"
     )
+
+    if churn:
+        rounds = ", ".join(f"{kib / 1024:+.1f}" for kib in churn)
+        print(
+            f"ledger churn, {args.topics} fresh topics written, forgotten and deleted per "
+            f"round: RSS MiB after each round, against the first: {rounds}"
+        )
 
 
 if __name__ == "__main__":

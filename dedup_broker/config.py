@@ -134,6 +134,10 @@ class BrokerConfig:
     """Kafka producers (each with its thread) the broker writes through; each topic's
     records always through the same one. More than one because a producer's cost per
     record grows with the number of topics it has written to."""
+    kafka_producer_idle_topic_seconds: int = 120
+    """A ledger not written to for this long is dropped from its Kafka producer (what
+    librdkafka keeps of a topic, about 6 KB, goes when that producer is renewed); its next
+    append costs one metadata request. 0: kept while the ledger is open."""
     kafka_reader_pool_size: int = 4
     """Kafka consumers (each with its thread) serving reads that miss the entry cache."""
     kafka_security_protocol: str = "PLAINTEXT"

@@ -14,6 +14,17 @@ polls, collects the reports of one poll in a list and hands the whole list to th
 loop with a single ``call_soon_threadsafe``: at thousands of appends per second that is
 one thread hop per batch, not per record.
 
+librdkafka never forgets a topic: a producer keeps the handle, partition state and
+metadata (about 6 KB) of every topic it ever wrote to, deleted ones included, and its
+cost per record grows with their number. Every ledger is a topic written for a while and
+then never again (rollover, close), so a producer the broker kept for good would grow
+without bound. The broker therefore tells the pool when it is done writing a topic
+(:meth:`SharedProducer.forget`); once a producer has been told that of as many topics
+as it still writes to (and of at least ``RENEW_AFTER_FORGOTTEN``), it is **renewed**: a
+fresh producer takes the topics from then on, except a topic with records still in the
+old one, which stays there until they are settled (so each topic's records stay in
+order), and the old one is closed once it holds nothing.
+
 If librdkafka reports a fatal error (the idempotent producer can no longer guarantee
 ordering), that producer is replaced by a fresh one; everything still queued in the old
 one fails, which the managed ledgers treat like any other failed write.
@@ -22,10 +33,13 @@ one fails, which the managed ledgers treat like any other failed write.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import logging
 import threading
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -40,6 +54,27 @@ MAX_RECORD_OVERHEAD = 1024 * 1024
 """Room above ``maxMessageSize`` for record and batch framing."""
 
 _POLL_INTERVAL_S = 0.05
+_Headers = list[tuple[str, str | bytes | None]]
+RENEW_AFTER_FORGOTTEN = 200
+"""Fewest topics a producer must have been told it writes no more before it is renewed:
+a renewal costs a fresh producer its connections and every topic's metadata again."""
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    return getattr(libc, "malloc_trim", None)
+
+
+_MALLOC_TRIM = _malloc_trim()
+
+
+def release_freed_memory() -> None:
+    """Give what the C heap freed back to the system (glibc's ``malloc_trim``; elsewhere
+    nothing). A destroyed librdkafka client frees thousands of small blocks, which glibc
+    otherwise keeps: renewing producers lowered the broker's RSS only with this."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 class DeliveryHandler(Protocol):
@@ -97,9 +132,9 @@ class SharedProducer:
     def __init__(self, config: BrokerConfig, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         count = max(1, config.kafka_producer_pool_size)
-        self._shards = [_PolledProducer(config, loop, i) for i in range(count)]
+        self._shards = [_Shard(config, loop, i) for i in range(count)]
 
-    def _shard(self, topic: str) -> _PolledProducer:
+    def _shard(self, topic: str) -> _Shard:
         shards = self._shards
         return shards[zlib.crc32(topic.encode()) % len(shards)] if len(shards) > 1 else shards[0]
 
@@ -118,27 +153,16 @@ class SharedProducer:
 
         Raises StorageError if the record could not even be queued.
         """
-        shard = self._shard(topic)
-        if shard.stopping.is_set():
-            raise StorageError("the Kafka producer is closed")
-        try:
-            shard.producer.produce(
-                topic,
-                value,
-                key,
-                partition,
-                # ``shard.reports`` looked up when the report comes: the poll thread
-                # hands the list over and starts a new one.
-                on_delivery=lambda err, msg: shard.reports.append(
-                    (handler, err, _offset(msg) if err is None else -1)
-                ),
-                timestamp=timestamp_ms,
-                headers=list(headers) if headers else None,
-            )
-        except BufferError as exc:
-            raise StorageError(f"write to {topic}: the producer queue is full") from exc
-        except KafkaException as exc:
-            raise storage_error(f"write to {topic}", exc) from exc
+        wire_headers: _Headers | None = list(headers) if headers else None
+        self._shard(topic).produce(
+            topic, value, handler, key, partition, timestamp_ms, wire_headers
+        )
+
+    def forget(self, topic: str) -> None:
+        """Nothing more will be written to ``topic`` (a ledger closed): the producer that
+        wrote it may be renewed to drop what librdkafka keeps of it. Writing to it again
+        later is allowed, just not cheap."""
+        self._shard(topic).forget(topic)
 
     def send(
         self,
@@ -169,11 +193,130 @@ class SharedProducer:
         await asyncio.gather(*(shard.close(timeout_seconds) for shard in self._shards))
 
 
+@dataclass(slots=True)
+class _HeldRecord:
+    """A record waiting for the retiring producer to settle its topic's earlier ones."""
+
+    value: bytes | None
+    handler: DeliveryHandler
+    key: bytes | None
+    partition: int
+    timestamp_ms: int
+    headers: _Headers | None
+
+
+class _Shard:
+    """The producer a share of the topics is written through and, after a renewal, the
+    one it replaced until that one's records are settled."""
+
+    __slots__ = (
+        "_config",
+        "_forgotten",
+        "_held",
+        "_index",
+        "_known",
+        "_loop",
+        "current",
+        "retiring",
+    )
+
+    def __init__(self, config: BrokerConfig, loop: asyncio.AbstractEventLoop, index: int) -> None:
+        self._config = config
+        self._loop = loop
+        self._index = index
+        self.current = _PolledProducer(config, loop, index, self._settled)
+        self.retiring: _PolledProducer | None = None
+        self._held: dict[str, list[_HeldRecord]] = {}
+        """Per topic, records that wait for the retiring producer to settle the topic."""
+        self._known: set[str] = set()
+        """Topics the current producer wrote to and was not told it is done with."""
+        self._forgotten = 0
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        handler: DeliveryHandler,
+        key: bytes | None,
+        partition: int,
+        timestamp_ms: int,
+        headers: _Headers | None,
+    ) -> None:
+        retiring = self.retiring
+        if retiring is not None and topic in retiring.pending:
+            record = _HeldRecord(value, handler, key, partition, timestamp_ms, headers)
+            self._held.setdefault(topic, []).append(record)
+            return
+        if topic not in self._known:
+            self._known.add(topic)
+        self.current.produce(topic, value, handler, key, partition, timestamp_ms, headers)
+
+    def _settled(self, polled: _PolledProducer, topic: str) -> None:
+        """``polled`` holds no more records of ``topic``: held ones go to the current."""
+        if polled is not self.retiring or topic not in self._held:
+            return
+        self._known.add(topic)
+        for record in self._held.pop(topic):
+            try:
+                self.current.produce(
+                    topic,
+                    record.value,
+                    record.handler,
+                    record.key,
+                    record.partition,
+                    record.timestamp_ms,
+                    record.headers,
+                )
+            except StorageError as exc:
+                record.handler.on_delivery(KafkaError(KafkaError._FAIL, str(exc)), -1)
+
+    def forget(self, topic: str) -> None:
+        if topic not in self._known:
+            return
+        self._known.discard(topic)
+        self._forgotten += 1
+        renewable = self.retiring is None or self.retiring.closed
+        if renewable and self._forgotten >= max(RENEW_AFTER_FORGOTTEN, len(self._known)):
+            self._renew()
+
+    def _renew(self) -> None:
+        log.info(
+            "renewing Kafka producer %d: done with %d topics, writing %d",
+            self._index,
+            self._forgotten,
+            len(self._known),
+        )
+        old = self.current
+        self.current = _PolledProducer(self._config, self._loop, self._index, self._settled)
+        self._known = set()
+        self._forgotten = 0
+        self.retiring = old
+        old.retire()
+
+    async def close(self, timeout_seconds: float | None = None) -> None:
+        retiring = self.retiring
+        if retiring is not None:
+            await retiring.close(timeout_seconds)
+        await self.current.close(timeout_seconds)
+        held, self._held = self._held, {}
+        for records in held.values():
+            for record in records:
+                record.handler.on_delivery(KafkaError(KafkaError._DESTROY), -1)
+
+
 class _PolledProducer:
     """One librdkafka producer and the thread that polls it."""
 
-    def __init__(self, config: BrokerConfig, loop: asyncio.AbstractEventLoop, index: int) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        loop: asyncio.AbstractEventLoop,
+        index: int,
+        settled: Callable[[_PolledProducer, str], None],
+    ) -> None:
         self._loop = loop
+        self._settled = settled
+        """Told on the loop when no record of a topic is left unreported."""
         self._flush_timeout_s = config.kafka_delivery_timeout_ms / 1000 + 5
         record_bytes = max_record_bytes(config)
         self._conf: dict[str, Any] = {
@@ -194,7 +337,11 @@ class _PolledProducer:
             "error_cb": self._on_error,
         }
         self.producer = Producer(self._conf)
-        self.reports: list[tuple[DeliveryHandler, KafkaError | None, int]] = []
+        self.reports: list[tuple[DeliveryHandler, str, KafkaError | None, int]] = []
+        self.pending: dict[str, int] = {}
+        """Records queued and not yet reported to the loop, per topic."""
+        self._retired = False
+        self._retirement: asyncio.Task[None] | None = None
         self._fatal = False
         self.stopping = threading.Event()
         self._thread = threading.Thread(
@@ -203,12 +350,79 @@ class _PolledProducer:
         self._thread.start()
 
     # --- event loop side ------------------------------------------------------------
-    def _dispatch(self, batch: list[tuple[DeliveryHandler, KafkaError | None, int]]) -> None:
-        for handler, error, offset in batch:
+    def _dispatch(self, batch: list[tuple[DeliveryHandler, str, KafkaError | None, int]]) -> None:
+        pending = self.pending
+        for handler, topic, error, offset in batch:
             try:
                 handler.on_delivery(error, offset)
             except Exception:
                 log.exception("delivery handler %r failed", handler)
+            left = pending[topic] - 1
+            if left:
+                pending[topic] = left
+            else:
+                del pending[topic]
+                if self._retired:
+                    self._settled(self, topic)
+        if self._retired and not pending:
+            self._close_when_retired()
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        handler: DeliveryHandler,
+        key: bytes | None,
+        partition: int,
+        timestamp_ms: int,
+        headers: _Headers | None,
+    ) -> None:
+        if self.stopping.is_set():
+            raise StorageError("the Kafka producer is closed")
+        try:
+            self.producer.produce(
+                topic,
+                value,
+                key,
+                partition,
+                # ``self.reports`` looked up when the report comes: the poll thread hands
+                # the list over and starts a new one.
+                on_delivery=lambda err, msg: self.reports.append(
+                    (handler, topic, err, _offset(msg) if err is None else -1)
+                ),
+                timestamp=timestamp_ms,
+                headers=headers,
+            )
+        except BufferError as exc:
+            raise StorageError(f"write to {topic}: the producer queue is full") from exc
+        except KafkaException as exc:
+            raise storage_error(f"write to {topic}", exc) from exc
+        pending = self.pending
+        pending[topic] = pending.get(topic, 0) + 1
+
+    @property
+    def closed(self) -> bool:
+        return self._retirement is not None and self._retirement.done()
+
+    def retire(self) -> None:
+        """A fresh producer took over: close once what this one holds is settled."""
+        self._retired = True
+        if not self.pending:
+            self._close_when_retired()
+
+    def _close_when_retired(self) -> None:
+        if self._retirement is None and not self.stopping.is_set():
+            self._retirement = self._loop.create_task(self._close_retired())
+
+    async def _close_retired(self) -> None:
+        await self.close()
+        # librdkafka destroys a client when its Python object goes, which joins the
+        # client's threads: in a worker thread, not on the loop.
+        await asyncio.to_thread(self._destroy)
+
+    def _destroy(self) -> None:
+        del self.producer
+        release_freed_memory()
 
     async def close(self, timeout_seconds: float | None = None) -> None:
         """Wait for queued records (bounded by the delivery timeout, or ``timeout_seconds``

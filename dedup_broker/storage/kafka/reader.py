@@ -27,13 +27,19 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import StorageError
 from dedup_broker.kafka_logging import kafka_logger
-from dedup_broker.storage.kafka.producer import max_record_bytes, storage_error
+from dedup_broker.storage.kafka.producer import (
+    max_record_bytes,
+    release_freed_memory,
+    storage_error,
+)
 from dedup_broker.storage.values import FetchedRecord
 
 log = logging.getLogger(__name__)
 
 _CONSUME_WAIT_S = 0.1
-_MAX_KNOWN_TOPICS = 10_000
+_MAX_KNOWN_TOPICS = 1_000
+"""Topics a pooled consumer learns before it is replaced by a fresh one: librdkafka keeps
+what it learned of every topic (deleted ledgers included) for the client's lifetime."""
 _SCAN_CONSUME = 50_000
 """Records asked of librdkafka per ``consume`` call while scanning."""
 _SCAN_MIN_FETCH_BYTES = 16 * 1024 * 1024
@@ -46,8 +52,20 @@ KeysVisitor = Callable[[int, bytes | None], bool]
 
 @dataclass(slots=True)
 class _PooledConsumer:
+    conf: dict[str, Any]
     consumer: Consumer
     known_topics: set[str] = field(default_factory=set)
+
+    def renew(self) -> None:
+        """A fresh consumer in place of one that learned too many topics."""
+        old, self.consumer = self.consumer, Consumer(self.conf)
+        self.known_topics.clear()
+        try:
+            old.close()
+        except Exception:
+            log.debug("closing a reader consumer failed", exc_info=True)
+        del old  # librdkafka destroys the client with its Python object
+        release_freed_memory()
 
 
 def record_headers(msg: Message) -> tuple[tuple[str, bytes], ...]:
@@ -159,17 +177,17 @@ class KafkaReader:
         try:
             pooled = idle.get_nowait()
         except queue.Empty:
-            pooled = _PooledConsumer(Consumer(conf))
+            pooled = _PooledConsumer(conf, Consumer(conf))
             self._consumers.append(pooled)
         return pooled
 
     def _know(self, pooled: _PooledConsumer, topic: str) -> None:
         if topic not in pooled.known_topics:
+            if len(pooled.known_topics) >= _MAX_KNOWN_TOPICS:
+                pooled.renew()
             # Without this the client learns a new topic's leader only on its next
             # periodic metadata scan, up to a second later.
             pooled.consumer.list_topics(topic, timeout=self._timeout_s)
-            if len(pooled.known_topics) > _MAX_KNOWN_TOPICS:
-                pooled.known_topics.clear()
             pooled.known_topics.add(topic)
 
     def _fetch_blocking(

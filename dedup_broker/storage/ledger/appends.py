@@ -98,6 +98,8 @@ class AppendPipeline:
         "_confirmed",
         "_ctx",
         "_fence",
+        "_idle_timer",
+        "_last_send",
         "_loop",
         "_on_lost",
         "_topic",
@@ -142,6 +144,8 @@ class AppendPipeline:
         self.writable = LazyEvent(True)
         self._awaiting_commit: list[_Append] = []
         self._topic = ""
+        self._last_send = 0.0
+        self._idle_timer: asyncio.TimerHandle | None = None
         self.next_entry_id = 0
         self.produced_size = 0
         """Entries and bytes handed to Kafka in the current ledger."""
@@ -154,10 +158,15 @@ class AppendPipeline:
     def start_ledger(self, ledger_id: int, entries: int = 0, size: int = 0) -> None:
         """Appends go to ``ledger_id`` from now on (the list names it already), after the
         ``entries`` entries (``size`` bytes) it holds."""
-        self._topic = self._ctx.ledgers.topic(ledger_id)
+        topic = self._ctx.ledgers.topic(ledger_id)
+        if self._topic and self._topic != topic:
+            self._ctx.producer.forget(self._topic)
+        self._topic = topic
         self.next_entry_id = entries
         self.produced_size = size
         self.rollover.started()
+        self._last_send = self._loop.time()
+        self._watch_idle()
 
     # --- appending ------------------------------------------------------------------
     def append(self, data: bytes, timestamp_ms: int) -> asyncio.Future[Position]:
@@ -214,15 +223,41 @@ class AppendPipeline:
             return
         self.next_entry_id += 1
         self.produced_size = size
+        self._last_send = self._loop.time()
         self.inflight.append(op)
         self._unreported += 1
         self.drained.clear()
+
+    # --- idle ledgers --------------------------------------------------------------------
+    def _watch_idle(self) -> None:
+        """Nothing in flight: once nothing was sent for ``kafkaProducerIdleTopicSeconds``,
+        the producer may forget the ledger's topic (the next append learns it again)."""
+        idle_s = self._ctx.config.kafka_producer_idle_topic_seconds
+        if self._idle_timer is None and idle_s > 0 and self._topic:
+            delay = self._last_send + idle_s - self._loop.time()
+            self._idle_timer = self._loop.call_later(max(delay, 0.0), self._idle_check)
+
+    def _idle_check(self) -> None:
+        self._idle_timer = None
+        if self._unreported or self.state == LedgerState.CLOSED:
+            return  # the next drain looks again
+        idle_s = self._ctx.config.kafka_producer_idle_topic_seconds
+        if self._loop.time() - self._last_send >= idle_s:
+            self._ctx.producer.forget(self._topic)
+        else:
+            self._watch_idle()
+
+    def _stop_watching_idle(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
 
     def delivered(self, op: _Append, error: KafkaError | None, offset: int) -> None:
         """Kafka's delivery report of ``op``."""
         self._unreported -= 1
         if self._unreported == 0:
             self.drained.set()
+            self._watch_idle()
         if op.settled:
             return
         op.reported = True
@@ -350,5 +385,8 @@ class AppendPipeline:
         self.rollover.cancel_timer()
 
     def closed(self) -> None:
+        self._stop_watching_idle()
+        if self._topic:
+            self._ctx.producer.forget(self._topic)
         self.state = LedgerState.CLOSED
         self.writable.set()

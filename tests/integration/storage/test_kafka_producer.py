@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 
+import pytest
+
+from dedup_broker.storage.kafka import producer as producer_module
 from dedup_broker.storage.kafka.admin import KafkaAdmin
 from dedup_broker.storage.kafka.producer import SharedProducer
-from tests.integration.storage.helpers import ConfigFactory, read_topic, run
+from dedup_broker.storage.service.kafka_storage import KafkaStorage
+from tests.integration.storage.helpers import ConfigFactory, read_topic, run, wait_until
 
 TOPICS = 12
 RECORDS = 25
@@ -41,3 +47,80 @@ def test_records_of_many_topics_through_the_pool_stay_in_order(
     for name in names:
         values = [record.value() for record in read_topic(kafka_bootstrap, name)]
         assert values == [f"{name}:{n}".encode() for n in range(RECORDS)]
+
+
+def test_a_renewed_producer_keeps_each_topics_records_in_order(
+    make_config: ConfigFactory,
+    kafka_bootstrap: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Told it is done with enough topics, the producer is renewed while a busy topic has
+    records in flight: that topic's later records wait for its earlier ones, every record
+    lands once and in order, and the old producer's thread ends."""
+    monkeypatch.setattr(producer_module, "RENEW_AFTER_FORGOTTEN", 3)
+    config = make_config(kafka_producer_pool_size=1)
+    busy = f"{config.cluster_name}.busy"
+    done = [f"{config.cluster_name}.done-{i}" for i in range(4)]
+
+    async def scenario() -> None:
+        admin = KafkaAdmin(config)
+        await asyncio.gather(*(admin.create_topic(name, {}) for name in [busy, *done]))
+        producer = SharedProducer(config, asyncio.get_running_loop())
+        try:
+            for name in done:
+                assert await producer.send(name, b"only") == 0
+            before = [producer.send(busy, f"{n}".encode()) for n in range(RECORDS)]
+            with caplog.at_level(logging.INFO, logger=producer_module.__name__):
+                for name in done:
+                    producer.forget(name)
+            assert "renewing Kafka producer 0" in caplog.text
+            after = [producer.send(busy, f"{n}".encode()) for n in range(RECORDS, 2 * RECORDS)]
+            assert [await f for f in before + after] == list(range(2 * RECORDS))
+            assert await producer.send(done[0], b"again") == 1
+            for _ in range(100):
+                if _poll_threads() == 1:
+                    break
+                await asyncio.sleep(0.1)
+            assert _poll_threads() == 1
+        finally:
+            await producer.close()
+
+    run(scenario)
+    values = [record.value() for record in read_topic(kafka_bootstrap, busy)]
+    assert values == [f"{n}".encode() for n in range(2 * RECORDS)]
+
+
+def _poll_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name == "kafka-producer-poll-0")
+
+
+def test_idle_ledgers_leave_the_producer_and_take_appends_again(
+    make_config: ConfigFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Ledgers not written to for ``kafkaProducerIdleTopicSeconds`` are dropped from the
+    producer, which is renewed; appends after that go on in the same ledgers, in order."""
+    monkeypatch.setattr(producer_module, "RENEW_AFTER_FORGOTTEN", 2)
+    config = make_config(kafka_producer_pool_size=1, kafka_producer_idle_topic_seconds=1)
+    names = [f"idle-{i}" for i in range(3)]
+
+    async def scenario() -> None:
+        storage = await KafkaStorage.start(config)
+        try:
+            ledgers = [await storage.open_managed_ledger(name) for name in names]
+            before = [[await ml.append(b"%d" % n, 0) for n in range(2)] for ml in ledgers]
+            with caplog.at_level(logging.INFO, logger=producer_module.__name__):
+                await wait_until(lambda: "renewing Kafka producer 0" in caplog.text)
+            for ml, positions in zip(ledgers, before, strict=True):
+                ledger_id = positions[0].ledger_id
+                after = [await ml.append(b"%d" % n, 0) for n in range(2, 4)]
+                assert [p.ledger_id for p in positions + after] == [ledger_id] * 4
+                assert [p.entry_id for p in positions + after] == [0, 1, 2, 3]
+                entries = await ml.read_entries(positions[0], 10)
+                assert [e.data for e in entries] == [b"0", b"1", b"2", b"3"]
+        finally:
+            await storage.close()
+
+    run(scenario)
