@@ -39,8 +39,7 @@ import logging
 import threading
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -193,9 +192,9 @@ class SharedProducer:
         await asyncio.gather(*(shard.close(timeout_seconds) for shard in self._shards))
 
 
-@dataclass(slots=True)
-class _HeldRecord:
-    """A record waiting for the retiring producer to settle its topic's earlier ones."""
+class _HeldRecord(NamedTuple):
+    """A record waiting for the retiring producer to settle its topic's earlier ones
+    (the arguments of :meth:`_PolledProducer.produce` after the topic)."""
 
     value: bytes | None
     handler: DeliveryHandler
@@ -247,8 +246,7 @@ class _Shard:
             record = _HeldRecord(value, handler, key, partition, timestamp_ms, headers)
             self._held.setdefault(topic, []).append(record)
             return
-        if topic not in self._known:
-            self._known.add(topic)
+        self._known.add(topic)
         self.current.produce(topic, value, handler, key, partition, timestamp_ms, headers)
 
     def _settled(self, polled: _PolledProducer, topic: str) -> None:
@@ -258,15 +256,7 @@ class _Shard:
         self._known.add(topic)
         for record in self._held.pop(topic):
             try:
-                self.current.produce(
-                    topic,
-                    record.value,
-                    record.handler,
-                    record.key,
-                    record.partition,
-                    record.timestamp_ms,
-                    record.headers,
-                )
+                self.current.produce(topic, *record)
             except StorageError as exc:
                 record.handler.on_delivery(KafkaError(KafkaError._FAIL, str(exc)), -1)
 

@@ -97,9 +97,9 @@ class AppendPipeline:
         "_awaiting_commit",
         "_confirmed",
         "_ctx",
+        "_drained_at",
         "_fence",
         "_idle_timer",
-        "_last_send",
         "_loop",
         "_on_lost",
         "_topic",
@@ -144,7 +144,8 @@ class AppendPipeline:
         self.writable = LazyEvent(True)
         self._awaiting_commit: list[_Append] = []
         self._topic = ""
-        self._last_send = 0.0
+        self._drained_at = 0.0
+        """When the last append in flight was reported (or the ledger started)."""
         self._idle_timer: asyncio.TimerHandle | None = None
         self.next_entry_id = 0
         self.produced_size = 0
@@ -165,7 +166,7 @@ class AppendPipeline:
         self.next_entry_id = entries
         self.produced_size = size
         self.rollover.started()
-        self._last_send = self._loop.time()
+        self._drained_at = self._loop.time()
         self._watch_idle()
 
     # --- appending ------------------------------------------------------------------
@@ -223,18 +224,17 @@ class AppendPipeline:
             return
         self.next_entry_id += 1
         self.produced_size = size
-        self._last_send = self._loop.time()
         self.inflight.append(op)
         self._unreported += 1
         self.drained.clear()
 
     # --- idle ledgers --------------------------------------------------------------------
     def _watch_idle(self) -> None:
-        """Nothing in flight: once nothing was sent for ``kafkaProducerIdleTopicSeconds``,
+        """Nothing in flight: once that stayed so for ``kafkaProducerIdleTopicSeconds``,
         the producer may forget the ledger's topic (the next append learns it again)."""
         idle_s = self._ctx.config.kafka_producer_idle_topic_seconds
         if self._idle_timer is None and idle_s > 0 and self._topic:
-            delay = self._last_send + idle_s - self._loop.time()
+            delay = self._drained_at + idle_s - self._loop.time()
             self._idle_timer = self._loop.call_later(max(delay, 0.0), self._idle_check)
 
     def _idle_check(self) -> None:
@@ -242,7 +242,7 @@ class AppendPipeline:
         if self._unreported or self.state == LedgerState.CLOSED:
             return  # the next drain looks again
         idle_s = self._ctx.config.kafka_producer_idle_topic_seconds
-        if self._loop.time() - self._last_send >= idle_s:
+        if self._loop.time() - self._drained_at >= idle_s:
             self._ctx.producer.forget(self._topic)
         else:
             self._watch_idle()
@@ -257,6 +257,7 @@ class AppendPipeline:
         self._unreported -= 1
         if self._unreported == 0:
             self.drained.set()
+            self._drained_at = self._loop.time()
             self._watch_idle()
         if op.settled:
             return
