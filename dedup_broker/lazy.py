@@ -1,10 +1,11 @@
-"""An event and a FIFO that cost almost nothing while nobody uses them.
+"""An event, a FIFO and a lock that cost almost nothing while nobody uses them.
 
-Every loaded topic carries a few events and queues (its managed ledger's append
-pipeline, producers waiting for exclusive access, key deduplication's send queue) that an
-idle topic never touches. ``asyncio.Event`` and ``collections.deque`` each allocate a
-760-byte deque up front, which made these idle structures a large share of an idle topic's
-memory; these stand-ins allocate the real thing only while it is in use.
+Every loaded topic carries a few events, queues and locks (its managed ledger's append
+pipeline and ledger list, producers waiting for exclusive access, key deduplication's send
+queue, deduplication's snapshots) that an idle topic never touches. ``asyncio.Event`` and
+``collections.deque`` each allocate a 760-byte deque up front and an ``asyncio.Lock`` is
+two allocations of 88 bytes, which made these idle structures a large share of an idle
+topic's memory; these stand-ins allocate the real thing only while it is in use.
 """
 
 from __future__ import annotations
@@ -101,3 +102,42 @@ class LazyDeque(Generic[T]):
 
     def clear(self) -> None:
         self._items = None
+
+
+class LazyLock:
+    """``async with`` lock whose ``asyncio.Lock`` exists only while held or waited for.
+
+    ``_users`` counts the holder and the waiters; the real lock is dropped when it falls
+    to zero, so a later ``async with`` starts a fresh one: the same behaviour as one lock.
+    """
+
+    __slots__ = ("_lock", "_users")
+
+    def __init__(self) -> None:
+        self._lock: asyncio.Lock | None = None
+        self._users = 0
+
+    def locked(self) -> bool:
+        return self._lock is not None and self._lock.locked()
+
+    async def __aenter__(self) -> None:
+        lock = self._lock
+        if lock is None:
+            lock = self._lock = asyncio.Lock()
+        self._users += 1
+        try:
+            await lock.acquire()
+        except BaseException:  # cancelled while waiting: not acquired
+            self._leave()
+            raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        lock = self._lock
+        assert lock is not None, "released a lock that is not held"
+        lock.release()
+        self._leave()
+
+    def _leave(self) -> None:
+        self._users -= 1
+        if not self._users:
+            self._lock = None

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -137,10 +136,8 @@ class MemoryEntrySource:
 
 @dataclass
 class MemoryOffloads:
-    """Offloading is not modelled: the threshold the topic sets, and the checks asked for."""
+    """Offloading is not modelled: the checks asked for are counted."""
 
-    threshold: Callable[[], int] | None = None
-    threshold_seconds: Callable[[], int] | None = None
     checks: int = 0
     status: str = "NOT_RUN"
     last_error: str = ""
@@ -176,7 +173,7 @@ class MemoryTrimmer:
         return []
 
     def cursor_moved(self) -> None:
-        if self._ledger.retention is not None and self._writes.is_writable_state():
+        if self._ledger.policies is not None and self._writes.is_writable_state():
             self.trim_soon()
 
     def status(self, ledger_id: int, ledger_type: LedgerType, uid: str) -> LedgerStatus:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 from dedup_broker.compaction.records import CompactedMessage, MalformedCompactedRecordError
 from dedup_broker.compaction.view import CompactedView
 from dedup_broker.errors import BrokerError, RetriableError
+from dedup_broker.lazy import LazyLock
 from dedup_broker.protocol.batch import is_batch, split_batch
 from dedup_broker.protocol.framing import parse_message
 from dedup_broker.storage.api import (
@@ -85,7 +86,7 @@ class TopicCompaction:
         self.last_succeeded_ms = 0
         self._task: asyncio.Task[None] | None = None
         self._view: CompactedView | None = None
-        self._view_lock = asyncio.Lock()
+        self._view_lock = LazyLock()
 
     # --- state ------------------------------------------------------------------------
     @property

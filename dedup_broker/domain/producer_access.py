@@ -44,10 +44,9 @@ class ProducerClosedError(PermanentError):
 class ProducerAccess:
     """The exclusive holder, the queue of waiting producers and the epoch of one topic."""
 
-    __slots__ = ("epoch", "exclusive", "topic", "waiting")
+    __slots__ = ("epoch", "exclusive", "waiting")
 
-    def __init__(self, topic: str, epoch: int | None) -> None:
-        self.topic = topic
+    def __init__(self, epoch: int | None) -> None:
         self.epoch = epoch
         """The topic epoch (``None`` until a producer first takes exclusive access)."""
         self.exclusive: Producer | None = None
@@ -152,7 +151,7 @@ class ProducerHost:
         self.name = name
         self.config = config
         self.producers: dict[str, Producer] = {}
-        self.access = ProducerAccess(str(name), epoch)
+        self.access = ProducerAccess(epoch)
         self.closed = False
         self.terminated_at: Position | None = None
         """The last position of a terminated topic (it takes no producer any more)."""

@@ -30,6 +30,7 @@ from dedup_broker.domain.redeliveries import Redeliveries
 from dedup_broker.domain.termination import tell_end_of_topic
 from dedup_broker.domain_base.handover import Destination
 from dedup_broker.errors import BrokerError
+from dedup_broker.lazy import LazyLock
 from dedup_broker.protocol.framing import parse_metadata_only
 from dedup_broker.storage.api import Entry, ManagedCursor, ManagedLedger, Position
 
@@ -67,7 +68,7 @@ class Subscription:
         self._redeliveries = Redeliveries()
         self._task: asyncio.Task[None] | None = None
         self._again = False
-        self._lock = asyncio.Lock()
+        self._lock = LazyLock()
         self._unlisten: Callable[[], None] | None = None
         self._last_seek = 0.0
         self._delayed = DelayedDelivery(self._delayed_due)

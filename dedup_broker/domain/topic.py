@@ -29,12 +29,7 @@ from dedup_broker.domain.termination import (
 )
 from dedup_broker.domain_base.handover import Destination
 from dedup_broker.domain_base.names import TopicName
-from dedup_broker.domain_base.outcomes import (
-    UNKNOWN,
-    PublishOutcome,
-    PublishResult,
-    settled,
-)
+from dedup_broker.domain_base.outcomes import UNKNOWN, PublishOutcome, PublishResult, settled
 from dedup_broker.domain_base.policies import Policies
 from dedup_broker.domain_base.producer import Producer
 from dedup_broker.errors import BrokerError, PermanentError, RetriableError, ServiceNotReadyError
@@ -112,6 +107,7 @@ class Topic(ProducerHost):
         self._last_entry_batch: tuple[Position, int] | None = None
         self.dedup = TopicDeduplication(name, ledger, services.config, services.policies)
         self.key_dedup = TopicKeyDedup(name, ledger, services.key_dedup, self.append_checked)
+        ledger.on_write_failure_resolved = self._write_failure_resolved
         self.compaction = TopicCompaction(
             ledger, companions, services.config.topic_compaction_retain_null_key
         )
@@ -132,10 +128,7 @@ class Topic(ProducerHost):
             name.managed_ledger_name, create=create, fence=fence
         )
         topic = cls(services, name, ledger, storage.compacted_topics)
-        limits = LedgerLimits(services.policies, services.config, name, ledger)
-        ledger.retention = limits.retention
-        ledger.offloads.threshold = limits.offload_threshold
-        ledger.offloads.threshold_seconds = limits.offload_threshold_seconds
+        ledger.policies = LedgerLimits(services.policies, services.config, name, ledger)
         for cursor_name in ledger.cursors.stored_names():
             if is_system_cursor(cursor_name):
                 continue
@@ -201,6 +194,11 @@ class Topic(ProducerHost):
 
         return publish_in_turn(producer, now)
 
+    def _write_failure_resolved(self, told: Position, truth: Position) -> None:
+        """A failed write's outcome is known: both deduplications settle what was in doubt."""
+        self.dedup.write_failure_resolved(told, truth)
+        self.key_dedup.write_failure_resolved(told, truth)
+
     def append_checked(
         self,
         producer: Producer,
@@ -211,7 +209,9 @@ class Topic(ProducerHost):
     ) -> PublishResult:
         """The PIP-6 verdict, then the append; stored once Kafka acknowledged it."""
         if self.terminated_at is not None:
-            return self._refused(send, TopicTerminatedError(f"Topic {self.name} is terminated"))
+            return _refused(
+                self.name, send, TopicTerminatedError(f"Topic {self.name} is terminated")
+            )
         in_batch = batch_size(metadata)
         count = max(in_batch, 1)
         started = time.monotonic()
@@ -220,7 +220,7 @@ class Topic(ProducerHost):
         try:
             admission = self.dedup.check(send, entry, metadata)
         except BrokerError as exc:
-            return self._refused(send, exc)
+            return _refused(self.name, send, exc)
         verdict = admission.verdict
         if verdict is not Verdict.NOT_DUP:
             self.services.metrics.dedup_verdicts.labels(verdict=verdict.value).inc()
@@ -276,10 +276,6 @@ class Topic(ProducerHost):
             for subscription in self.subscriptions.values():
                 subscription.trigger()
         return self.terminated_at
-
-    def _refused(self, send: pb.CommandSend, exc: BrokerError) -> PublishResult:
-        log.warning("publish on %s refused (seq %d): %s", self.name, send.sequence_id, exc)
-        return settled(PublishOutcome.failed(exc))
 
     # --- subscriptions ------------------------------------------------------------
     async def subscribe(
@@ -497,3 +493,8 @@ def _check_not_reserved(subscription: str) -> None:
             f"subscription {subscription!r} is reserved: names starting with "
             f"{SYSTEM_CURSOR_PREFIX!r} and {COMPACTION_CURSOR!r} are the broker's own"
         )
+
+
+def _refused(name: TopicName, send: pb.CommandSend, exc: BrokerError) -> PublishResult:
+    log.warning("publish on %s refused (seq %d): %s", name, send.sequence_id, exc)
+    return settled(PublishOutcome.failed(exc))

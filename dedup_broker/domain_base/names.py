@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from enum import StrEnum
 from urllib.parse import quote, unquote
@@ -66,7 +67,8 @@ class TopicName:
                 raise InvalidTopicNameError(f"invalid {label} {part!r} in topic {text!r}")
         if not _LOCAL_NAME.fullmatch(local) or len(local) > 1024:
             raise InvalidTopicNameError(f"invalid topic name {local!r} in {text!r}")
-        return cls(tenant, namespace, local, domain)
+        # every loaded topic keeps its name: its tenant and namespace are shared strings
+        return cls(sys.intern(tenant), sys.intern(namespace), local, domain)
 
     @property
     def is_persistent(self) -> bool:

@@ -34,7 +34,10 @@ class ScopeMember(Protocol):
     name: TopicName
     ledger: ManagedLedger
     scope: KeyScope | None
-    load_id: str
+
+    @property
+    def owner(self) -> bytes:
+        """``load id:ledger``: tells this load's claims from an earlier load's."""
 
     async def replay(self, after: Position | None) -> str | None:
         """Keys of stored entries after ``after`` (the whole window: None) to Redis."""

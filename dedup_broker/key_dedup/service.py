@@ -161,10 +161,10 @@ class KeyDedupService:
 
     def stale_owner(self, owner: bytes) -> bool:
         """A claim by an earlier load of a topic this broker serves now: its writer is gone."""
-        load_id, _, ledger = owner.decode(errors="replace").partition(":")
+        ledger = owner.decode(errors="replace").partition(":")[2]
         for member in self.directory.loaded_key_dedups():
             if member.ledger.name == ledger:
-                return member.load_id != load_id
+                return member.owner != owner
         return False
 
     async def apply_policies(self) -> None:

@@ -54,7 +54,7 @@ from dedup_broker.key_dedup.window import (
     now_ms,
     verdicts,
 )
-from dedup_broker.lazy import LazyDeque, LazyEvent
+from dedup_broker.lazy import LazyDeque, LazyEvent, LazyLock
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch_rewrite import rewrite_batch
 from dedup_broker.storage.api import Position
@@ -90,18 +90,16 @@ class TopicKeyDedup:
         "_busy",
         "_change",
         "_failed",
+        "_owner",
         "_queue",
         "_ready",
         "_recovering",
-        "_resolved_before",
         "_wake",
         "_worker",
         "closed",
         "errors",
         "ledger",
-        "load_id",
         "name",
-        "owner",
         "policy",
         "scope",
         "service",
@@ -121,25 +119,26 @@ class TopicKeyDedup:
         self.closed = False
         self.policy: KeyDedupPolicy | None = None
         self.scope: KeyScope | None = None
-        self.load_id = uuid.uuid4().hex[:12]
-        self.owner = f"{self.load_id}:{ledger.name}".encode()
+        self._owner: bytes | None = None
         self._queue: LazyDeque[QueuedSend] = LazyDeque()
         self._wake = LazyEvent()
         self._worker: asyncio.Task[None] | None = None
         self._busy = False
         self._ready = LazyEvent()
         self._recovering: asyncio.Task[None] | None = None
-        self._failed: list[list[bytes]] = []
-        self._change = asyncio.Lock()
+        self._failed: LazyDeque[list[bytes]] = LazyDeque()
+        self._change = LazyLock()
         self.errors = 0
-        self._resolved_before = ledger.on_write_failure_resolved
-        ledger.on_write_failure_resolved = self._write_failure_resolved
 
-    def _write_failure_resolved(self, told: Position, truth: Position) -> None:
-        """The ledger learnt what a failed write left (a bound method, not a closure: one
-        per loaded topic)."""
-        if self._resolved_before is not None:
-            self._resolved_before(told, truth)
+    @property
+    def owner(self) -> bytes:
+        """This load's mark on the keys it claims (``load id:ledger``), made on first use."""
+        if self._owner is None:
+            self._owner = f"{uuid.uuid4().hex[:12]}:{self.ledger.name}".encode()
+        return self._owner
+
+    def write_failure_resolved(self, told: Position, truth: Position) -> None:
+        """The ledger learnt what a failed write left: settle the keys in doubt."""
         if self.scope is not None:
             asyncio.get_running_loop().create_task(self._resolve_failure(told, truth))
 
@@ -452,7 +451,7 @@ class TopicKeyDedup:
         except BrokerError as exc:
             log.error("%s: %s; their keys stay claimed until the topic reloads", ledger.name, exc)
             return
-        failed, self._failed = self._failed, []
+        failed, self._failed = self._failed, LazyDeque()
         lost: list[bytes] = []
         for keys in failed:
             for key in keys:
@@ -481,7 +480,7 @@ class TopicKeyDedup:
         if scope is not None:
             for keys in self._failed:  # outcome unknown: the next load replays the log
                 scope.in_flight.settle_all(keys, False)
-            self._failed = []
+            self._failed.clear()
             self._detach()
 
     def stats(self) -> dict[str, object]:

@@ -8,6 +8,9 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Mapping
 
+_NONE_CONNECTED: dict[str, int] = {}
+"""Shared by every topic with no producer connected (never written to)."""
+
 
 class ProducerActivity:
     __slots__ = ("_clock", "_connected", "_last_active")
@@ -15,7 +18,7 @@ class ProducerActivity:
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
         self._last_active: dict[str, float] = {}
-        self._connected: dict[str, int] = {}
+        self._connected = _NONE_CONNECTED
 
     def touch(self, name: str) -> None:
         self._last_active[name] = self._clock()
@@ -26,6 +29,8 @@ class ProducerActivity:
         self._last_active = dict.fromkeys(names or (), now)
 
     def connected(self, name: str) -> None:
+        if self._connected is _NONE_CONNECTED:
+            self._connected = {}
         self._connected[name] = self._connected.get(name, 0) + 1
         self.touch(name)
 
@@ -37,6 +42,8 @@ class ProducerActivity:
             self._connected[name] = count
         else:
             self._connected.pop(name, None)
+            if not self._connected:
+                self._connected = _NONE_CONNECTED
         if known:
             self.touch(name)
 

@@ -80,13 +80,23 @@ class ChunkVerdict(Enum):
     """An earlier copy is being written: the client resends later."""
 
 
+_NO_RUNS: dict[str, ChunkRun] = {}
+"""Shared by every topic with no chunked message in progress (never written to)."""
+
+
 class ChunkProgress:
     """Each producer's chunked message in progress."""
 
     __slots__ = ("_runs",)
 
     def __init__(self) -> None:
-        self._runs: dict[str, ChunkRun] = {}
+        self._runs = _NO_RUNS
+
+    def _started(self, chunk: Chunk) -> ChunkRun:
+        if self._runs is _NO_RUNS:
+            self._runs = {}
+        run = self._runs[chunk.producer_name] = ChunkRun(chunk.sequence_id, chunk.uuid)
+        return run
 
     def __len__(self) -> int:
         return len(self._runs)
@@ -97,7 +107,7 @@ class ChunkProgress:
         run = self._runs.get(chunk.producer_name)
         if run is None or not run.matches(chunk):
             # A later message (or the first one): whatever was in progress is abandoned.
-            run = self._runs[chunk.producer_name] = ChunkRun(chunk.sequence_id, chunk.uuid)
+            run = self._started(chunk)
         stored = run.stored.get(chunk.chunk_id)
         if stored is not None:
             return ChunkVerdict.STORED, stored
@@ -112,7 +122,7 @@ class ChunkProgress:
         if run is None or not run.matches(chunk):
             if run is not None and run.sequence_id > chunk.sequence_id:
                 return  # an older message's chunk: nothing in progress of it
-            run = self._runs[chunk.producer_name] = ChunkRun(chunk.sequence_id, chunk.uuid)
+            run = self._started(chunk)
         run.stored.setdefault(chunk.chunk_id, position)
         run.admitted.add(chunk.chunk_id)
 
@@ -121,6 +131,8 @@ class ChunkProgress:
         run = self._runs.get(producer_name)
         if run is not None and run.sequence_id <= sequence_id:
             del self._runs[producer_name]
+            if not self._runs:
+                self._runs = _NO_RUNS
 
     def failed(self) -> None:
         """A write failed: what was admitted but not stored may or may not have landed;

@@ -5,22 +5,32 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from dedup_broker.lazy import LazyLock
 
 log = logging.getLogger(__name__)
 
 
-class SnapshotTask:
-    __slots__ = ("_due", "_name", "_snapshot_once", "_task", "closed", "lock")
+class Snapshots(Protocol):
+    """The deduplication state the task snapshots (an object, not two bound methods: one
+    task per loaded topic)."""
 
-    def __init__(
-        self, name: str, snapshot_once: Callable[[], Awaitable[bool]], due: Callable[[], bool]
-    ) -> None:
+    async def snapshot_once(self) -> bool:
+        """Store one snapshot; False if there was nothing to store."""
+        ...
+
+    def snapshot_due(self) -> bool: ...
+
+
+class SnapshotTask:
+    __slots__ = ("_name", "_state", "_task", "closed", "lock")
+
+    def __init__(self, name: str, state: Snapshots) -> None:
         self._name = name
-        self._snapshot_once = snapshot_once
-        self._due = due
+        self._state = state
         self._task: asyncio.Task[None] | None = None
-        self.lock = asyncio.Lock()
+        self.lock = LazyLock()
         """Held while a snapshot is stored (and while the state is reset)."""
         self.closed = False
 
@@ -36,7 +46,8 @@ class SnapshotTask:
         try:
             # A full interval may have been persisted while one snapshot was being
             # stored; with no further entry nothing else would trigger the one due.
-            while await self._snapshot_once() and self._due() and not self.closed:
+            state = self._state
+            while await state.snapshot_once() and state.snapshot_due() and not self.closed:
                 pass
         except Exception as exc:
             # Entries stay counted, so the next persisted entry or timer tick retries.

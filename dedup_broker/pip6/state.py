@@ -11,7 +11,6 @@ entries after it, parsing nothing but their metadata.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
@@ -20,6 +19,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from dedup_broker.errors import CursorNotFoundError, ProtocolError
+from dedup_broker.lazy import LazyLock
 from dedup_broker.pip6.activity import ProducerActivity
 from dedup_broker.pip6.chunks import Chunk, ChunkProgress, ChunkVerdict
 from dedup_broker.pip6.snapshot_task import SnapshotTask
@@ -109,8 +109,8 @@ class MessageDeduplication:
         self._entries_since_snapshot = 0
         self._recovery_ms = 0
         self._acked_while_recovering: list[tuple[str, int, Position]] = []
-        self._snapshots = SnapshotTask(ledger.name, self._snapshot_once, self._snapshot_due)
-        self._transition_lock = asyncio.Lock()
+        self._snapshots = SnapshotTask(ledger.name, self)
+        self._transition_lock = LazyLock()
 
     # --- lifecycle ------------------------------------------------------------------
     async def enable(self) -> None:
@@ -136,7 +136,7 @@ class MessageDeduplication:
                 self._entries_since_snapshot,
                 self._recovery_ms,
             )
-            if self._snapshot_due():
+            if self.snapshot_due():
                 self._snapshots.start()
 
     async def _recover(self) -> None:
@@ -285,7 +285,7 @@ class MessageDeduplication:
             return
         self._record(producer_name, as_signed64(highest), position)
         self._activity.touch(producer_name)
-        if self._snapshot_due():
+        if self.snapshot_due():
             self._snapshots.start()
 
     def on_write_failed(self) -> None:
@@ -322,7 +322,7 @@ class MessageDeduplication:
             self._record_entry(entry)
         self._pushed = dict(self._persisted)
         self._write_failed = False
-        if self._snapshot_due():
+        if self.snapshot_due():
             self._snapshots.start()
 
     def last_sequence_id(self, producer_name: str) -> int:
@@ -425,9 +425,9 @@ class MessageDeduplication:
         producers beyond the configured maximum, least recently active first), so
         recovery replays only what follows it. Positions only move forward.
         """
-        await self._snapshot_once()
+        await self.snapshot_once()
 
-    async def _snapshot_once(self) -> bool:
+    async def snapshot_once(self) -> bool:
         """True when a new snapshot was stored."""
         async with self._snapshots.lock:
             cursor = self._cursor
@@ -480,7 +480,7 @@ class MessageDeduplication:
         snap = self._snapshot_position
         return last is not None and (snap is None or last > snap)
 
-    def _snapshot_due(self) -> bool:
+    def snapshot_due(self) -> bool:
         return self._entries_since_snapshot >= self._config.broker_deduplication_entries_interval
 
     # --- observability --------------------------------------------------------------

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dedup_broker.errors import BrokerError
+from dedup_broker.lazy import LazyLock
 from dedup_broker.pip6.chunks import Chunk
 from dedup_broker.pip6.policy import deduplication_enabled, snapshot_interval_seconds
 from dedup_broker.pip6.state import DedupStatus, MessageDeduplication, Verdict
@@ -61,8 +62,7 @@ class TopicDeduplication:
         self.policies = policies
         self.state: MessageDeduplication | None = None
         self._connected = _NO_PRODUCERS  # shared while empty (an empty set takes 216 B)
-        self._change = asyncio.Lock()
-        ledger.on_write_failure_resolved = self._failure_resolved
+        self._change = LazyLock()
 
     @property
     def enabled(self) -> bool:
@@ -156,7 +156,8 @@ class TopicDeduplication:
             await self.state.close()
 
     # --- after a failed Kafka write -------------------------------------------------
-    def _failure_resolved(self, told: Position, truth: Position) -> None:
+    def write_failure_resolved(self, told: Position, truth: Position) -> None:
+        """The ledger learnt what a failed write left: replay what landed."""
         if self.state is not None:
             asyncio.get_running_loop().create_task(self._replay_landed(told, truth))
 
@@ -185,4 +186,6 @@ class TopicDeduplication:
             )
         except BrokerError as exc:
             log.warning("%s: cannot read back landed entries yet (%s); retrying", ledger.name, exc)
-            asyncio.get_running_loop().call_later(1.0, lambda: self._failure_resolved(told, truth))
+            asyncio.get_running_loop().call_later(
+                1.0, lambda: self.write_failure_resolved(told, truth)
+            )

@@ -291,11 +291,26 @@ class LedgerTrimming(Protocol):
         ...
 
 
+class LedgerPolicies(Protocol):
+    """What the owner's policies say about one managed ledger, asked each time they
+    matter (they change at run time)."""
+
+    def retention(self) -> Retention:
+        """How long consumed ledgers are kept (trimming)."""
+        ...
+
+    def offload_threshold(self) -> int:
+        """``offloadThreshold`` in bytes (negative: off)."""
+        ...
+
+    def offload_threshold_seconds(self) -> int:
+        """``offloadThresholdInSeconds`` (negative: off)."""
+        ...
+
+
 class LedgerOffloads(Protocol):
     """A managed ledger's offloads to tiered storage (``ManagedLedger.offloads``)."""
 
-    threshold: Callable[[], int] | None
-    threshold_seconds: Callable[[], int] | None
     status: str
     last_error: str
 
@@ -313,8 +328,8 @@ class ManagedLedger(EntryReads, Protocol):
     name: str
     on_write_failure_resolved: Callable[[Position, Position], None] | None
     """Told ``(told, stored)`` once the ledger is writable again after a failed write."""
-    retention: Callable[[], Retention] | None
-    """Set by the owner to trim automatically; None: trim only when asked."""
+    policies: LedgerPolicies | None
+    """Set by the owner to trim and offload automatically; None: only when asked."""
 
     @property
     def entries_added(self) -> int:

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from dedup_broker.lazy import LazyDeque, LazyEvent
+from dedup_broker.lazy import LazyDeque, LazyEvent, LazyLock
 
 
 async def test_event_wakes_every_waiter_and_starts_afresh_after_clear() -> None:
@@ -74,3 +74,58 @@ def test_empty_deque_refuses_as_deque_does() -> None:
         items[0]
     with pytest.raises(IndexError):
         del items[0]
+
+
+async def test_lock_excludes_and_serves_waiters_in_order() -> None:
+    lock = LazyLock()
+    assert not lock.locked()
+    order: list[int] = []
+
+    async def hold(index: int) -> None:
+        async with lock:
+            assert lock.locked()
+            order.append(index)
+            await asyncio.sleep(0.001)
+            order.append(-index)
+
+    await asyncio.gather(*(hold(i) for i in range(1, 5)))
+    assert order == [1, -1, 2, -2, 3, -3, 4, -4]
+    assert not lock.locked()
+    assert lock._lock is None and lock._users == 0
+
+
+async def test_lock_waiter_cancelled_leaves_holder_and_others_exact() -> None:
+    lock = LazyLock()
+    entered: list[str] = []
+    release = asyncio.Event()
+
+    async def hold(name: str, wait: bool) -> None:
+        async with lock:
+            entered.append(name)
+            if wait:
+                await release.wait()
+
+    holder = asyncio.create_task(hold("holder", True))
+    await asyncio.sleep(0)
+    cancelled = asyncio.create_task(hold("cancelled", False))
+    kept = asyncio.create_task(hold("kept", False))
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    await asyncio.sleep(0)
+    assert lock._users == 2  # the holder and the kept waiter
+    release.set()
+    await asyncio.gather(holder, kept)
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    assert entered == ["holder", "kept"]
+    assert lock._lock is None and lock._users == 0
+
+
+async def test_lock_released_by_an_exception_inside() -> None:
+    lock = LazyLock()
+    with pytest.raises(ValueError):
+        async with lock:
+            raise ValueError("inside")
+    assert not lock.locked() and lock._lock is None
+    async with lock:
+        assert lock.locked()

@@ -7,11 +7,16 @@ import pytest
 
 from dedup_broker.compaction.topic import TopicCompaction
 from dedup_broker.key_dedup.topic import TopicKeyDedup
+from dedup_broker.lazy import LazyDeque, LazyEvent, LazyLock
 from dedup_broker.pip6.activity import ProducerActivity
 from dedup_broker.pip6.snapshot_task import SnapshotTask
 from dedup_broker.pip6.topic_dedup import TopicDeduplication
+from dedup_broker.storage.cursor.cursor import ManagedCursorImpl
+from dedup_broker.storage.cursor.range_set import PositionRangeSet
 from dedup_broker.storage.cursor.registry import CursorRegistry
+from dedup_broker.storage.cursor.writer import CursorWriter
 from dedup_broker.storage.ledger.appends import AppendPipeline
+from dedup_broker.storage.ledger.coalesced import CoalescedJob
 from dedup_broker.storage.ledger.confirmed import ConfirmedLedgers
 from dedup_broker.storage.ledger.kafka_ledger import KafkaLedgerWriter
 from dedup_broker.storage.ledger.ledger_list import LedgerList
@@ -23,14 +28,21 @@ from dedup_broker.storage.ledger.trimmer import LedgerTrimmer
 
 PER_TOPIC = [
     AppendPipeline,
+    CoalescedJob,
     ConfirmedLedgers,
     CursorRegistry,
+    CursorWriter,
     KafkaLedgerWriter,
     LedgerList,
     LedgerOffloads,
     LedgerRollover,
     LedgerTrimmer,
+    LazyDeque,
+    LazyEvent,
+    LazyLock,
+    ManagedCursorImpl,
     ManagedLedgerImpl,
+    PositionRangeSet,
     ProducerActivity,
     SnapshotTask,
     TopicCompaction,

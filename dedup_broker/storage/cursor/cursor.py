@@ -9,12 +9,12 @@ crash a cursor is at most one write interval behind: redelivery, never loss.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
+from dedup_broker.lazy import LazyLock
 from dedup_broker.storage import formats
 from dedup_broker.storage.cursor.range_set import PositionRangeSet
 from dedup_broker.storage.cursor.writer import CursorStorage, CursorWriter
@@ -38,7 +38,29 @@ class CursorLedger(Protocol):
     ) -> list[Entry]: ...
 
 
+_NO_BATCH_ACKS: dict[Position, tuple[int, ...]] = {}
+"""Shared by every cursor with no batch acknowledged in part (never written to)."""
+
+
 class ManagedCursorImpl:
+    __slots__ = (
+        "_batch_acks",
+        "_ledger",
+        "_mark_delete",
+        "_max_batch_acks",
+        "_max_ranges",
+        "_notified_ledger",
+        "_ranges",
+        "_read_lock",
+        "_read_position",
+        "_seek_epoch",
+        "_writer",
+        "durable",
+        "name",
+        "on_moved_to_ledger",
+        "properties",
+    )
+
     def __init__(
         self,
         ledger: CursorLedger,
@@ -69,11 +91,11 @@ class ManagedCursorImpl:
             p: tuple(words)
             for p, words in (batch_acks or {}).items()
             if p > mark_delete and p not in self._ranges and any(words)
-        }
+        } or _NO_BATCH_ACKS
         """Entries acknowledged in part -> bits of their messages not acknowledged yet."""
         self._read_position = read_position or ledger.next_position(mark_delete)
         self._seek_epoch = 0
-        self._read_lock = asyncio.Lock()
+        self._read_lock = LazyLock()
         self._max_ranges = max_ranges_to_persist
         self._max_batch_acks = max_batch_acks_to_persist
         self._writer = (
@@ -258,6 +280,8 @@ class ManagedCursorImpl:
             self.delete([p])
             return True
         if left != previous:
+            if self._batch_acks is _NO_BATCH_ACKS:
+                self._batch_acks = {}
             self._batch_acks[p] = left
             self._state_changed()
         return False

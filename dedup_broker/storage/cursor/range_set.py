@@ -12,6 +12,10 @@ from collections.abc import Iterator
 
 from dedup_broker.storage.values import Position
 
+_EMPTY: list[Position] = []
+"""Shared by every empty set (most cursors have no gap): written to never, replaced by
+lists of the set's own on its first range."""
+
 
 class PositionRangeSet:
     """Sorted disjoint ``[start, end]`` ranges; ``start.ledger_id == end.ledger_id``."""
@@ -19,8 +23,7 @@ class PositionRangeSet:
     __slots__ = ("_ends", "_size", "_starts")
 
     def __init__(self) -> None:
-        self._starts: list[Position] = []
-        self._ends: list[Position] = []
+        self._starts = self._ends = _EMPTY
         self._size = 0
 
     def __len__(self) -> int:
@@ -81,6 +84,8 @@ class PositionRangeSet:
         added = merged_end.entry_id - merged_start.entry_id + 1 - removed
         if added == 0:
             return False
+        if self._starts is _EMPTY:
+            self._starts, self._ends = [], []
         self._starts[low:high] = [merged_start]
         self._ends[low:high] = [merged_end]
         self._size += added

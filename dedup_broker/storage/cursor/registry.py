@@ -8,16 +8,24 @@ Durable cursors live in the compacted cursor topic under
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Protocol
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import CursorNotFoundError
+from dedup_broker.lazy import LazyLock
 from dedup_broker.storage import formats
 from dedup_broker.storage.api import MetadataTable
 from dedup_broker.storage.cursor.cursor import CursorLedger, ManagedCursorImpl
 from dedup_broker.storage.values import Position
 
 INITIAL_POSITIONS = ("latest", "earliest")
+
+
+class OpenGuard(Protocol):
+    def check_open(self) -> None:
+        """Raises unless cursors may be opened now (the managed ledger is not closing)."""
 
 
 class CursorRegistry:
@@ -40,7 +48,7 @@ class CursorRegistry:
         table: MetadataTable,
         config: BrokerConfig,
         on_moved: Callable[[], None] | None = None,
-        guard: Callable[[], None] | None = None,
+        guard: OpenGuard | None = None,
     ) -> None:
         self._name = managed_ledger_name
         self._ledger = ledger
@@ -48,9 +56,8 @@ class CursorRegistry:
         self._config = config
         self._on_moved = on_moved
         self._guard = guard
-        """Raises unless cursors may be opened now (the managed ledger is not closing)."""
         self._open: dict[str, ManagedCursorImpl] = {}
-        self._lock = asyncio.Lock()
+        self._lock = LazyLock()
         self.write_error: Exception | None = None
         """Once set (the managed ledger was taken over), every write fails with it."""
 
@@ -62,7 +69,7 @@ class CursorRegistry:
         ``"latest"`` (mark-delete = last_confirmed) or ``"earliest"`` (just before the
         first entry), stored before this returns."""
         if self._guard is not None:
-            self._guard()
+            self._guard.check_open()
         if initial_position not in INITIAL_POSITIONS:
             raise ValueError(f"initial position must be one of {INITIAL_POSITIONS}")
         async with self._lock:
@@ -170,9 +177,9 @@ class CursorRegistry:
         if self._on_moved is not None:
             self._on_moved()  # the slowest cursor may have gone
 
-    def opened(self) -> dict[str, ManagedCursorImpl]:
-        """The durable cursors opened on this instance."""
-        return dict(self._open)
+    def opened(self) -> Mapping[str, ManagedCursorImpl]:
+        """The durable cursors opened on this instance (a read-only view, not a copy)."""
+        return MappingProxyType(self._open)
 
     def exists(self, name: str) -> bool:
         """True for a durable cursor that is stored (opened here or not)."""

@@ -28,6 +28,20 @@ class CursorStorage(Protocol):
 
 
 class CursorWriter:
+    __slots__ = (
+        "_dirty",
+        "_last_write_started",
+        "_min_interval_s",
+        "_name",
+        "_record",
+        "_storage",
+        "_task",
+        "_timer",
+        "closed",
+        "last_persisted_ms",
+        "persisted_mark_delete_position",
+    )
+
     def __init__(
         self,
         name: str,

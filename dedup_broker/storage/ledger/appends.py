@@ -15,9 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from confluent_kafka import KafkaError
 
@@ -50,6 +49,21 @@ def fail_fenced(
             if culprit
             else LedgerFencedError(f"managed ledger {name} fenced after a failed write: {error}")
         )
+
+
+class WriteEvents(Protocol):
+    """What the write side tells its managed ledger (one object shared by the pipeline,
+    the rollover and the recovery: no bound method per topic and part)."""
+
+    async def lost(self, error: Exception) -> None:
+        """Another broker took over: close at once, writing nothing more."""
+
+    def resolved(self, told: Position, stored: Position) -> None:
+        """Writable again after a failed write: clients heard of ``told``, Kafka holds up
+        to ``stored``."""
+
+    def rolled(self) -> None:
+        """A new ledger takes the appends: trimming and offloading look again."""
 
 
 class Rollover(Protocol):
@@ -98,10 +112,10 @@ class AppendPipeline:
         "_confirmed",
         "_ctx",
         "_drained_at",
+        "_events",
         "_fence",
         "_idle_timer",
         "_loop",
-        "_on_lost",
         "_topic",
         "_unreported",
         "close_error",
@@ -124,14 +138,13 @@ class AppendPipeline:
         ctx: StorageContext,
         confirmed: ConfirmedLedgers,
         fence: WriteFence | None,
-        on_lost: Callable[[Exception], Coroutine[Any, Any, None]],
+        events: WriteEvents,
     ) -> None:
         self.name = name
         self._ctx = ctx
         self._confirmed = confirmed
         self._fence = fence
-        self._on_lost = on_lost
-        """Closes the managed ledger without writing (another broker took over)."""
+        self._events = events
         self._loop = asyncio.get_running_loop()
         self.state = LedgerState.OPEN
         self.closing = False
@@ -310,7 +323,7 @@ class AppendPipeline:
             else OwnershipLostError(f"{self.name}: {error}")
         )
         self.close_error = lost
-        self._loop.create_task(self._on_lost(lost))
+        self._loop.create_task(self._events.lost(lost))
 
     async def wait_committed(self, timeout: float) -> None:
         """With a write fence: until every acknowledged append is committed (or failed),

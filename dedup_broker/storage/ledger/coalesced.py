@@ -6,23 +6,31 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 
-class CoalescedJob:
-    """Runs ``job`` in the background; a request while it runs makes it run once more.
+
+class CoalescedJob(Generic[T]):
+    """Runs ``job(target)`` in the background; a request while it runs makes it run once
+    more.
 
     Trimming and offloading are asked for by rollovers, cursor moves, timers and admin
     calls; running them concurrently would race, and queueing every request would repeat
     work a single later run already covers.
     """
 
-    # Every loaded topic holds two (trimming, offloading).
-    __slots__ = ("_again", "_job", "_owner", "_task", "_what")
+    # Every loaded topic holds two (trimming, offloading): the job is a plain function
+    # and its target, not a bound method made per topic.
+    __slots__ = ("_again", "_job", "_owner", "_target", "_task", "_what")
 
-    def __init__(self, job: Callable[[], Awaitable[object]], owner: str, what: str) -> None:
+    def __init__(
+        self, job: Callable[[T], Awaitable[object]], target: T, owner: str, what: str
+    ) -> None:
         self._job = job
+        self._target = target
         self._owner = owner  # joined with ``what`` only to log: no string per topic
         self._what = what
         self._task: asyncio.Task[None] | None = None
@@ -39,7 +47,7 @@ class CoalescedJob:
             while True:
                 self._again = False
                 try:
-                    await self._job()
+                    await self._job(self._target)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:

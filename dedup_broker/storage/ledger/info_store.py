@@ -8,9 +8,8 @@ written and the caller is told (``ManagedLedgerFencedError``).
 
 from __future__ import annotations
 
-import asyncio
-
 from dedup_broker.errors import ManagedLedgerFencedError
+from dedup_broker.lazy import LazyLock
 from dedup_broker.storage import formats
 from dedup_broker.storage.api import MetadataTable
 from dedup_broker.storage.values import LedgerInfo
@@ -22,7 +21,7 @@ class LedgerInfoWriter:
     def __init__(self, name: str, table: MetadataTable) -> None:
         self._name = name
         self._table = table
-        self._lock = asyncio.Lock()
+        self._lock = LazyLock()
         self.last: bytes | None = None
         """What this instance last wrote (or found at open)."""
         self.unknown: bytes | None = None

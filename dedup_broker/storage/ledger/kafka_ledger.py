@@ -53,13 +53,9 @@ class KafkaLedgerWriter:
         self._ctx = ctx
         self._confirmed = confirmed
         self._store = store
-        self.appends = AppendPipeline(self.name, ctx, confirmed, fence, events.lost)
-        self.rollover = LedgerRollover(
-            ctx, confirmed, store, self.appends, events.lost, events.rolled
-        )
-        self.recovery = WriteRecovery(
-            ctx, confirmed, store, self.appends, events.lost, events.resolved
-        )
+        self.appends = AppendPipeline(self.name, ctx, confirmed, fence, events)
+        self.rollover = LedgerRollover(ctx, confirmed, store, self.appends, events)
+        self.recovery = WriteRecovery(ctx, confirmed, store, self.appends, events)
         self.appends.rollover = self.rollover
         self.appends.recovery = self.recovery
 
@@ -190,7 +186,6 @@ class _KafkaWriteSide:
     def __call__(self, ledger: ManagedLedgerImpl, events: WriterEvents) -> WriteSide:
         ctx = self.ctx
         self.writer = KafkaLedgerWriter(ctx, self.confirmed, self.store, self.fence, events)
-        writable = self.writer.is_writable_state
-        self.trimmer = LedgerTrimmer(ledger, self.store, writable, ctx)
-        self.offloads = LedgerOffloads(ledger, self.store, writable, ctx, self.trimmer.lock)
+        self.trimmer = LedgerTrimmer(ledger, self.store, self.writer, ctx)
+        self.offloads = LedgerOffloads(ledger, self.store, self.writer, ctx, self.trimmer.lock)
         return WriteSide(self.writer, self.trimmer, self.offloads)

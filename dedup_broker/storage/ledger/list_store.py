@@ -8,9 +8,9 @@ writers never store lists computed from the same old one.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 
+from dedup_broker.lazy import LazyLock
 from dedup_broker.storage.ledger.confirmed import ConfirmedLedgers
 from dedup_broker.storage.ledger.entry_cache import EntryCache
 from dedup_broker.storage.ledger.info_store import LedgerInfoWriter
@@ -18,6 +18,10 @@ from dedup_broker.storage.ledger.ledger_store import now_ms
 from dedup_broker.storage.values import LedgerInfo, OffloadInfo
 
 _NONE_TRIMMED: frozenset[int] = frozenset()
+
+
+_NO_PROPERTIES: dict[str, str] = {}
+"""Shared by every list without properties (replaced, never written to)."""
 
 
 class LedgerListStore:
@@ -34,11 +38,11 @@ class LedgerListStore:
         self._confirmed = confirmed
         self._info = info
         self._cache = cache
-        self._properties: dict[str, str] = {}
+        self._properties = _NO_PROPERTIES
         self._trimmed = _NONE_TRIMMED
         """Ids removed from the list: never listed again, whatever list a writer computed
         (a frozenset: every list that never trimmed shares one empty set)."""
-        self.lock = asyncio.Lock()
+        self.lock = LazyLock()
         """Held from computing a new list to applying it: two writers (a rollover and an
         offload, say) must never store lists computed from the same old one."""
 
@@ -48,7 +52,7 @@ class LedgerListStore:
 
     def opened(self, properties: dict[str, str]) -> None:
         """The properties of the list as opened."""
-        self._properties = dict(properties)
+        self._properties = dict(properties) if properties else _NO_PROPERTIES
 
     async def write(
         self, ledgers: list[LedgerInfo], properties: dict[str, str] | None = None
@@ -82,7 +86,7 @@ class LedgerListStore:
         """Replace the properties (stored with the list)."""
         async with self.lock:
             await self.write(self._confirmed.ledgers.infos(), dict(properties))
-            self._properties = dict(properties)
+            self._properties = dict(properties) if properties else _NO_PROPERTIES
 
     # --- trimming and offloading ------------------------------------------------------
     async def remove_ledgers(self, ledger_ids: set[int]) -> None:

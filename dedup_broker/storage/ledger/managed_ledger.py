@@ -25,7 +25,7 @@ from typing import Protocol
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import EntryNotFoundError
 from dedup_broker.lazy import LazyEvent
-from dedup_broker.storage.api import LedgerOffloads, MetadataTable, WriteFence
+from dedup_broker.storage.api import LedgerOffloads, LedgerPolicies, MetadataTable, WriteFence
 from dedup_broker.storage.cursor.registry import CursorRegistry
 from dedup_broker.storage.ledger.confirmed import ConfirmedLedgers
 from dedup_broker.storage.values import (
@@ -141,7 +141,7 @@ class WriterEvents:
     def rolled(self) -> None:
         """A new ledger takes the appends: trimming and offloading look again."""
         ledger = self._ledger
-        if ledger.retention is not None:
+        if ledger.policies is not None:
             ledger.trimmer.trim_soon()
         ledger.offloads.check_soon()
 
@@ -164,7 +164,7 @@ class ManagedLedgerImpl:
         "name",
         "offloads",
         "on_write_failure_resolved",
-        "retention",
+        "policies",
         "trimmer",
     )
 
@@ -187,8 +187,8 @@ class ManagedLedgerImpl:
         self._on_closed = on_closed
         self._closing = False
         self._closed = LazyEvent(False)
-        self.retention: Callable[[], Retention] | None = None
-        """Set by the owner to enable automatic trimming; None: trim only when asked."""
+        self.policies: LedgerPolicies | None = None
+        """Set by the owner to trim and offload automatically; None: only when asked."""
         self.on_write_failure_resolved: Callable[[Position, Position], None] | None = None
         side = write_side(self, WriterEvents(self))
         self._writer = side.writer
@@ -200,7 +200,7 @@ class ManagedLedgerImpl:
             cursor_table,
             config,
             on_moved=self.trimmer.cursor_moved,
-            guard=self._writer.check_open,
+            guard=self._writer,
         )
 
     def __repr__(self) -> str:

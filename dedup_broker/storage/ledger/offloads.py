@@ -26,7 +26,6 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from dedup_broker.errors import (
@@ -34,6 +33,7 @@ from dedup_broker.errors import (
     OffloadNotConfiguredError,
     StorageError,
 )
+from dedup_broker.lazy import LazyLock
 from dedup_broker.storage.ledger.coalesced import CoalescedJob, cancel_and_wait
 from dedup_broker.storage.values import (
     LedgerInfo,
@@ -44,8 +44,10 @@ from dedup_broker.storage.values import (
 )
 
 if TYPE_CHECKING:
+    from dedup_broker.storage.api import LedgerPolicies
     from dedup_broker.storage.ledger.context import StorageContext
     from dedup_broker.storage.ledger.list_store import LedgerListStore
+    from dedup_broker.storage.ledger.trimmer import WriteState
     from dedup_broker.storage.offload.filesystem import FilesystemOffloader
 
 log = logging.getLogger(__name__)
@@ -98,6 +100,7 @@ class OffloadableLedger(Protocol):
     """What offloading needs of a managed ledger."""
 
     name: str
+    policies: LedgerPolicies | None
 
     @property
     def last_confirmed(self) -> Position: ...
@@ -115,34 +118,28 @@ class LedgerOffloads:
         "_lock",
         "_requested",
         "_timer",
-        "_writable",
+        "_writes",
         "last_error",
         "status",
-        "threshold",
-        "threshold_seconds",
     )
 
     def __init__(
         self,
         ledger: OffloadableLedger,
         list_store: LedgerListStore,
-        writable: Callable[[], bool],
+        writes: WriteState,
         ctx: StorageContext,
-        lock: asyncio.Lock,
+        lock: LazyLock,
     ) -> None:
         self._ledger = ledger
         self._list_store = list_store
-        self._writable = writable
+        self._writes = writes
         self._ctx = ctx
         self._lock = lock
         """The trimmer's lock: a ledger is never offloaded while trimmed."""
-        self.threshold: Callable[[], int] | None = None
-        """Set by the owner: the ``offloadThreshold`` in bytes (negative: off)."""
-        self.threshold_seconds: Callable[[], int] | None = None
-        """Set by the owner: the ``offloadThresholdInSeconds`` (negative: off)."""
         self.status = NOT_RUN
         self.last_error = ""
-        self._job = CoalescedJob(self.check, ledger.name, "offload housekeeping")
+        self._job = CoalescedJob(LedgerOffloads.check, self, ledger.name, "offload housekeeping")
         self._timer: asyncio.TimerHandle | None = None
         self._requested: asyncio.Task[None] | None = None
 
@@ -195,11 +192,12 @@ class LedgerOffloads:
             return
         ml = self._ledger
         async with self._lock:
-            if not self._writable():
+            if not self._writes.is_writable_state():
                 return
             await self._drop_incomplete()
-            threshold = self.threshold() if self.threshold is not None else -1
-            seconds = self.threshold_seconds() if self.threshold_seconds is not None else -1
+            policies = ml.policies
+            threshold = policies.offload_threshold() if policies is not None else -1
+            seconds = policies.offload_threshold_seconds() if policies is not None else -1
             for ledger_id in over_threshold(ml.ledgers(), threshold, seconds):
                 await self._offload(ledger_id)
             await self._delete_kafka_copies()

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
-from typing import Any
 
 from dedup_broker.errors import ManagedLedgerFencedError, OwnershipLostError
-from dedup_broker.storage.ledger.appends import AppendPipeline
+from dedup_broker.storage.ledger.appends import AppendPipeline, WriteEvents
 from dedup_broker.storage.ledger.coalesced import cancel_and_wait
 from dedup_broker.storage.ledger.confirmed import ConfirmedLedgers
 from dedup_broker.storage.ledger.context import StorageContext
@@ -32,9 +30,8 @@ class WriteRecovery:
         "_appends",
         "_confirmed",
         "_ctx",
+        "_events",
         "_list_store",
-        "_on_lost",
-        "_resolved",
         "_task",
         "name",
     )
@@ -45,17 +42,14 @@ class WriteRecovery:
         confirmed: ConfirmedLedgers,
         list_store: LedgerListStore,
         appends: AppendPipeline,
-        on_lost: Callable[[Exception], Coroutine[Any, Any, None]],
-        resolved: Callable[[Position, Position], None],
+        events: WriteEvents,
     ) -> None:
         self.name = list_store.name
         self._ctx = ctx
         self._confirmed = confirmed
         self._list_store = list_store
         self._appends = appends
-        self._on_lost = on_lost
-        self._resolved = resolved
-        """Told ``(told, stored)`` once appends are taken again."""
+        self._events = events
         self._task: asyncio.Task[None] | None = None
 
     def start(self, told: Position) -> None:
@@ -97,7 +91,7 @@ class WriteRecovery:
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, _RETRY_MAX_S)
         if fenced is not None:
-            await self._on_lost(fenced)
+            await self._events.lost(fenced)
             return
         self._task = None
         self._appends.reopen()
@@ -106,6 +100,6 @@ class WriteRecovery:
         if truth != told:
             self._confirmed.notify_soon()
         try:
-            self._resolved(told, truth)
+            self._events.resolved(told, truth)
         except Exception:
             log.exception("%s: on_write_failure_resolved failed", self.name)

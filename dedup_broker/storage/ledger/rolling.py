@@ -9,19 +9,23 @@ current ledger closed and a fresh one open, and sends what queued.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
-from collections.abc import Callable, Coroutine
-from typing import Any
 
 from dedup_broker.errors import ManagedLedgerFencedError
-from dedup_broker.storage.ledger.appends import AppendPipeline
+from dedup_broker.storage.ledger.appends import AppendPipeline, WriteEvents
 from dedup_broker.storage.ledger.coalesced import cancel_and_wait
 from dedup_broker.storage.ledger.confirmed import ConfirmedLedgers
 from dedup_broker.storage.ledger.context import StorageContext
 from dedup_broker.storage.ledger.list_store import LedgerListStore
 
 log = logging.getLogger(__name__)
+
+
+_TIMER_CONTEXT = contextvars.Context()
+"""The rollover timers' context: shared rather than a copy of the caller's per timer
+(every loaded topic keeps one timer armed); the check reads no context variable."""
 
 
 class LedgerRollover:
@@ -31,10 +35,9 @@ class LedgerRollover:
         "_appends",
         "_confirmed",
         "_ctx",
+        "_events",
         "_list_store",
         "_loop",
-        "_on_lost",
-        "_rolled",
         "_started",
         "_task",
         "_timer",
@@ -48,17 +51,14 @@ class LedgerRollover:
         confirmed: ConfirmedLedgers,
         list_store: LedgerListStore,
         appends: AppendPipeline,
-        on_lost: Callable[[Exception], Coroutine[Any, Any, None]],
-        rolled: Callable[[], None],
+        events: WriteEvents,
     ) -> None:
         self.name = list_store.name
         self._ctx = ctx
         self._confirmed = confirmed
         self._list_store = list_store
         self._appends = appends
-        self._on_lost = on_lost
-        self._rolled = rolled
-        """Told after each rollover (trimming and offloading look again)."""
+        self._events = events
         self._loop = asyncio.get_running_loop()
         self._started = time.monotonic()
         self.rolling = False
@@ -84,7 +84,9 @@ class LedgerRollover:
         self.cancel_timer()
         wait_ms = self._ctx.rollover.next_check_in_ms(self._age_ms())
         if wait_ms is not None:
-            self._timer = self._loop.call_later(wait_ms / 1000, self._on_timer)
+            self._timer = self._loop.call_later(
+                wait_ms / 1000, self._on_timer, context=_TIMER_CONTEXT
+            )
 
     def cancel_timer(self) -> None:
         if self._timer is not None:
@@ -124,7 +126,7 @@ class LedgerRollover:
                 self._appends.start_ledger(new_id)
         except ManagedLedgerFencedError as exc:
             self._task = None
-            await self._on_lost(exc)
+            await self._events.lost(exc)
             return
         except Exception as exc:
             self._task = None
@@ -133,7 +135,7 @@ class LedgerRollover:
         self._task = None
         self.rolling = False
         log.debug("%s rolled over to ledger %d", self.name, new_id)
-        self._rolled()
+        self._events.rolled()
         self._appends.send_queued()
 
     async def cancel(self) -> None:

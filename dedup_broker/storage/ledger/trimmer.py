@@ -10,17 +10,16 @@ so a worker asking about them retries instead of deleting or giving up.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from dedup_broker.lazy import LazyLock
 from dedup_broker.storage.ledger.coalesced import CoalescedJob
 from dedup_broker.storage.ledger.deletion import consumed_ledgers, slowest, targets_for
 from dedup_broker.storage.values import LedgerStatus, LedgerToDelete, LedgerType, Retention
 
 if TYPE_CHECKING:
-    from dedup_broker.storage.api import LedgerCursors
+    from dedup_broker.storage.api import LedgerCursors, LedgerPolicies
     from dedup_broker.storage.ledger.context import StorageContext
     from dedup_broker.storage.ledger.list_store import LedgerListStore
     from dedup_broker.storage.values import LedgerInfo
@@ -28,11 +27,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class WriteState(Protocol):
+    """The write side, asked whether this instance still writes the managed ledger (a
+    reference to it rather than a bound method per topic)."""
+
+    def is_writable_state(self) -> bool: ...
+
+
 class TrimmableLedger(Protocol):
     """What trimming needs of a managed ledger's read side."""
 
     name: str
-    retention: Callable[[], Retention] | None
+    policies: LedgerPolicies | None
 
     def ledgers(self) -> list[LedgerInfo]: ...
     def ledger_info(self, ledger_id: int) -> LedgerInfo | None: ...
@@ -41,23 +47,23 @@ class TrimmableLedger(Protocol):
 
 
 class LedgerTrimmer:
-    __slots__ = ("_ctx", "_job", "_ledger", "_list_store", "_writable", "lock")
+    __slots__ = ("_ctx", "_job", "_ledger", "_list_store", "_writes", "lock")
 
     def __init__(
         self,
         ledger: TrimmableLedger,
         list_store: LedgerListStore,
-        writable: Callable[[], bool],
+        writes: WriteState,
         ctx: StorageContext,
     ) -> None:
         self._ledger = ledger
         self._list_store = list_store
-        self._writable = writable
+        self._writes = writes
         """Trims run only while the managed ledger takes appends (not fenced, not closing)."""
         self._ctx = ctx
-        self.lock = asyncio.Lock()
+        self.lock = LazyLock()
         """Held by trims and offloads alike: a ledger is never offloaded while trimmed."""
-        self._job = CoalescedJob(self.trim, ledger.name, "trimming")
+        self._job = CoalescedJob(LedgerTrimmer.trim, self, ledger.name, "trimming")
 
     def trim_soon(self) -> None:
         """Run a trim in the background (coalescing requests)."""
@@ -65,7 +71,7 @@ class LedgerTrimmer:
 
     def cursor_moved(self) -> None:
         """The slowest durable cursor may have passed a ledger (or gone)."""
-        if self._ledger.retention is not None and self._writable():
+        if self._ledger.policies is not None and self._writes.is_writable_state():
             self.trim_soon()
 
     async def cancel(self) -> None:
@@ -75,9 +81,9 @@ class LedgerTrimmer:
         """Delete the consumed ledgers retention lets go; returns their ids."""
         ml = self._ledger
         if retention is None:
-            retention = ml.retention() if ml.retention is not None else Retention()
+            retention = ml.policies.retention() if ml.policies is not None else Retention()
         async with self.lock:
-            if not self._writable():
+            if not self._writes.is_writable_state():
                 return []
             await self._list_store.store_trimmed_removal()
             ids = consumed_ledgers(

@@ -212,20 +212,24 @@ async def test_a_consumer_that_cannot_write_waits() -> None:
 
 class SlowReads:
     """Holds the subscription's next cursor read until ``release()``: a consumer may come
-    and go while a read is in flight (a cold Kafka fetch on a topic just loaded)."""
+    and go while a read is in flight (a cold Kafka fetch on a topic just loaded). The
+    cursor has slots, so the read is held by a subclass it is switched to meanwhile."""
 
     def __init__(self, consumer: Consumer) -> None:
         self.cursor = consumer.subscription.cursor
-        self.read = self.cursor.read_entries
         self.started = asyncio.Event()
         self.gate = asyncio.Event()
-        self.cursor.read_entries = self._held  # type: ignore[method-assign]
+        plain = type(self.cursor)
+        slow = self
 
-    async def _held(self, max_entries: int, *args: Any) -> list[Entry]:
-        self.started.set()
-        await self.gate.wait()
-        self.cursor.read_entries = self.read  # type: ignore[method-assign]
-        return await self.read(max_entries, *args)
+        async def held(cursor: Any, max_entries: int, *args: Any) -> list[Entry]:
+            slow.started.set()
+            await slow.gate.wait()
+            cursor.__class__ = plain
+            result: list[Entry] = await cursor.read_entries(max_entries, *args)
+            return result
+
+        self.cursor.__class__ = type("HeldReads", (plain,), {"__slots__": (), "read_entries": held})
 
     async def release(self) -> None:
         self.gate.set()

@@ -278,9 +278,11 @@ def test_batches_acknowledged_in_part_combine_until_the_entry_is_acknowledged() 
     async def scenario() -> None:
         ledger, storage = FakeLedger(), FakeStorage()
         cursor = durable(ledger, storage, rate=1000.0)
+        other = durable(ledger, FakeStorage(), rate=1000.0)
         assert not cursor.delete_batch_indexes(P(1, 1), [0b1110])
         assert not cursor.delete_batch_indexes(P(1, 1), [0b1011])
         assert cursor.batch_ack_set(P(1, 1)) == (0b1010,)
+        assert other.batch_acks() == {} and other.batch_ack_set(P(1, 1)) == ()
         assert not cursor.is_acknowledged(P(1, 1))
         await cursor.flush()
         assert storage.writes[-1].batch_acks == {P(1, 1): (0b1010,)}

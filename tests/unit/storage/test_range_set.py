@@ -72,3 +72,13 @@ def test_first_after() -> None:
     assert ranges.first_after(P(1, 0)) == (P(1, 4), P(1, 6))
     assert ranges.first_after(P(1, 4)) == (P(2, 0), P(2, 0))
     assert ranges.first_after(P(2, 0)) is None
+
+
+def test_empty_sets_share_nothing_once_written() -> None:
+    first, second = PositionRangeSet(), PositionRangeSet()
+    second.clear()
+    second.remove_up_to(P(1, 5))
+    assert first.add_range(P(1, 1), P(1, 3))
+    assert list(first) == [(P(1, 1), P(1, 3))] and len(first) == 3
+    assert list(second) == [] and len(second) == 0 and P(1, 2) not in second
+    assert list(PositionRangeSet()) == []
