@@ -8,10 +8,12 @@ One Kafka, one broker process with ``brokerDeduplicationEnabled=true``:
    is then closed (with ``--subscription``, each also gets a durable subscription, whose
    consumer is closed too: its cursor stays). Persistent topics stay loaded until they
    are unloaded or deleted (the broker has no idle-topic unloading for them), so they
-   are counted with the broker's
-   ``pulsar_topics_count`` gauge. ``(RSS after - RSS before) / N`` is the cost of one
-   idle topic; the wall time of the loading is reported too (each topic creates a
-   ledger topic in Kafka, which is what takes the time);
+   are counted with the broker's ``pulsar_topics_count`` gauge. ``(RSS after - RSS
+   before) / N`` is the cost of one idle topic; the wall time of the loading is reported
+   too (each topic creates a ledger topic in Kafka, which is what takes the time). With
+   ``--connected``, a producer (and, with ``--subscription``, a consumer of that
+   subscription) then connects to each idle topic and stays connected while the RSS is
+   read again: the cost of a connected, idle client per topic;
 3. PIP-6 producers: N producers with distinct names publish one message each to one
    topic and disconnect. Their high-water marks stay in the deduplication maps (and in
    the snapshot) until the inactivity timeout, so ``(RSS after - RSS before) / N`` is the
@@ -155,6 +157,40 @@ def idle_topics(
     return figures | {"first_p50_s": first[len(first) // 2], "first_p99_s": _p99(first)}, names
 
 
+def connected_clients(
+    probe: Probe, names: list[str], threads: int, subscription: str | None
+) -> dict[str, float]:
+    """A producer (and a consumer of ``subscription``) connected to each idle topic and
+    left idle: what each costs the broker while connected."""
+    client = pulsar.Client(
+        probe.broker.service_url,
+        operation_timeout_seconds=120,
+        connection_timeout_ms=60_000,  # a traced broker is busy with its report a while
+        logger=QUIET,
+    )
+    kept: list[pulsar.Producer | pulsar.Consumer] = []
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        clients: list[pulsar.Producer | pulsar.Consumer] = [
+            client.create_producer(names[i], batching_enabled=False)
+        ]
+        if subscription is not None:
+            clients.append(client.subscribe(names[i], subscription, receiver_queue_size=100))
+        with lock:
+            kept.extend(clients)
+
+    try:
+        before = probe.read()
+        seconds = _in_parallel(len(names), threads, one)
+        after = probe.read()
+        for producer_or_consumer in kept:
+            producer_or_consumer.close()
+    finally:
+        client.close()
+    return _per_item(len(names), before, after) | {"load_s": seconds}
+
+
 def _p99(ordered: list[float]) -> float:
     return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
 
@@ -284,6 +320,12 @@ def main() -> None:
         help="each idle topic also gets a durable subscription (a cursor, loaded with it)",
     )
     parser.add_argument(
+        "--connected",
+        action="store_true",
+        help="then connect a producer (and, with --subscription, a consumer) to each idle "
+        "topic and read the RSS again while they stay connected",
+    )
+    parser.add_argument(
         "--idle-seconds",
         type=int,
         default=BrokerConfig().kafka_producer_idle_topic_seconds,
@@ -360,6 +402,15 @@ def main() -> None:
                     probe, args.topics, args.threads, subscription, args.idle_seconds
                 )
                 rows.append(("idle topics", figures))
+                if args.connected:
+                    print("connecting a client to each idle topic", flush=True)
+                    what = "producer+consumer" if subscription else "producer"
+                    rows.append(
+                        (
+                            f"connected {what}",
+                            connected_clients(probe, names, args.threads, subscription),
+                        )
+                    )
                 if args.kafka_freeze > 0 and kafka.pid is not None:
                     print(f"Kafka frozen for {args.kafka_freeze:.0f} s", flush=True)
                     frozen = kafka_freeze(probe, kafka.pid, names, args.kafka_freeze, args.threads)
@@ -409,13 +460,13 @@ def _allocation_reports(log_text: str) -> list[str]:
 
 def _report(rows: list[tuple[str, dict[str, float]]]) -> None:
     print(
-        f"\n{'':16} {'N':>7} {'load s':>7} {'per s':>6} {'RSS before':>11} "
+        f"\n{'':27} {'N':>7} {'load s':>7} {'per s':>6} {'RSS before':>11} "
         f"{'RSS after':>10} {'bytes each':>11} {'Kafka RSS +':>12}"
     )
     for label, r in rows:
         kafka = f"{r['kafka_growth_mib']:9.1f} MiB" if "kafka_growth_mib" in r else "n/a"
         print(
-            f"{label:16} {r['count']:7.0f} {r['load_s']:7.1f} {r['count'] / r['load_s']:6.0f} "
+            f"{label:27} {r['count']:7.0f} {r['load_s']:7.1f} {r['count'] / r['load_s']:6.0f} "
             f"{r['before_mib']:7.1f} MiB {r['after_mib']:6.1f} MiB {r['bytes_each']:11.0f} "
             f"{kafka:>12}"
         )

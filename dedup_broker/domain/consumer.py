@@ -112,7 +112,7 @@ class ConsumerSubscription(Protocol):
     def consumer_left(self, consumer: Consumer) -> None: ...
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Consumer:
     """Permits, messages in flight and counters of one consumer."""
 

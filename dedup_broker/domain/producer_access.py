@@ -147,6 +147,8 @@ class ProducerHost:
     """The producers of one topic under their access modes; each kind of topic (persistent,
     non-persistent) adds what it does when a producer comes or goes."""
 
+    __slots__ = ("access", "closed", "config", "name", "producers", "terminated_at")
+
     def __init__(self, name: TopicName, config: BrokerConfig, epoch: int | None) -> None:
         self.name = name
         self.config = config

@@ -13,31 +13,51 @@ from dedup_broker.storage.api import Entry, ManagedCursor, ManagedLedger, Positi
 log = logging.getLogger(__name__)
 
 
+_NONE_COUNTED: dict[Position, int] = {}
+"""Shared by every subscription that never sent anything again (never written to)."""
+
+
 class Redeliveries:
-    __slots__ = ("counts", "replay")
+    """Empty until the first redelivery: most subscriptions never send anything again."""
+
+    __slots__ = ("_replay", "counts")
 
     def __init__(self) -> None:
-        self.counts: dict[Position, int] = {}
-        self.replay: set[Position] = set()
+        self.counts: dict[Position, int] = _NONE_COUNTED
+        self._replay: set[Position] | None = None
+
+    @property
+    def replay(self) -> set[Position]:
+        if self._replay is None:
+            self._replay = set()
+        return self._replay
+
+    def waiting(self) -> bool:
+        """Whether positions wait to be sent again."""
+        return bool(self._replay)
 
     def count(self, positions: Iterable[Position]) -> None:
         """These positions go out once more."""
         for position in positions:
+            if self.counts is _NONE_COUNTED:
+                self.counts = {}
             self.counts[position] = self.counts.get(position, 0) + 1
 
     def acknowledged(self, position: Position) -> None:
         self.counts.pop(position, None)
-        self.replay.discard(position)
+        if self._replay:
+            self._replay.discard(position)
 
     def acknowledged_up_to(self, position: Position) -> None:
         for p in [p for p in self.counts if p <= position]:
             del self.counts[p]
-        if self.replay:
-            self.replay = {p for p in self.replay if p > position}
+        if self._replay:
+            self._replay = {p for p in self._replay if p > position}
 
     def clear(self) -> None:
-        self.replay.clear()
-        self.counts.clear()
+        if self._replay:
+            self._replay.clear()
+        self.counts = _NONE_COUNTED
 
     async def read(
         self, budget: int, cursor: ManagedCursor, ledger: ManagedLedger, subscription: str

@@ -13,6 +13,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.compacted_reads import CompactedReads, CompactedViewSource
@@ -40,7 +41,37 @@ SEEK_GRACE_SECONDS = 30.0
 """How long a reader's subscription outlives its consumers after a seek (they reconnect)."""
 
 
+class SubscriptionOwner(Protocol):
+    """The topic a subscription belongs to."""
+
+    def subscription_expired(self, subscription: Subscription) -> None: ...
+
+
 class Subscription:
+    __slots__ = (
+        "_again",
+        "_can_take",
+        "_compacted",
+        "_delayed",
+        "_dispatcher",
+        "_last_seek",
+        "_listening",
+        "_lock",
+        "_owner",
+        "_redeliveries",
+        "_task",
+        "bytes_out",
+        "closed",
+        "config",
+        "consumers",
+        "cursor",
+        "durable",
+        "ledger",
+        "msgs_out",
+        "name",
+        "partition_index",
+    )
+
     def __init__(
         self,
         name: str,
@@ -51,12 +82,12 @@ class Subscription:
         ledger: ManagedLedger,
         partition_index: int,
         config: BrokerConfig,
-        on_expired: Callable[[Subscription], None],
+        owner: SubscriptionOwner,
     ) -> None:
         self.ledger = ledger
         self.partition_index = partition_index
         self.config = config
-        self._on_expired = on_expired
+        self._owner = owner
         self.name = name
         self.cursor = cursor
         self.durable = durable
@@ -69,9 +100,10 @@ class Subscription:
         self._task: asyncio.Task[None] | None = None
         self._again = False
         self._lock = LazyLock()
-        self._unlisten: Callable[[], None] | None = None
+        self._listening = False
         self._last_seek = 0.0
-        self._delayed = DelayedDelivery(self._delayed_due)
+        self._delayed: DelayedDelivery | None = None
+        """Made on the first entry a Shared or Key_Shared subscription may hold back."""
         self._compacted: CompactedReads | None = None
         self.msgs_out = 0
         self.bytes_out = 0
@@ -97,8 +129,9 @@ class Subscription:
         dispatcher.admit(consumer, self.consumers)
         dispatcher.joining(consumer, self.consumers, self.cursor, self.ledger)
         self.consumers.append(consumer)
-        if self._unlisten is None:
-            self._unlisten = self.ledger.add_entries_listener(self.trigger)
+        if not self._listening:
+            self._listening = True
+            self.ledger.add_entries_listener(self.trigger)
         self._elect_active()
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -114,9 +147,9 @@ class Subscription:
                 self._redeliveries.replay.update(returned)
             else:
                 asyncio.get_running_loop().create_task(self._rewind())
-        if not self.consumers and self._unlisten is not None:
-            self._unlisten()
-            self._unlisten = None
+        if not self.consumers and self._listening:
+            self._listening = False
+            self.ledger.remove_entries_listener(self.trigger)
         self._elect_active()
         self.trigger()
 
@@ -147,7 +180,7 @@ class Subscription:
         """The consumer is gone (closed by its client or its connection lost)."""
         self.remove_consumer(consumer)
         if self.should_expire():
-            self._on_expired(self)
+            self._owner.subscription_expired(self)
 
     def disconnect(self, consumer: Consumer, destination: Destination | None = None) -> None:
         """The broker closes the consumer; its client resubscribes (at ``destination``)."""
@@ -237,7 +270,8 @@ class Subscription:
             await self.cursor.reset(position)
             self._redeliveries.clear()
             self._dispatcher.clear()
-            self._delayed.clear()
+            if self._delayed is not None:
+                self._delayed.clear()
             if self._compacted is not None:
                 self._compacted.restart_at(position)
             self._last_seek = time.monotonic()
@@ -262,7 +296,7 @@ class Subscription:
             while not self.closed:
                 self._again = False
                 if not await self._dispatcher.dispatch(self) and not self._again:
-                    if not self._redeliveries.replay:
+                    if not self._redeliveries.waiting():
                         tell_end_of_topic(self.ledger, self.cursor, self.consumers)
                     return
         except BrokerError as exc:
@@ -285,8 +319,7 @@ class Subscription:
                 sum(c.permits for c in targets),
                 self.config.dispatcher_max_read_batch_size,
             )
-            replay = self._redeliveries.replay
-            if replay:
+            if self._redeliveries.waiting():
                 entries = await self._redeliveries.read(budget, self.cursor, self.ledger, self.name)
             elif (
                 self._compacted is not None
@@ -298,7 +331,7 @@ class Subscription:
             else:
                 return False
             if not entries:
-                return bool(self._redeliveries.replay)
+                return self._redeliveries.waiting()
             ready = [e for e in entries if not self._hold(e)]
             if ready:
                 # The consumers may have changed while the read was in flight.
@@ -324,11 +357,11 @@ class Subscription:
 
     def _hold(self, entry: Entry) -> bool:
         """Shared and Key_Shared subscriptions keep a message until its delivery time."""
-        return (
-            self.config.delayed_delivery_enabled
-            and self._dispatcher.delays
-            and self._delayed.hold(entry)
-        )
+        if not (self.config.delayed_delivery_enabled and self._dispatcher.delays):
+            return False
+        if self._delayed is None:
+            self._delayed = DelayedDelivery(self._delayed_due)
+        return self._delayed.hold(entry)
 
     def _delayed_due(self, positions: list[Position]) -> None:
         self._redeliveries.replay.update(positions)
@@ -366,10 +399,11 @@ class Subscription:
     # --- lifecycle and stats --------------------------------------------------------
     async def close(self) -> None:
         self.closed = True
-        self._delayed.clear()
-        if self._unlisten is not None:
-            self._unlisten()
-            self._unlisten = None
+        if self._delayed is not None:
+            self._delayed.clear()
+        if self._listening:
+            self._listening = False
+            self.ledger.remove_entries_listener(self.trigger)
         if self._task is not None and not self._task.done():
             self._task.cancel()
 
@@ -378,6 +412,7 @@ class Subscription:
 
     def stats(self) -> dict[str, object]:
         active = self._dispatcher.active
+        delayed = len(self._delayed) if self._delayed is not None else 0
         return {
             "type": PULSAR_TYPE_NAMES[self.type],
             "msgBacklog": self.backlog(),
@@ -385,8 +420,8 @@ class Subscription:
             "bytesOutCounter": self.bytes_out,
             "isDurable": self.durable,
             "unackedMessages": sum(c.unacked_messages for c in self.consumers),
-            "msgDelayed": len(self._delayed),
-            "msgBacklogNoDelayed": max(0, self.backlog() - len(self._delayed)),
+            "msgDelayed": delayed,
+            "msgBacklogNoDelayed": max(0, self.backlog() - delayed),
             "blockedSubscriptionOnUnackedMsgs": False,
             "isReplicated": False,
             "subscriptionProperties": {},

@@ -21,6 +21,14 @@ from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.producer_access import TOPIC_EPOCH_PROPERTY, ProducerHost
 from dedup_broker.domain.send_order import publish_in_turn
 from dedup_broker.domain.subscription import Subscription
+from dedup_broker.domain.subscription_errors import (
+    ConsumerStillConnectedError,
+    ReadCompactedNotAllowedError,
+    ReservedSubscriptionError,
+    SubscriptionExistsError,
+    SubscriptionNotFoundError,
+    check_not_reserved,
+)
 from dedup_broker.domain.termination import (
     TERMINATED_PROPERTY,
     TopicTerminatedError,
@@ -32,7 +40,7 @@ from dedup_broker.domain_base.names import TopicName
 from dedup_broker.domain_base.outcomes import UNKNOWN, PublishOutcome, PublishResult, settled
 from dedup_broker.domain_base.policies import Policies
 from dedup_broker.domain_base.producer import Producer
-from dedup_broker.errors import BrokerError, PermanentError, RetriableError, ServiceNotReadyError
+from dedup_broker.errors import BrokerError, RetriableError, ServiceNotReadyError
 from dedup_broker.key_dedup.service import KeyDedupService
 from dedup_broker.key_dedup.topic import TopicKeyDedup
 from dedup_broker.lazy import LazyEvent
@@ -42,8 +50,6 @@ from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch import batch_size
 from dedup_broker.protocol.framing import parse_metadata_only
 from dedup_broker.storage.api import (
-    COMPACTION_CURSOR,
-    SYSTEM_CURSOR_PREFIX,
     Position,
     is_system_cursor,
 )
@@ -59,26 +65,6 @@ LATEST_LEDGER_ID = (1 << 63) - 1
 """Ledger id of ``MessageId.latest`` as the clients send it."""
 
 
-class ConsumerStillConnectedError(PermanentError):
-    """Unsubscribe refused: other consumers are still attached."""
-
-
-class SubscriptionNotFoundError(PermanentError):
-    """No subscription of that name exists on the topic."""
-
-
-class ReservedSubscriptionError(PermanentError):
-    """The subscription name is reserved for the broker, or clashes with an existing one."""
-
-
-class ReadCompactedNotAllowedError(PermanentError):
-    """``read_compacted`` asked for on a Shared or Key_Shared subscription."""
-
-
-class SubscriptionExistsError(PermanentError):
-    """A subscription of that name exists already (creating it again is refused)."""
-
-
 @dataclass(frozen=True, slots=True)
 class TopicServices:
     """What every topic of one broker shares."""
@@ -90,6 +76,20 @@ class TopicServices:
 
 
 class Topic(ProducerHost):
+    __slots__ = (
+        "_appends_in_flight",
+        "_appends_settled",
+        "_last_entry_batch",
+        "bytes_in",
+        "compaction",
+        "dedup",
+        "key_dedup",
+        "managed_ledger",
+        "msgs_in",
+        "services",
+        "subscriptions",
+    )
+
     def __init__(
         self,
         services: TopicServices,
@@ -105,8 +105,10 @@ class Topic(ProducerHost):
         self.msgs_in = 0
         self.bytes_in = 0
         self._last_entry_batch: tuple[Position, int] | None = None
-        self.dedup = TopicDeduplication(name, ledger, services.config, services.policies)
-        self.key_dedup = TopicKeyDedup(name, ledger, services.key_dedup, self.append_checked)
+        self.dedup = TopicDeduplication(
+            name, ledger, services.config, services.policies, self.producers
+        )
+        self.key_dedup = TopicKeyDedup(name, ledger, services.key_dedup, self)
         ledger.on_write_failure_resolved = self._write_failure_resolved
         self.compaction = TopicCompaction(
             ledger, companions, services.config.topic_compaction_retain_null_key
@@ -151,7 +153,7 @@ class Topic(ProducerHost):
             ledger=self.managed_ledger,
             partition_index=self.name.partition_index,
             config=self.config,
-            on_expired=self._subscription_expired,
+            owner=self,
         )
 
     # --- producers ----------------------------------------------------------------
@@ -299,7 +301,7 @@ class Topic(ProducerHost):
                 f"(and readers), not {sub_type.name}"
             )
         self._check_consumer_limits(name)
-        _check_not_reserved(name)
+        check_not_reserved(name)
         subscription = self.subscriptions.get(name)
         if subscription is not None and subscription.durable != durable:
             raise ReservedSubscriptionError(f"subscription {name!r} exists with another durability")
@@ -343,7 +345,7 @@ class Topic(ProducerHost):
         """The consumer's client closed it, or its connection went away."""
         consumer.subscription.consumer_left(consumer)
 
-    def _subscription_expired(self, subscription: Subscription) -> None:
+    def subscription_expired(self, subscription: Subscription) -> None:
         if self.subscriptions.get(subscription.name) is subscription:
             del self.subscriptions[subscription.name]
             asyncio.get_running_loop().create_task(subscription.close())
@@ -352,7 +354,7 @@ class Topic(ProducerHost):
         """A durable subscription with no consumer yet (``pulsar-admin topics
         create-subscription``): from ``start`` (None: the end of the topic)."""
         self._check_open()
-        _check_not_reserved(name)
+        check_not_reserved(name)
         if name in self.subscriptions or self.managed_ledger.cursors.exists(name):
             raise SubscriptionExistsError(f"Subscription {name} already exists for {self.name}")
         earliest = start is not None and start.ledger_id < 0
@@ -485,14 +487,6 @@ class Topic(ProducerHost):
             "cursors": cursors,
             "deduplication": self.dedup.stats(),
         }
-
-
-def _check_not_reserved(subscription: str) -> None:
-    if is_system_cursor(subscription):
-        raise ReservedSubscriptionError(
-            f"subscription {subscription!r} is reserved: names starting with "
-            f"{SYSTEM_CURSOR_PREFIX!r} and {COMPACTION_CURSOR!r} are the broker's own"
-        )
 
 
 def _refused(name: TopicName, send: pb.CommandSend, exc: BrokerError) -> PublishResult:

@@ -33,7 +33,7 @@ class ProducerLink(Protocol):
         to ``destination`` once it is known (when given)."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Producer:
     link: ProducerLink
     producer_id: int

@@ -18,7 +18,10 @@ from dedup_broker.config import BrokerConfig, snake_case
 from dedup_broker.domain.listing import NamespaceListing
 from dedup_broker.domain.partitioned import PartitionedTopics, TopicExistsError
 from dedup_broker.domain.registry import TopicBusyError, TopicRegistry
-from dedup_broker.domain.topic import ConsumerStillConnectedError, SubscriptionExistsError
+from dedup_broker.domain.subscription_errors import (
+    ConsumerStillConnectedError,
+    SubscriptionExistsError,
+)
 from dedup_broker.domain_base.names import TopicName
 from dedup_broker.http.bodies import json_response, no_content, read_json, read_partitions
 from dedup_broker.http.errors import BROKER_ERROR_STATUSES, ErrorStatuses, HttpError

@@ -4,9 +4,8 @@ and how its answer waits for the writes it depends on."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dedup_broker.domain_base.outcomes import PublishOutcome, PublishResult, PublishStatus
 from dedup_broker.errors import ManagedLedgerClosedError, RetriableError
@@ -30,10 +29,17 @@ class ProducerGoneError(RetriableError):
     """The producer closed before its SEND was decided; its client resends elsewhere."""
 
 
-AppendChecked = Callable[
-    ["Producer", pb.CommandSend, bytes, pb.MessageMetadata, int], PublishResult
-]
-"""The topic's publish path after key deduplication (PIP-6 verdict, then the append)."""
+class CheckedAppends(Protocol):
+    """The topic's publish path after key deduplication (PIP-6 verdict, then the append)."""
+
+    def append_checked(
+        self,
+        producer: Producer,
+        send: pb.CommandSend,
+        entry: bytes,
+        metadata: pb.MessageMetadata,
+        timestamp: int | None = None,
+    ) -> PublishResult: ...
 
 
 @dataclass(eq=False)

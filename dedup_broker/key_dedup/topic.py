@@ -34,7 +34,7 @@ from dedup_broker.errors import BrokerError, ProtocolError, RetriableError
 from dedup_broker.key_dedup import recovery
 from dedup_broker.key_dedup.claims import GroupKeys, ScopeRebuildingError
 from dedup_broker.key_dedup.sends import (
-    AppendChecked,
+    CheckedAppends,
     KeyDedupNotReadyError,
     PreparedSend,
     ProducerGoneError,
@@ -86,7 +86,7 @@ def parse_position(text: str) -> Position:
 
 class TopicKeyDedup:
     __slots__ = (
-        "_append_checked",
+        "_appends",
         "_busy",
         "_change",
         "_failed",
@@ -110,12 +110,12 @@ class TopicKeyDedup:
         name: TopicName,
         ledger: ManagedLedger,
         service: KeyDedupService,
-        append_checked: AppendChecked,
+        appends: CheckedAppends,
     ) -> None:
         self.name = name
         self.ledger = ledger
         self.service = service
-        self._append_checked = append_checked
+        self._appends = appends
         self.closed = False
         self.policy: KeyDedupPolicy | None = None
         self.scope: KeyScope | None = None
@@ -393,7 +393,7 @@ class TopicKeyDedup:
     ) -> bool:
         """Hand the (rewritten) entry to the topic; False if nothing was appended."""
         anchor = metadata.publish_time or now_ms()
-        result = self._append_checked(item.producer, item.send, entry, metadata, anchor)
+        result = self._appends.append_checked(item.producer, item.send, entry, metadata, anchor)
         complete_after(result, after, item.result)
         if result.done() and result.result().status is not PublishStatus.STORED:
             return False

@@ -52,6 +52,9 @@ class SnapshotTask:
         except Exception as exc:
             # Entries stay counted, so the next persisted entry or timer tick retries.
             log.warning("deduplication snapshot of %s failed: %s", self._name, exc)
+        finally:
+            if self._task is asyncio.current_task():
+                self._task = None  # a finished task kept is 600 B on every published topic
 
     async def cancel(self) -> None:
         task, self._task = self._task, None

@@ -24,6 +24,8 @@ from dedup_broker.protocol.commands import as_signed64
 from dedup_broker.protocol.framing import parse_message
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from dedup_broker.config import BrokerConfig
     from dedup_broker.domain_base.names import TopicName
     from dedup_broker.domain_base.policies import Policies
@@ -32,9 +34,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FAILURE_READ_CHUNK = 500
-
-
-_NO_PRODUCERS: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,14 +53,21 @@ class TopicDeduplication:
     __slots__ = ("_change", "_connected", "config", "ledger", "name", "policies", "state")
 
     def __init__(
-        self, name: TopicName, ledger: ManagedLedger, config: BrokerConfig, policies: Policies
+        self,
+        name: TopicName,
+        ledger: ManagedLedger,
+        config: BrokerConfig,
+        policies: Policies,
+        connected: Mapping[str, object],
     ) -> None:
+        """``connected``: the topic's producers by name, as they come and go (told to the
+        state when deduplication is enabled while they are connected)."""
         self.name = name
         self.ledger = ledger
         self.config = config
         self.policies = policies
         self.state: MessageDeduplication | None = None
-        self._connected = _NO_PRODUCERS  # shared while empty (an empty set takes 216 B)
+        self._connected = connected
         self._change = LazyLock()
 
     @property
@@ -129,12 +135,10 @@ class TopicDeduplication:
         return self.state.last_sequence_id(name) if self.state is not None else -1
 
     def producer_connected(self, name: str) -> None:
-        self._connected = self._connected | {name}
         if self.state is not None:
             self.state.producer_connected(name)
 
     def producer_disconnected(self, name: str) -> None:
-        self._connected = self._connected - {name} or _NO_PRODUCERS
         if self.state is not None:
             self.state.producer_disconnected(name)
 

@@ -16,8 +16,11 @@ from dedup_broker.backlog.quota import (
 from dedup_broker.domain.consumer import ConsumerBusyError
 from dedup_broker.domain.key_shared_selectors import ConsumerAssignError
 from dedup_broker.domain.producer_access import ProducerBusyError, ProducerFencedError
+from dedup_broker.domain.subscription_errors import (
+    ConsumerStillConnectedError,
+    SubscriptionNotFoundError,
+)
 from dedup_broker.domain.termination import TopicTerminatedError
-from dedup_broker.domain.topic import ConsumerStillConnectedError, SubscriptionNotFoundError
 from dedup_broker.domain_base.outcomes import PublishOutcome, PublishStatus
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb

@@ -274,8 +274,13 @@ class EntryReads(LedgerPositions, Protocol):
 
     async def find_position_by_time(self, timestamp_ms: int) -> Position: ...
 
-    def add_entries_listener(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """``callback`` runs whenever ``last_confirmed`` advances; returns the unsubscribe."""
+    def add_entries_listener(self, callback: Callable[[], None]) -> None:
+        """``callback`` runs whenever ``last_confirmed`` advances."""
+        ...
+
+    def remove_entries_listener(self, callback: Callable[[], None]) -> None:
+        """``callback`` (or one equal to it, as a bound method of the same object is) runs
+        no more; nothing happens if it was not added."""
         ...
 
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 import pytest
 
 from dedup_broker.compaction.topic import TopicCompaction
+from dedup_broker.domain.redeliveries import Redeliveries
+from dedup_broker.domain.subscription import Subscription
+from dedup_broker.domain.topic import Topic
 from dedup_broker.key_dedup.topic import TopicKeyDedup
 from dedup_broker.lazy import LazyDeque, LazyEvent, LazyLock
 from dedup_broker.pip6.activity import ProducerActivity
@@ -44,10 +47,13 @@ PER_TOPIC = [
     ManagedLedgerImpl,
     PositionRangeSet,
     ProducerActivity,
+    Redeliveries,
     SnapshotTask,
+    Subscription,
     TopicCompaction,
     TopicDeduplication,
     TopicKeyDedup,
+    Topic,
     WriteRecovery,
 ]
 

@@ -27,7 +27,7 @@ from dedup_broker.domain.consumer import (
 from dedup_broker.domain.dispatchers import dispatcher_for
 from dedup_broker.domain.non_persistent.metrics import DropReason, NonPersistentMetrics
 from dedup_broker.domain.producer_access import ProducerHost
-from dedup_broker.domain.topic import ReadCompactedNotAllowedError
+from dedup_broker.domain.subscription_errors import ReadCompactedNotAllowedError
 from dedup_broker.domain_base.handover import Destination
 from dedup_broker.domain_base.names import TopicName
 from dedup_broker.domain_base.outcomes import PublishOutcome, PublishResult, settled
@@ -207,6 +207,8 @@ class NonPersistentSubscription:
 
 
 class NonPersistentTopic(ProducerHost):
+    __slots__ = ("_idle_since", "bytes_in", "metrics", "msgs_in", "subscriptions", "unrouted")
+
     def __init__(self, name: TopicName, config: BrokerConfig, metrics: NonPersistentMetrics):
         super().__init__(name, config, None)
         self.metrics = metrics

@@ -41,6 +41,9 @@ class CursorLedger(Protocol):
 _NO_BATCH_ACKS: dict[Position, tuple[int, ...]] = {}
 """Shared by every cursor with no batch acknowledged in part (never written to)."""
 
+_NO_PROPERTIES: dict[str, int] = {}
+"""Shared by every cursor whose last mark-delete carried no properties (never written to)."""
+
 
 class ManagedCursorImpl:
     __slots__ = (
@@ -86,7 +89,8 @@ class ManagedCursorImpl:
         for start, end in individually_deleted:
             if start > mark_delete:
                 self._ranges.add_range(start, end)
-        self.properties: dict[str, int] = dict(properties or {})
+        self.properties: dict[str, int] = dict(properties) if properties else _NO_PROPERTIES
+        """Replaced, never changed in place: most cursors share the empty one."""
         self._batch_acks: dict[Position, tuple[int, ...]] = {
             p: tuple(words)
             for p, words in (batch_acks or {}).items()
@@ -102,7 +106,7 @@ class ManagedCursorImpl:
             CursorWriter(
                 name,
                 storage,
-                self._record,
+                self,
                 rate_limit=rate_limit,
                 persisted_at=mark_delete if persisted else None,
                 last_persisted_ms=last_persisted_ms,
@@ -226,7 +230,7 @@ class ManagedCursorImpl:
         if target is None or target <= self._mark_delete:
             return
         self._mark_delete = target
-        self.properties = dict(properties or {})
+        self.properties = dict(properties) if properties else _NO_PROPERTIES
         self._ranges.remove_up_to(p)
         self._drop_passed_batch_acks()
         self._advance_over_ranges()
@@ -296,7 +300,7 @@ class ManagedCursorImpl:
             self._ranges.pop_first()
             self._mark_delete = first[1]
             # As in Pulsar: properties belong to an explicit mark-delete only.
-            self.properties = {}
+            self.properties = _NO_PROPERTIES
         # Entries in ranges are acknowledged whole: none of them has an ack set to drop.
         if self._read_position <= self._mark_delete:
             self._read_position = self._ledger.next_position(self._mark_delete)
@@ -311,15 +315,16 @@ class ManagedCursorImpl:
         returning."""
         self._mark_delete = self._ledger.previous_position(p)
         self._ranges.clear()
-        self._batch_acks.clear()
-        self.properties = {}
+        self._batch_acks = _NO_BATCH_ACKS
+        self.properties = _NO_PROPERTIES
         self._read_position = p
         self._seek_epoch += 1
         if self._writer is not None:
             await self._writer.flush(changed=True)
 
     # --- persistence ----------------------------------------------------------------
-    def _record(self) -> formats.CursorRecord:
+    def record(self) -> formats.CursorRecord:
+        """The state to store (at most the configured numbers of ranges and ack sets)."""
         ranges = list(self._ranges)[: self._max_ranges]
         batches = sorted(self._batch_acks)[: max(self._max_batch_acks, 0)]
         return formats.CursorRecord(

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
 from typing import Protocol
 
 from dedup_broker.storage import formats
@@ -27,13 +26,19 @@ class CursorStorage(Protocol):
     async def write_cursor(self, name: str, data: bytes) -> None: ...
 
 
+class CursorState(Protocol):
+    """The cursor whose state is written."""
+
+    def record(self) -> formats.CursorRecord: ...
+
+
 class CursorWriter:
     __slots__ = (
         "_dirty",
         "_last_write_started",
         "_min_interval_s",
         "_name",
-        "_record",
+        "_source",
         "_storage",
         "_task",
         "_timer",
@@ -46,7 +51,7 @@ class CursorWriter:
         self,
         name: str,
         storage: CursorStorage,
-        record: Callable[[], formats.CursorRecord],
+        source: CursorState,
         *,
         rate_limit: float,
         persisted_at: Position | None,
@@ -56,7 +61,7 @@ class CursorWriter:
         never stored (the first :meth:`flush` writes it)."""
         self._name = name
         self._storage = storage
-        self._record = record
+        self._source = source
         self._min_interval_s = 1.0 / rate_limit
         self.persisted_mark_delete_position = persisted_at or Position(-1, -1)
         self.last_persisted_ms = last_persisted_ms
@@ -101,7 +106,7 @@ class CursorWriter:
     async def _write(self) -> None:
         self._dirty = False
         self._last_write_started = time.monotonic()
-        record = self._record()
+        record = self._source.record()
         try:
             await self._storage.write_cursor(self._name, formats.encode_cursor_info(record))
         except BaseException:

@@ -9,7 +9,6 @@ ledger of the unit tests keeps the same object.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
@@ -20,7 +19,7 @@ log = logging.getLogger(__name__)
 
 
 class ConfirmedLedgers:
-    __slots__ = ("_listeners", "_notify_scheduled", "entries_added", "last", "ledgers", "name")
+    __slots__ = ("_notify_scheduled", "entries_added", "last", "ledgers", "listeners", "name")
 
     def __init__(self, name: str, ledgers: LedgerList | None = None) -> None:
         self.name = name
@@ -30,7 +29,8 @@ class ConfirmedLedgers:
         self.entries_added = 0
         """Entries confirmed since this instance opened the managed ledger (those that
         landed although their write failed included)."""
-        self._listeners: list[Callable[[], None]] = []
+        self.listeners: list[Callable[[], None]] = []
+        """Called (on the loop) whenever ``last`` advances."""
         self._notify_scheduled = False
 
     def reset(self, ledgers: LedgerList) -> None:
@@ -64,17 +64,6 @@ class ConfirmedLedgers:
         self.last = self.ledgers.last_confirmed()
 
     # --- listeners ------------------------------------------------------------------
-    def add_listener(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """``callback`` runs (on the loop) whenever ``last`` advances; returns the
-        unsubscribe."""
-        self._listeners.append(callback)
-
-        def unsubscribe() -> None:
-            with contextlib.suppress(ValueError):
-                self._listeners.remove(callback)
-
-        return unsubscribe
-
     def notify_soon(self) -> None:
         """Tell the listeners once, on the loop, however many entries came meanwhile."""
         if not self._notify_scheduled:
@@ -83,7 +72,7 @@ class ConfirmedLedgers:
 
     def _notify(self) -> None:
         self._notify_scheduled = False
-        for callback in list(self._listeners):
+        for callback in list(self.listeners):
             try:
                 callback()
             except Exception:

@@ -17,6 +17,7 @@ Opening (the stored list after a crash) is ``opening.py``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -341,6 +342,10 @@ class ManagedLedgerImpl:
         self._writer.check_readable()
         return await self._source.find_by_time(self._confirmed, timestamp_ms)
 
-    def add_entries_listener(self, callback: Callable[[], None]) -> Callable[[], None]:
+    def add_entries_listener(self, callback: Callable[[], None]) -> None:
         """``callback`` runs (on the loop) whenever ``last_confirmed`` advances."""
-        return self._confirmed.add_listener(callback)
+        self._confirmed.listeners.append(callback)
+
+    def remove_entries_listener(self, callback: Callable[[], None]) -> None:
+        with contextlib.suppress(ValueError):
+            self._confirmed.listeners.remove(callback)

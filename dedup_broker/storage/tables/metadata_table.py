@@ -2,9 +2,11 @@
 
 The topic is the truth and the dictionary a view of it: writes go to Kafka first and
 show in the view once Kafka acknowledged them; :meth:`KafkaMetadataTable.refresh` reads
-whatever other writers (other broker processes) added since. Each key remembers the
-offset of the record it came from, so a record can never replace a newer one, whichever
-way (own write or refresh) it reaches the view first. A null value (tombstone) deletes.
+whatever other writers (other broker processes) added since. The topic is read in
+offset order, each record once; a write of this view that shows before the reading
+reaches it keeps its offset until then, so a record can never replace a newer one,
+whichever way (own write or reading) it reaches the view first. A null value (tombstone)
+deletes.
 
 One partition: every broker loads the whole table anyway, and one partition keeps a
 single order of writes.
@@ -76,7 +78,9 @@ class MetadataView(TableValues):
         self.topic = topic
         self._admin = admin
         self._reader = reader
-        self._offsets: dict[str, int] = {}
+        self._written_ahead: dict[str, int] = {}
+        """Keys written through this view at or past the reading's offset -> the write's
+        offset (only those: a table of many keys keeps no offset per key)."""
         self._next_offset = 0
         self._refresh_lock = asyncio.Lock()
         self._refreshes_asked = 0
@@ -119,8 +123,7 @@ class MetadataView(TableValues):
             if not records:
                 break
             self._apply_records(records)
-            self._next_offset = max(self._next_offset, records[-1].offset + 1)
-        self._next_offset = max(self._next_offset, end)
+        self._passed(end)
 
     async def _tail_reaches_end(self) -> bool:
         """Whether the tail got to the table's current end in time."""
@@ -141,27 +144,48 @@ class MetadataView(TableValues):
         return self._next_offset
 
     def take_tail(self, records: list[FetchedRecord], position: int) -> None:
+        before = self._next_offset
         self._apply_records(records)
-        if records:
-            position = max(position, records[-1].offset + 1)
-        if position > self._next_offset:
-            self._next_offset = position
+        self._passed(position)
+        if self._next_offset > before:
             self._tail_moved.set()
 
     def record_write(self, key: str, value: bytes | None, offset: int) -> None:
-        """A write acknowledged at ``offset`` (made through another writer) shows now."""
-        self._apply(key, value, offset)
+        """A write acknowledged at ``offset`` shows now (unless the reading passed it:
+        then the view holds it, or a newer record of the key, already)."""
+        if offset < self._next_offset:
+            return
+        written = self._written_ahead.get(key)
+        if written is not None and offset <= written:
+            return
+        self._written_ahead[key] = offset
+        self._set(key, value)
 
     def _apply_records(self, records: list[FetchedRecord]) -> None:
+        """Records read from the topic, in offset order; those read before (by the tail
+        or a refresh, which may overlap) are skipped."""
         for record in records:
-            if record.key is not None:
-                self._apply(record.key.decode("utf-8"), record.value, record.offset)
+            offset = record.offset
+            if offset < self._next_offset:
+                continue
+            self._next_offset = offset + 1
+            if record.key is None:
+                continue
+            key = record.key.decode("utf-8")
+            written = self._written_ahead.get(key)
+            if written is not None:
+                if offset < written:
+                    continue  # this view's own newer write shows already
+                del self._written_ahead[key]
+            self._set(key, record.value)
 
-    def _apply(self, key: str, value: bytes | None, offset: int) -> None:
-        if offset <= self._offsets.get(key, -1):
-            return
-        self._offsets[key] = offset
-        self._set(key, value)
+    def _passed(self, offset: int) -> None:
+        """The reading is at ``offset``: writes before it are in the view as read."""
+        if offset > self._next_offset:
+            self._next_offset = offset
+        if self._written_ahead:
+            for key in [k for k, o in self._written_ahead.items() if o < self._next_offset]:
+                del self._written_ahead[key]
 
 
 class KafkaMetadataTable(MetadataView):
@@ -178,14 +202,14 @@ class KafkaMetadataTable(MetadataView):
         offset = await self._producer.send(
             self.topic, value, key=key.encode("utf-8"), partition=TABLE_PARTITION
         )
-        self._apply(key, value, offset)
+        self.record_write(key, value, offset)
 
     async def delete(self, key: str) -> None:
         """Write a tombstone for ``key``; returns once Kafka acknowledged it."""
         offset = await self._producer.send(
             self.topic, None, key=key.encode("utf-8"), partition=TABLE_PARTITION
         )
-        self._apply(key, None, offset)
+        self.record_write(key, None, offset)
 
 
 class RecordSender(Protocol):

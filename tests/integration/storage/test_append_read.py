@@ -178,11 +178,15 @@ def test_entries_listener(make_config: ConfigFactory) -> None:
         try:
             ml = await storage.open_managed_ledger("listened")
             seen: list[Position] = []
-            unsubscribe = ml.add_entries_listener(lambda: seen.append(ml.last_confirmed))
+
+            def listener() -> None:
+                seen.append(ml.last_confirmed)
+
+            ml.add_entries_listener(listener)
             last = (await asyncio.gather(*(ml.append(b"x", 0) for _ in range(50))))[-1]
             await wait_until(lambda: bool(seen) and seen[-1] == last)
             assert 1 <= len(seen) <= 50
-            unsubscribe()
+            ml.remove_entries_listener(listener)
             count = len(seen)
             await ml.append(b"y", 0)
             await asyncio.sleep(0.05)

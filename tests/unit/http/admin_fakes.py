@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.partitioned import TopicExistsError
-from dedup_broker.domain.topic import ConsumerStillConnectedError
+from dedup_broker.domain.subscription_errors import ConsumerStillConnectedError
 from dedup_broker.domain_base.names import TopicName
 from dedup_broker.domain_base.policies import Policies
 from dedup_broker.errors import OffloadInProgressError, TopicNotFoundError
