@@ -41,6 +41,21 @@ SEALED_MAX_MESSAGE_BYTES = "0"
 """``max.message.bytes`` of a sealed ledger topic: Kafka rejects every further write."""
 LIST_OFFSETS_ATTEMPTS = 6
 """Offset queries tried this often (about 3 s of back-off in all) before they fail."""
+LEADERSHIP_PATIENCE_S = 20.0
+"""How long offset queries keep being asked while Kafka answers that a partition's
+leadership is changing (after Kafka was frozen or restarted, its leaders' epochs settle
+in seconds): such an answer says "ask again", not "this failed"."""
+_LIST_OFFSETS_FIRST_DELAY_S, _LIST_OFFSETS_MAX_DELAY_S = 0.1, 1.0
+_LEADERSHIP_CODES = frozenset(
+    {
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+        KafkaError.REPLICA_NOT_AVAILABLE,
+    }
+)
 START_PATIENCE_S = 120.0
 """How long a starting broker waits for Kafka to be able to create its topics."""
 _START_RETRY_FIRST_S, _START_RETRY_MAX_S = 0.5, 5.0
@@ -266,7 +281,10 @@ class KafkaAdmin:
     ) -> dict[str, int]:
         """Offsets per topic for ``request`` (partition -> OffsetSpec)."""
         topics = sorted({tp.topic for tp in request})
-        for attempt in range(1, LIST_OFFSETS_ATTEMPTS + 1):
+        deadline = time.monotonic() + LEADERSHIP_PATIENCE_S
+        attempt = 0
+        while True:
+            attempt += 1
             futures = self._client.list_offsets(
                 request, isolation_level=isolation, request_timeout=self._timeout_s
             )
@@ -276,15 +294,18 @@ class KafkaAdmin:
                     for tp, future in futures.items()
                 }
             except KafkaException as exc:
-                if attempt == LIST_OFFSETS_ATTEMPTS:
+                leadership = _error_code(exc) in _LEADERSHIP_CODES
+                if attempt >= LIST_OFFSETS_ATTEMPTS and (
+                    not leadership or time.monotonic() >= deadline
+                ):
                     raise storage_error(what, exc) from exc
                 # The client sends these from cached metadata (leader, leader epoch) and
                 # does not refresh it when they fail, e.g. after a broker restart; a topic
                 # created a moment ago may have no leader in that metadata yet.
                 log.debug("%s failed (%s); refreshing metadata of %s", what, exc, topics)
                 await asyncio.to_thread(self._refresh_metadata, topics)
-                await asyncio.sleep(0.05 * 2**attempt)
-        raise AssertionError("unreachable")
+                delay = _LIST_OFFSETS_FIRST_DELAY_S * 2 ** (attempt - 1)
+                await asyncio.sleep(min(delay, _LIST_OFFSETS_MAX_DELAY_S))
 
     def _refresh_metadata(self, topics: list[str]) -> None:
         with self._metadata_requests:
