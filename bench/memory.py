@@ -106,7 +106,7 @@ class Probe:
         return stats
 
 
-def _in_parallel(count: int, threads: int, one: Callable[[int], None]) -> float:
+def in_parallel(count: int, threads: int, one: Callable[[int], None]) -> float:
     """Run ``one(0..count-1)`` on ``threads`` threads; seconds taken. Reports progress."""
     done = [0]
     lock = threading.Lock()
@@ -182,7 +182,7 @@ def connected_clients(
 
     try:
         before = probe.read()
-        seconds = _in_parallel(len(names), threads, one)
+        seconds = in_parallel(len(names), threads, one)
         after = probe.read()
         for producer_or_consumer in kept:
             producer_or_consumer.close()
@@ -210,7 +210,7 @@ def _publish_each(
         if subscription is not None:
             client.subscribe(names[i], subscription).close()
 
-    seconds = _in_parallel(len(names), threads, one)
+    seconds = in_parallel(len(names), threads, one)
     return seconds, sorted(took)
 
 
@@ -257,7 +257,7 @@ def pip6_producers(probe: Probe, count: int, threads: int) -> dict[str, float]:
     try:
         _publish_once(client, topic, "device-first")  # loads the topic, recovers its state
         before = probe.read()
-        seconds = _in_parallel(
+        seconds = in_parallel(
             count, threads, lambda i: _publish_once(client, topic, f"device-{i:06d}")
         )
     finally:

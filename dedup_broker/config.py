@@ -158,6 +158,9 @@ class BrokerConfig:
     managed_ledger_min_ledger_rollover_time_minutes: float = 10
     managed_ledger_max_ledger_rollover_time_minutes: float = 240
     managed_ledger_max_size_per_ledger_mbytes: int = 2048
+    managed_ledger_inactive_ledger_rollover_time_seconds: int = 0
+    """An idle ledger is closed after this long and the next append creates the next one
+    (docs/storage.md, "Inactive ledgers"). 0: off, a ledger is always open for appends."""
     managed_ledger_cache_size_mb: int = 256
     managed_ledger_default_mark_delete_rate_limit: float = 1.0
     """Cursor position writes per second per cursor; acks in between are batched."""
@@ -446,6 +449,8 @@ def _validate(config: BrokerConfig) -> None:
         raise ConfigError("webServicePort and webServicePortTls are both off")
     if config.tls_cert_refresh_check_duration_sec <= 0:
         raise ConfigError("tlsCertRefreshCheckDurationSec must be > 0")
+    if config.managed_ledger_inactive_ledger_rollover_time_seconds < 0:
+        raise ConfigError("managedLedgerInactiveLedgerRolloverTimeSeconds must be >= 0 (0: off)")
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,100}", config.cluster_name):
         raise ConfigError(
             f"clusterName must be 1-100 of [A-Za-z0-9._-] (it prefixes Kafka topics), "

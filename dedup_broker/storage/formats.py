@@ -144,6 +144,13 @@ def decode_ledger_id_allocation(data: bytes) -> str:
 class ManagedLedgerRecord:
     ledgers: list[LedgerInfo]
     properties: dict[str, str] = field(default_factory=dict)
+    last_listed: int = -1
+    """The highest ledger id the list ever held; -1: none (or a record older than it)."""
+
+    @property
+    def last_listed_id(self) -> int:
+        """The highest ledger id listed now or before."""
+        return max(self.last_listed, self.ledgers[-1].ledger_id if self.ledgers else -1)
 
 
 def encode_managed_ledger_info(record: ManagedLedgerRecord) -> bytes:
@@ -157,6 +164,8 @@ def encode_managed_ledger_info(record: ManagedLedgerRecord) -> bytes:
             _encode_offload(info.offload, ledger.offloadContext)
     for key, value in sorted(record.properties.items()):
         msg.properties.add(key=key, value=value)
+    if record.last_listed_id >= 0:
+        msg.lastListedLedgerId = record.last_listed_id
     return msg.SerializeToString()
 
 
@@ -176,7 +185,8 @@ def decode_managed_ledger_info(data: bytes) -> ManagedLedgerRecord:
             ledgers.append(
                 LedgerInfo(ledger.ledgerId, entries, ledger.size, ledger.timestamp, offload)
             )
-    return ManagedLedgerRecord(ledgers, {kv.key: kv.value for kv in msg.properties})
+    last_listed = msg.lastListedLedgerId if msg.HasField("lastListedLedgerId") else -1
+    return ManagedLedgerRecord(ledgers, {kv.key: kv.value for kv in msg.properties}, last_listed)
 
 
 # --- offloaded ledgers ------------------------------------------------------------

@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"dedup_broker/storage/storage.proto\x12\x14\x64\x65\x64up_broker.storage\"7\n\x12NestedPositionInfo\x12\x10\n\x08ledgerId\x18\x01 \x02(\x03\x12\x0f\n\x07\x65ntryId\x18\x02 \x02(\x03\"\x90\x01\n\x0cMessageRange\x12?\n\rlowerEndpoint\x18\x01 \x02(\x0b\x32(.dedup_broker.storage.NestedPositionInfo\x12?\n\rupperEndpoint\x18\x02 \x02(\x0b\x32(.dedup_broker.storage.NestedPositionInfo\"+\n\x0cLongProperty\x12\x0c\n\x04name\x18\x01 \x02(\t\x12\r\n\x05value\x18\x02 \x02(\x03\"n\n\x1d\x42\x61tchedEntryDeletionIndexInfo\x12:\n\x08position\x18\x01 \x02(\x0b\x32(.dedup_broker.storage.NestedPositionInfo\x12\x11\n\tdeleteSet\x18\x02 \x03(\x03\"&\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x02(\t\x12\r\n\x05value\x18\x02 \x02(\t\"Y\n\x15OffloadDriverMetadata\x12\x0c\n\x04name\x18\x01 \x02(\t\x12\x32\n\nproperties\x18\x02 \x03(\x0b\x32\x1e.dedup_broker.storage.KeyValue\"\xb5\x01\n\x0eOffloadContext\x12\x0e\n\x06uidMsb\x18\x01 \x01(\x03\x12\x0e\n\x06uidLsb\x18\x02 \x01(\x03\x12\x10\n\x08\x63omplete\x18\x03 \x01(\x08\x12\x19\n\x11\x62ookkeeperDeleted\x18\x04 \x01(\x08\x12\x11\n\ttimestamp\x18\x05 \x01(\x03\x12\x43\n\x0e\x64riverMetadata\x18\x06 \x01(\x0b\x32+.dedup_broker.storage.OffloadDriverMetadata\"\xa6\x02\n\x11ManagedLedgerInfo\x12\x46\n\nledgerInfo\x18\x01 \x03(\x0b\x32\x32.dedup_broker.storage.ManagedLedgerInfo.LedgerInfo\x12\x32\n\nproperties\x18\x03 \x03(\x0b\x32\x1e.dedup_broker.storage.KeyValue\x1a\x8e\x01\n\nLedgerInfo\x12\x10\n\x08ledgerId\x18\x01 \x02(\x03\x12\x0f\n\x07\x65ntries\x18\x02 \x01(\x03\x12\x0c\n\x04size\x18\x03 \x01(\x03\x12\x11\n\ttimestamp\x18\x04 \x01(\x03\x12<\n\x0eoffloadContext\x18\x05 \x01(\x0b\x32$.dedup_broker.storage.OffloadContextJ\x04\x08\x02\x10\x03\"\xd2\x02\n\x11ManagedCursorInfo\x12\x17\n\x0f\x63ursorsLedgerId\x18\x01 \x02(\x03\x12\x1a\n\x12markDeleteLedgerId\x18\x02 \x01(\x03\x12\x19\n\x11markDeleteEntryId\x18\x03 \x01(\x03\x12\x45\n\x19individualDeletedMessages\x18\x04 \x03(\x0b\x32\".dedup_broker.storage.MessageRange\x12\x36\n\nproperties\x18\x05 \x03(\x0b\x32\".dedup_broker.storage.LongProperty\x12\x12\n\nlastActive\x18\x06 \x01(\x03\x12Z\n\x1d\x62\x61tchedEntryDeletionIndexInfo\x18\x07 \x03(\x0b\x32\x33.dedup_broker.storage.BatchedEntryDeletionIndexInfo\"\xb7\x01\n\x0eLedgerMetadata\x12\x11\n\tledger_id\x18\x01 \x02(\x03\x12\x1b\n\x13managed_ledger_name\x18\x02 \x02(\t\x12\x38\n\tcomponent\x18\x03 \x02(\x0e\x32%.dedup_broker.storage.LedgerComponent\x12\x13\n\x0b\x63ursor_name\x18\x04 \x01(\t\x12\x12\n\ncreated_ms\x18\x05 \x02(\x03\x12\x12\n\ncreated_by\x18\x06 \x02(\t\"]\n\x12LedgerIdAllocation\x12\x14\n\x0c\x61llocated_by\x18\x01 \x02(\t\x12\x14\n\x0c\x61llocated_ms\x18\x02 \x02(\x03\x12\x1b\n\x13managed_ledger_name\x18\x03 \x01(\t\"\x84\x02\n\x15OffloadedLedgerHeader\x12\x11\n\tledger_id\x18\x01 \x02(\x03\x12\x1b\n\x13managed_ledger_name\x18\x02 \x02(\t\x12\x38\n\tcomponent\x18\x03 \x02(\x0e\x32%.dedup_broker.storage.LedgerComponent\x12\x13\n\x0b\x63ursor_name\x18\x04 \x01(\t\x12\x0b\n\x03uid\x18\x05 \x02(\t\x12\x0f\n\x07\x65ntries\x18\x06 \x02(\x03\x12\x0c\n\x04size\x18\x07 \x02(\x03\x12\x14\n\x0coffloaded_ms\x18\x08 \x02(\x03\x12\x14\n\x0coffloaded_by\x18\t \x02(\t\x12\x14\n\x0c\x63luster_name\x18\n \x02(\t*M\n\x0fLedgerComponent\x12\x12\n\x0eMANAGED_LEDGER\x10\x00\x12\x12\n\x0eMANAGED_CURSOR\x10\x01\x12\x12\n\x0eSCHEMA_STORAGE\x10\x02')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"dedup_broker/storage/storage.proto\x12\x14\x64\x65\x64up_broker.storage\"7\n\x12NestedPositionInfo\x12\x10\n\x08ledgerId\x18\x01 \x02(\x03\x12\x0f\n\x07\x65ntryId\x18\x02 \x02(\x03\"\x90\x01\n\x0cMessageRange\x12?\n\rlowerEndpoint\x18\x01 \x02(\x0b\x32(.dedup_broker.storage.NestedPositionInfo\x12?\n\rupperEndpoint\x18\x02 \x02(\x0b\x32(.dedup_broker.storage.NestedPositionInfo\"+\n\x0cLongProperty\x12\x0c\n\x04name\x18\x01 \x02(\t\x12\r\n\x05value\x18\x02 \x02(\x03\"n\n\x1d\x42\x61tchedEntryDeletionIndexInfo\x12:\n\x08position\x18\x01 \x02(\x0b\x32(.dedup_broker.storage.NestedPositionInfo\x12\x11\n\tdeleteSet\x18\x02 \x03(\x03\"&\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x02(\t\x12\r\n\x05value\x18\x02 \x02(\t\"Y\n\x15OffloadDriverMetadata\x12\x0c\n\x04name\x18\x01 \x02(\t\x12\x32\n\nproperties\x18\x02 \x03(\x0b\x32\x1e.dedup_broker.storage.KeyValue\"\xb5\x01\n\x0eOffloadContext\x12\x0e\n\x06uidMsb\x18\x01 \x01(\x03\x12\x0e\n\x06uidLsb\x18\x02 \x01(\x03\x12\x10\n\x08\x63omplete\x18\x03 \x01(\x08\x12\x19\n\x11\x62ookkeeperDeleted\x18\x04 \x01(\x08\x12\x11\n\ttimestamp\x18\x05 \x01(\x03\x12\x43\n\x0e\x64riverMetadata\x18\x06 \x01(\x0b\x32+.dedup_broker.storage.OffloadDriverMetadata\"\xc2\x02\n\x11ManagedLedgerInfo\x12\x46\n\nledgerInfo\x18\x01 \x03(\x0b\x32\x32.dedup_broker.storage.ManagedLedgerInfo.LedgerInfo\x12\x32\n\nproperties\x18\x03 \x03(\x0b\x32\x1e.dedup_broker.storage.KeyValue\x12\x1a\n\x12lastListedLedgerId\x18\x04 \x01(\x03\x1a\x8e\x01\n\nLedgerInfo\x12\x10\n\x08ledgerId\x18\x01 \x02(\x03\x12\x0f\n\x07\x65ntries\x18\x02 \x01(\x03\x12\x0c\n\x04size\x18\x03 \x01(\x03\x12\x11\n\ttimestamp\x18\x04 \x01(\x03\x12<\n\x0eoffloadContext\x18\x05 \x01(\x0b\x32$.dedup_broker.storage.OffloadContextJ\x04\x08\x02\x10\x03\"\xd2\x02\n\x11ManagedCursorInfo\x12\x17\n\x0f\x63ursorsLedgerId\x18\x01 \x02(\x03\x12\x1a\n\x12markDeleteLedgerId\x18\x02 \x01(\x03\x12\x19\n\x11markDeleteEntryId\x18\x03 \x01(\x03\x12\x45\n\x19individualDeletedMessages\x18\x04 \x03(\x0b\x32\".dedup_broker.storage.MessageRange\x12\x36\n\nproperties\x18\x05 \x03(\x0b\x32\".dedup_broker.storage.LongProperty\x12\x12\n\nlastActive\x18\x06 \x01(\x03\x12Z\n\x1d\x62\x61tchedEntryDeletionIndexInfo\x18\x07 \x03(\x0b\x32\x33.dedup_broker.storage.BatchedEntryDeletionIndexInfo\"\xb7\x01\n\x0eLedgerMetadata\x12\x11\n\tledger_id\x18\x01 \x02(\x03\x12\x1b\n\x13managed_ledger_name\x18\x02 \x02(\t\x12\x38\n\tcomponent\x18\x03 \x02(\x0e\x32%.dedup_broker.storage.LedgerComponent\x12\x13\n\x0b\x63ursor_name\x18\x04 \x01(\t\x12\x12\n\ncreated_ms\x18\x05 \x02(\x03\x12\x12\n\ncreated_by\x18\x06 \x02(\t\"]\n\x12LedgerIdAllocation\x12\x14\n\x0c\x61llocated_by\x18\x01 \x02(\t\x12\x14\n\x0c\x61llocated_ms\x18\x02 \x02(\x03\x12\x1b\n\x13managed_ledger_name\x18\x03 \x01(\t\"\x84\x02\n\x15OffloadedLedgerHeader\x12\x11\n\tledger_id\x18\x01 \x02(\x03\x12\x1b\n\x13managed_ledger_name\x18\x02 \x02(\t\x12\x38\n\tcomponent\x18\x03 \x02(\x0e\x32%.dedup_broker.storage.LedgerComponent\x12\x13\n\x0b\x63ursor_name\x18\x04 \x01(\t\x12\x0b\n\x03uid\x18\x05 \x02(\t\x12\x0f\n\x07\x65ntries\x18\x06 \x02(\x03\x12\x0c\n\x04size\x18\x07 \x02(\x03\x12\x14\n\x0coffloaded_ms\x18\x08 \x02(\x03\x12\x14\n\x0coffloaded_by\x18\t \x02(\t\x12\x14\n\x0c\x63luster_name\x18\n \x02(\t*M\n\x0fLedgerComponent\x12\x12\n\x0eMANAGED_LEDGER\x10\x00\x12\x12\n\x0eMANAGED_CURSOR\x10\x01\x12\x12\n\x0eSCHEMA_STORAGE\x10\x02')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'dedup_broker.storage.storage_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LEDGERCOMPONENT']._serialized_start=1918
-  _globals['_LEDGERCOMPONENT']._serialized_end=1995
+  _globals['_LEDGERCOMPONENT']._serialized_start=1946
+  _globals['_LEDGERCOMPONENT']._serialized_end=2023
   _globals['_NESTEDPOSITIONINFO']._serialized_start=60
   _globals['_NESTEDPOSITIONINFO']._serialized_end=115
   _globals['_MESSAGERANGE']._serialized_start=118
@@ -48,15 +48,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_OFFLOADCONTEXT']._serialized_start=553
   _globals['_OFFLOADCONTEXT']._serialized_end=734
   _globals['_MANAGEDLEDGERINFO']._serialized_start=737
-  _globals['_MANAGEDLEDGERINFO']._serialized_end=1031
-  _globals['_MANAGEDLEDGERINFO_LEDGERINFO']._serialized_start=883
-  _globals['_MANAGEDLEDGERINFO_LEDGERINFO']._serialized_end=1025
-  _globals['_MANAGEDCURSORINFO']._serialized_start=1034
-  _globals['_MANAGEDCURSORINFO']._serialized_end=1372
-  _globals['_LEDGERMETADATA']._serialized_start=1375
-  _globals['_LEDGERMETADATA']._serialized_end=1558
-  _globals['_LEDGERIDALLOCATION']._serialized_start=1560
-  _globals['_LEDGERIDALLOCATION']._serialized_end=1653
-  _globals['_OFFLOADEDLEDGERHEADER']._serialized_start=1656
-  _globals['_OFFLOADEDLEDGERHEADER']._serialized_end=1916
+  _globals['_MANAGEDLEDGERINFO']._serialized_end=1059
+  _globals['_MANAGEDLEDGERINFO_LEDGERINFO']._serialized_start=911
+  _globals['_MANAGEDLEDGERINFO_LEDGERINFO']._serialized_end=1053
+  _globals['_MANAGEDCURSORINFO']._serialized_start=1062
+  _globals['_MANAGEDCURSORINFO']._serialized_end=1400
+  _globals['_LEDGERMETADATA']._serialized_start=1403
+  _globals['_LEDGERMETADATA']._serialized_end=1586
+  _globals['_LEDGERIDALLOCATION']._serialized_start=1588
+  _globals['_LEDGERIDALLOCATION']._serialized_end=1681
+  _globals['_OFFLOADEDLEDGERHEADER']._serialized_start=1684
+  _globals['_OFFLOADEDLEDGERHEADER']._serialized_end=1944
 # @@protoc_insertion_point(module_scope)

@@ -102,7 +102,7 @@ class OffloadContext(_message.Message):
     ) -> None: ...
 
 class ManagedLedgerInfo(_message.Message):
-    __slots__ = ("ledgerInfo", "properties")
+    __slots__ = ("ledgerInfo", "properties", "lastListedLedgerId")
     class LedgerInfo(_message.Message):
         __slots__ = ("ledgerId", "entries", "size", "timestamp", "offloadContext")
         LEDGERID_FIELD_NUMBER: _ClassVar[int]
@@ -126,12 +126,15 @@ class ManagedLedgerInfo(_message.Message):
 
     LEDGERINFO_FIELD_NUMBER: _ClassVar[int]
     PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    LASTLISTEDLEDGERID_FIELD_NUMBER: _ClassVar[int]
     ledgerInfo: _containers.RepeatedCompositeFieldContainer[ManagedLedgerInfo.LedgerInfo]
     properties: _containers.RepeatedCompositeFieldContainer[KeyValue]
+    lastListedLedgerId: int
     def __init__(
         self,
         ledgerInfo: _Optional[_Iterable[_Union[ManagedLedgerInfo.LedgerInfo, _Mapping]]] = ...,
         properties: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ...,
+        lastListedLedgerId: _Optional[int] = ...,
     ) -> None: ...
 
 class ManagedCursorInfo(_message.Message):

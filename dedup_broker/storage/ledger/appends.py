@@ -72,7 +72,7 @@ class Rollover(Protocol):
     rolling: bool
 
     def due(self) -> bool: ...
-    def begin(self) -> None: ...
+    def begin(self, create_next: bool = True) -> None: ...
     def started(self) -> None: ...
     def drained(self) -> None: ...
     def cancel_timer(self) -> None: ...
@@ -181,6 +181,21 @@ class AppendPipeline:
         self.rollover.started()
         self._drained_at = self._loop.time()
         self._watch_idle()
+
+    def no_ledger(self) -> None:
+        """The current ledger closed and none follows yet: the next append creates one."""
+        self._stop_watching_idle()
+        if self._topic:
+            self._ctx.producer.forget(self._topic)
+        self._topic = ""
+        self.next_entry_id = 0
+        self.produced_size = 0
+
+    def idle_ms(self) -> float:
+        """How long nothing was in flight or queued (0 while something is)."""
+        if self._unreported or self.inflight or self.queued:
+            return 0.0
+        return (self._loop.time() - self._drained_at) * 1000
 
     # --- appending ------------------------------------------------------------------
     def append(self, data: bytes, timestamp_ms: int) -> asyncio.Future[Position]:

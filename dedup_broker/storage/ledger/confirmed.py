@@ -59,6 +59,12 @@ class ConfirmedLedgers:
         self.ledgers.close_current(entries, size, timestamp_ms)
         self.last = self.ledgers.last_confirmed()
 
+    def remove(self, ledger_ids: set[int]) -> None:
+        """Trimmed ledgers leave the list; once every ledger left (lazy creation), there
+        is no last entry until the next append: ``(-1, -1)``, as after a reload."""
+        self.ledgers.remove(ledger_ids)
+        self.last = self.ledgers.last_confirmed()
+
     def add_open_ledger(self, ledger_id: int) -> None:
         self.ledgers.add_open_ledger(ledger_id)
         self.last = self.ledgers.last_confirmed()

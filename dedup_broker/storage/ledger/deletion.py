@@ -68,13 +68,15 @@ def consumed_ledgers(
     slowest_mark_delete: Position | None,
     retention: Retention,
     now_ms: int | None = None,
+    last_may_go: bool = False,
 ) -> list[int]:
     """Ids of the oldest closed ledgers that every durable cursor has passed and that
     retention lets go, in order (Pulsar's trimming rule).
 
     ``slowest_mark_delete`` is the lowest mark-delete position of the durable cursors, None
-    when there are none (then every closed ledger counts as consumed). The current (open,
-    last) ledger is never returned.
+    when there are none (then every closed ledger counts as consumed). An open ledger is
+    never returned, nor the last one unless ``last_may_go`` (ledgers created lazily: the
+    next append creates the next one).
     """
     if retention.infinite or not ledgers:
         return []
@@ -83,7 +85,7 @@ def consumed_ledgers(
     removed_size = 0
     result: list[int] = []
     for index, info in enumerate(ledgers):
-        if info.is_open or index == len(ledgers) - 1:
+        if info.is_open or (index == len(ledgers) - 1 and not last_may_go):
             break
         if slowest_mark_delete is not None and not _passed(info, slowest_mark_delete):
             break

@@ -16,7 +16,7 @@ from dedup_broker.storage.values import LedgerInfo
 
 
 class LedgerInfoWriter:
-    __slots__ = ("_lock", "_name", "_table", "last", "unknown")
+    __slots__ = ("_lock", "_name", "_table", "last", "last_listed", "unknown")
 
     def __init__(self, name: str, table: MetadataTable) -> None:
         self._name = name
@@ -26,6 +26,8 @@ class LedgerInfoWriter:
         """What this instance last wrote (or found at open)."""
         self.unknown: bytes | None = None
         """A write whose outcome is unknown (it may be the stored one)."""
+        self.last_listed = -1
+        """The highest ledger id the stored list ever held (kept when trimmed away)."""
 
     async def write(self, ledgers: list[LedgerInfo], properties: dict[str, str]) -> None:
         async with self._lock:
@@ -35,12 +37,12 @@ class LedgerInfoWriter:
                 raise ManagedLedgerFencedError(
                     f"managed ledger {self._name} was changed by another broker"
                 )
-            data = formats.encode_managed_ledger_info(
-                formats.ManagedLedgerRecord(ledgers, properties)
-            )
+            record = formats.ManagedLedgerRecord(ledgers, properties, self.last_listed)
+            data = formats.encode_managed_ledger_info(record)
             self.unknown = data
             await self._table.put(self._name, data)
             self.last, self.unknown = data, None
+            self.last_listed = record.last_listed_id
 
     def stored_views(self) -> list[list[LedgerInfo]]:
         """The ledger lists that may be the stored one (last written, outcome unknown)."""

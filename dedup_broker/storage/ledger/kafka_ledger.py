@@ -141,8 +141,9 @@ async def open_kafka_ledger(
     fence: WriteFence | None = None,
 ) -> ManagedLedgerImpl:
     """Recover the stored state (closing a ledger left open by a crash at its true end)
-    and start a fresh ledger for appends. With ``fence``, acknowledgements and metadata
-    writes go through the slot's write fence."""
+    and start a ledger for appends (or leave that to the first append: lazy creation).
+    With ``fence``, acknowledgements and metadata writes go through the slot's write
+    fence."""
     infos: MetadataTable = ctx.managed_ledger_infos
     cursor_infos: MetadataTable = ctx.cursor_infos
     if fence is not None:
@@ -162,7 +163,12 @@ async def open_kafka_ledger(
     if resumed is not None:
         ledgers.resume_current(resumed.entries, resumed.size)
     confirmed.reset(ledgers)
-    side.writer.appends.start_ledger(ledgers.last_id, ledgers.current_entries, ledgers.current_size)
+    if ledgers.current is not None:
+        side.writer.appends.start_ledger(
+            ledgers.last_id, ledgers.current_entries, ledgers.current_size
+        )
+    else:  # created lazily, by the first append
+        side.writer.appends.no_ledger()
     if opened.dropped:
         await ctx.deleter.after_metadata(
             [LedgerToDelete(name, ledger_id) for ledger_id in opened.dropped]

@@ -82,6 +82,10 @@ class LedgerListStore:
             infos.append(LedgerInfo(new_id, -1, 0, 0))
         return infos
 
+    def with_next(self, new_id: int) -> list[LedgerInfo]:
+        """The list (its ledgers all closed) with ``new_id`` listed open after them."""
+        return [*self._confirmed.ledgers.infos(), LedgerInfo(new_id, -1, 0, 0)]
+
     async def set_properties(self, properties: dict[str, str]) -> None:
         """Replace the properties (stored with the list)."""
         async with self.lock:
@@ -97,7 +101,7 @@ class LedgerListStore:
             raise ValueError(f"{self.name}: the current ledger cannot be removed")
         async with self.lock:
             self._trimmed |= ledger_ids
-            ledgers.remove(ledger_ids)
+            self._confirmed.remove(ledger_ids)
             self._cache.invalidate_ledgers(list(ledger_ids))
             await self.write(ledgers.infos())
 

@@ -11,7 +11,9 @@ The ledger for appends is the last one again when its previous holder closed it 
 (Kafka's end is where the list ends it), it is not full and not offloaded. Only a ledger
 left open by a crash is sealed, so only then, or when the last ledger cannot take more, is
 a fresh ledger created. A Kafka topic per load would otherwise pile up: a broker restart
-with 10,000 idle topics created 10,000 more (docs/storage.md, "Many topics").
+with 10,000 idle topics created 10,000 more (docs/storage.md, "Many topics"). With
+inactive ledgers closed (``managedLedgerInactiveLedgerRolloverTimeSeconds``) no fresh
+ledger is created here at all: the first append creates it.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class OpenedList:
     ledgers: list[LedgerInfo]
-    """The stored list; its last ledger is the new, open one."""
+    """The stored list; its last ledger is the open one (none is, with lazy creation)."""
     properties: dict[str, str]
     dropped: list[int]
     """Empty ledgers left out of the stored list: their deletion is to be finished."""
@@ -51,13 +53,14 @@ async def open_ledger_list(
         if stored is not None
         else formats.ManagedLedgerRecord([])
     )
+    info.last_listed = record.last_listed_id
     ledgers = list(record.ledgers)
     orphans: list[int] = []
-    if ledgers:
+    if record.last_listed_id >= 0:
         # Ledgers allocated to this name after the last listed one were never listed:
         # a crash between creating a ledger and recording it.
         listed = {ledger.ledger_id for ledger in ledgers}
-        allocated = await ctx.ledgers.allocated_to(name, ledgers[-1].ledger_id)
+        allocated = await ctx.ledgers.allocated_to(name, record.last_listed_id)
         orphans = [ledger_id for ledger_id in allocated if ledger_id not in listed]
     if orphans:
         # Before a new ledger is listed: until their deletion is recorded they still
@@ -82,7 +85,7 @@ async def open_ledger_list(
         if resumed is not None:
             # Listed open again first: a crash from here on seals it and finds its end.
             ledgers[-1] = LedgerInfo(resumed.ledger_id, -1, resumed.size, 0)
-        else:
+        elif not ctx.rollover.lazy:
             ledgers.append(LedgerInfo(await ctx.ledgers.create(name), -1, 0, 0))
         await info.write(ledgers, record.properties)
     return OpenedList(ledgers, dict(record.properties), sorted(dropped), resumed)

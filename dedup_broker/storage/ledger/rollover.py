@@ -16,6 +16,8 @@ class RolloverPolicy:
     max_size_bytes: int
     min_age_ms: float
     max_age_ms: float
+    inactive_ms: float = 0
+    """``managedLedgerInactiveLedgerRolloverTimeSeconds`` in ms; 0: off."""
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> RolloverPolicy:
@@ -24,7 +26,18 @@ class RolloverPolicy:
             max_size_bytes=config.managed_ledger_max_size_per_ledger_mbytes * 1024 * 1024,
             min_age_ms=config.managed_ledger_min_ledger_rollover_time_minutes * 60_000,
             max_age_ms=config.managed_ledger_max_ledger_rollover_time_minutes * 60_000,
+            inactive_ms=max(config.managed_ledger_inactive_ledger_rollover_time_seconds, 0) * 1000,
         )
+
+    @property
+    def lazy(self) -> bool:
+        """Ledgers are created by the append that needs one, not ahead of it: an idle
+        ledger closes and nothing replaces it until the next append."""
+        return self.inactive_ms > 0
+
+    def inactive(self, entries: int, idle_ms: float) -> bool:
+        """Close a ledger holding entries that nothing was appended to for a while."""
+        return self.lazy and entries > 0 and idle_ms >= self.inactive_ms
 
     def is_full(self, entries: int, size: int) -> bool:
         return entries >= self.max_entries or size >= self.max_size_bytes

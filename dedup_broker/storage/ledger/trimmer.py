@@ -87,7 +87,10 @@ class LedgerTrimmer:
                 return []
             await self._list_store.store_trimmed_removal()
             ids = consumed_ledgers(
-                ml.ledgers(), slowest(ml.cursors.durable_mark_deletes()), retention
+                ml.ledgers(),
+                slowest(ml.cursors.durable_mark_deletes()),
+                retention,
+                last_may_go=self._ctx.rollover.lazy,
             )
             if not ids:
                 return []

@@ -26,11 +26,28 @@ def test_managed_ledger_info_round_trip_and_wire_fields() -> None:
         [LedgerInfo(3, 10, 100, 1700), LedgerInfo(8, -1, 0, 0)], {"b": "2", "a": "1"}
     )
     data = formats.encode_managed_ledger_info(record)
-    assert formats.decode_managed_ledger_info(data) == record
+    decoded = formats.decode_managed_ledger_info(data)
+    assert (decoded.ledgers, decoded.properties) == (record.ledgers, record.properties)
+    assert decoded.last_listed_id == 8
     msg = pb.ManagedLedgerInfo.FromString(data)
     assert [(li.ledgerId, li.entries) for li in msg.ledgerInfo] == [(3, 10), (8, -1)]
     assert not msg.ledgerInfo[1].HasField("size")
     assert [(kv.key, kv.value) for kv in msg.properties] == [("a", "1"), ("b", "2")]
+    assert msg.lastListedLedgerId == 8
+
+
+def test_a_list_trimmed_empty_remembers_its_last_ledger() -> None:
+    """Orphans of a lazily created ledger are found after the last ledger ever listed,
+    even once trimming removed every ledger."""
+    emptied = formats.ManagedLedgerRecord([], {}, last_listed=12)
+    decoded = formats.decode_managed_ledger_info(formats.encode_managed_ledger_info(emptied))
+    assert decoded.ledgers == [] and decoded.last_listed_id == 12
+    # A record written before the field existed: its last ledger is the last listed.
+    old = pb.ManagedLedgerInfo()
+    old.ledgerInfo.add(ledgerId=5, entries=2, size=20, timestamp=1)
+    assert formats.decode_managed_ledger_info(old.SerializeToString()).last_listed_id == 5
+    never = formats.decode_managed_ledger_info(pb.ManagedLedgerInfo().SerializeToString())
+    assert never.last_listed_id == -1
 
 
 def test_cursor_info_uses_pulsar_open_closed_ranges() -> None:

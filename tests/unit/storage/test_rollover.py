@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from dedup_broker.config import BrokerConfig
+from dedup_broker.errors import ConfigError
 from dedup_broker.storage.ledger.rollover import RolloverPolicy
 
 MIN = 60_000.0
@@ -43,3 +46,22 @@ def test_from_config_units() -> None:
         managed_ledger_max_ledger_rollover_time_minutes=3,
     )
     assert RolloverPolicy.from_config(config) == RolloverPolicy(7, 2 * 1024 * 1024, 30_000, 180_000)
+
+
+def test_inactive_ledgers_close_only_when_asked_for_and_holding_entries() -> None:
+    off = policy()
+    assert not off.lazy and not off.inactive(5, 10**9)
+    lazy = RolloverPolicy(100, 1000, 10 * MIN, 240 * MIN, inactive_ms=60_000)
+    assert lazy.lazy
+    assert not lazy.inactive(5, 59_999)
+    assert lazy.inactive(5, 60_000)
+    assert not lazy.inactive(0, 10**9)  # an empty ledger: nothing to close for
+
+
+def test_inactive_rollover_from_config_and_refused_when_negative() -> None:
+    config = BrokerConfig(managed_ledger_inactive_ledger_rollover_time_seconds=90)
+    assert RolloverPolicy.from_config(config).inactive_ms == 90_000
+    with pytest.raises(ConfigError, match="managedLedgerInactiveLedgerRolloverTimeSeconds"):
+        BrokerConfig.load(
+            environ={}, overrides={"managedLedgerInactiveLedgerRolloverTimeSeconds": "-1"}
+        )

@@ -48,3 +48,19 @@ def test_size_retention_keeps_the_newest_data() -> None:
 def test_either_limit_exceeded_deletes_and_both_unlimited_keeps_everything() -> None:
     assert consumed_ledgers(LEDGERS, Position(9, -1), Retention(20, 1), NOW) == [1, 2]
     assert consumed_ledgers(LEDGERS, Position(9, -1), Retention(-1, -1), NOW) == []
+
+
+def test_with_lazy_ledgers_a_consumed_closed_last_ledger_goes_too() -> None:
+    """``managedLedgerInactiveLedgerRolloverTimeSeconds``: an idle ledger closed, and the
+    next append creates the next one, so the last ledger may go once consumed."""
+    closed_last = [*LEDGERS[:-1]]
+    none = Retention(0, 0)
+    assert consumed_ledgers(closed_last, Position(7, 9), none, NOW, last_may_go=True) == [
+        1,
+        2,
+        5,
+        7,
+    ]
+    assert consumed_ledgers(closed_last, Position(7, 8), none, NOW, last_may_go=True) == [1, 2, 5]
+    # An open last ledger stays whatever the cursors say.
+    assert consumed_ledgers(LEDGERS, Position(9, 100), none, NOW, last_may_go=True) == [1, 2, 5, 7]
