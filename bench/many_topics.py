@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import resource
 import tempfile
 import threading
@@ -36,9 +35,8 @@ from pathlib import Path
 import pulsar
 from confluent_kafka.admin import AdminClient
 
-from bench.memory import QUIET, in_parallel, resident_kib
+from bench.memory import QUIET, in_parallel, loaded_topics, resident_kib
 from dedup_broker.devservers import provide_kafka
-from harness.admin_http import http_request
 from harness.cluster_processes import ClusterProcesses
 from harness.worker_process import WorkerProcess
 
@@ -147,15 +145,6 @@ def publish_again(topics: list[Topic], threads: int) -> tuple[float, list[float]
     return wall, sorted(took)
 
 
-def loaded_topics(cluster: ClusterProcesses) -> list[int]:
-    counts = []
-    for broker in cluster:
-        status, body = http_request("GET", broker.http_url + "/metrics")
-        found = re.search(rb"^pulsar_topics_count(?:\{[^}]*\})? ([0-9.e+]+)$", body, re.M)
-        counts.append(int(float(found.group(1))) if status == 200 and found else -1)
-    return counts
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.many_topics")
     parser.add_argument("--topics", type=int, default=30_000)
@@ -203,7 +192,7 @@ def main() -> None:
             started = time.perf_counter()
             topics, first = load(clients, args.topics, args.threads)
             load_s = time.perf_counter() - started
-            per_broker = loaded_topics(cluster)
+            per_broker = [loaded_topics(broker) for broker in cluster]
             rss_mib = [resident_kib(b.process.pid) / 1024 for b in cluster if b.process]
             lines.append(
                 f"{len(topics)} topics loaded in {load_s:.0f} s ({len(topics) / load_s:.0f}/s), "
@@ -228,7 +217,7 @@ def main() -> None:
             lines.append(
                 f"a publish to each again, each received exactly once: {wall:.0f} s "
                 f"(p50 {_p(again, 0.5):.2f} s, p99 {_p(again, 0.99):.2f} s); topics still "
-                f"loaded per broker {loaded_topics(cluster)}"
+                f"loaded per broker {[loaded_topics(broker) for broker in cluster]}"
             )
         finally:
             for client in clients:

@@ -58,6 +58,17 @@ SETTLE_SECONDS = 5.0
 WARM_UP_TOPICS = 20
 
 
+def loaded_topics(broker: BrokerProcess) -> int:
+    """The broker's ``pulsar_topics_count`` gauge: the topics it has loaded."""
+    status, body = http_request("GET", broker.http_url + "/metrics")
+    if status != 200:
+        raise RuntimeError(f"/metrics: HTTP {status}")
+    found = re.search(rb"^pulsar_topics_count(?:\{[^}]*\})? ([0-9.e+]+)$", body, re.M)
+    if found is None:
+        raise RuntimeError("no pulsar_topics_count in /metrics")
+    return int(float(found.group(1)))
+
+
 def resident_kib(pid: int) -> int:
     """``VmRSS`` of ``pid`` in KiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -89,13 +100,7 @@ class Probe:
         return Reading(resident_kib(self.broker.process.pid), kafka)
 
     def loaded_topics(self) -> int:
-        status, body = http_request("GET", self.broker.http_url + "/metrics")
-        if status != 200:
-            raise RuntimeError(f"/metrics: HTTP {status}")
-        found = re.search(rb"^pulsar_topics_count(?:\{[^}]*\})? ([0-9.e+]+)$", body, re.M)
-        if found is None:
-            raise RuntimeError("no pulsar_topics_count in /metrics")
-        return int(float(found.group(1)))
+        return loaded_topics(self.broker)
 
     def internal_stats(self, name: str) -> dict[str, Any]:
         url = f"{self.broker.http_url}/admin/v2/persistent/public/default/{name}/internalStats"

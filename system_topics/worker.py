@@ -143,11 +143,11 @@ class DeletionWorker:
         """Each partition's records of one batch, all worked on at once, then one commit
         of every partition's records up to its first one not done."""
         due = [self._due_records(run) for run in runs]
-        results = await asyncio.gather(*(self._handle(msg) for run in due for msg in run))
+        results = await asyncio.gather(
+            *(asyncio.gather(*(self._handle(msg) for msg in run)) for run in due)
+        )
         commits: list[TopicPartition] = []
-        handled = iter(results)
-        for run in due:
-            done = [next(handled) for _ in run]
+        for run, done in zip(due, results, strict=True):
             finished = 0
             for msg, ok in zip(run, done, strict=True):
                 if not ok:

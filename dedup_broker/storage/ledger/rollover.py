@@ -26,7 +26,7 @@ class RolloverPolicy:
             max_size_bytes=config.managed_ledger_max_size_per_ledger_mbytes * 1024 * 1024,
             min_age_ms=config.managed_ledger_min_ledger_rollover_time_minutes * 60_000,
             max_age_ms=config.managed_ledger_max_ledger_rollover_time_minutes * 60_000,
-            inactive_ms=max(config.managed_ledger_inactive_ledger_rollover_time_seconds, 0) * 1000,
+            inactive_ms=config.managed_ledger_inactive_ledger_rollover_time_seconds * 1000,
         )
 
     @property
