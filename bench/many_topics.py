@@ -35,7 +35,8 @@ from pathlib import Path
 import pulsar
 from confluent_kafka.admin import AdminClient
 
-from bench.memory import QUIET, in_parallel, loaded_topics, resident_kib
+from bench.memory import QUIET, exit_on_sigterm, in_parallel, loaded_topics, resident_kib
+from dedup_broker.config import BrokerConfig
 from dedup_broker.devservers import provide_kafka
 from harness.cluster_processes import ClusterProcesses
 from harness.worker_process import WorkerProcess
@@ -146,6 +147,7 @@ def publish_again(topics: list[Topic], threads: int) -> tuple[float, list[float]
 
 
 def main() -> None:
+    exit_on_sigterm()
     parser = argparse.ArgumentParser(prog="python -m bench.many_topics")
     parser.add_argument("--topics", type=int, default=30_000)
     parser.add_argument("--brokers", type=int, default=3)
@@ -174,6 +176,9 @@ def main() -> None:
         "broker_deduplication_snapshot_interval_seconds": args.inactive_seconds,
         "two_phase_deletion_reconsume_later_in_seconds": 5,
         "kafka_producer_idle_topic_seconds": args.inactive_seconds,
+        # The brokers' default, not the tests' 3 s: on a saturated machine a broker's
+        # heartbeat may be late by more than that without the broker being gone.
+        "cluster_peer_timeout_millis": BrokerConfig().cluster_peer_timeout_millis,
     }
     cluster = ClusterProcesses(kafka.bootstrap_servers, log_dir, args.brokers, settings)
     worker = WorkerProcess(kafka.bootstrap_servers, cluster.cluster_name, settings, log_dir)

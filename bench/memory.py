@@ -111,6 +111,16 @@ class Probe:
         return stats
 
 
+def exit_on_sigterm() -> None:
+    """Make SIGTERM end the run like Ctrl-C: the ``finally`` blocks stop the brokers,
+    the worker and Kafka this run started, instead of leaving them running."""
+
+    def leave(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, leave)
+
+
 def in_parallel(count: int, threads: int, one: Callable[[int], None]) -> float:
     """Run ``one(0..count-1)`` on ``threads`` threads; seconds taken. Reports progress."""
     done = [0]
@@ -308,6 +318,7 @@ def _per_item(count: int, before: Reading, after: Reading) -> dict[str, float]:
 
 
 def main() -> None:
+    exit_on_sigterm()
     parser = argparse.ArgumentParser(prog="python -m bench.memory")
     parser.add_argument("--topics", type=int, default=10_000, help="idle topics (0: skip)")
     parser.add_argument("--producers", type=int, default=10_000, help="PIP-6 producers (0: skip)")

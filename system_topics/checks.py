@@ -88,6 +88,12 @@ class IntentChecker:
         self._headers = broker_client_headers(config)
         self._ssl = broker_client_ssl_context(config)
         self._config = config
+        self._session: aiohttp.ClientSession | None = None
+        """One session for every question to the brokers: its connections are kept."""
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
 
     async def evaluate(self, intent: DeletionIntent) -> Outcome:
         try:
@@ -161,11 +167,10 @@ class IntentChecker:
 
     async def _ask(self, url: str, intent: DeletionIntent) -> LedgerStatus | None:
         """What the broker at ``url`` says about the intent's copy; None without an answer."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=_HTTP_TIMEOUT, headers=self._headers)
         try:
-            async with (
-                aiohttp.ClientSession(timeout=_HTTP_TIMEOUT, headers=self._headers) as session,
-                session.get(_status_query(url, intent), ssl=self._ssl) as reply,
-            ):
+            async with self._session.get(_status_query(url, intent), ssl=self._ssl) as reply:
                 if reply.status >= 300:
                     raise ValueError(f"HTTP {reply.status} {reply.reason}")
                 return LedgerStatus((await reply.json(content_type=None))["status"])

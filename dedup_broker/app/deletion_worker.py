@@ -33,11 +33,12 @@ async def run_worker(config: BrokerConfig, metrics: WorkerMetrics, stop: asyncio
     catalog = KafkaLedgerCatalog(config)
     owners = TopicOwners(config)
     producer = SharedProducer(config, asyncio.get_running_loop())
+    checker = IntentChecker(config, catalog, owners, offloader_from_config(config))
     try:
-        checker = IntentChecker(config, catalog, owners, offloader_from_config(config))
         consumer = Consumer(worker_consumer_settings(config, DeletionTopics.from_config(config)))
         await DeletionWorker(config, consumer, checker, producer, metrics).run(stop)
     finally:
+        await checker.close()
         await producer.close()
         await catalog.close()
         await owners.close()

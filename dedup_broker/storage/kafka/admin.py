@@ -14,7 +14,6 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
@@ -34,6 +33,7 @@ from dedup_broker.errors import KafkaNotReadyError, StorageError
 from dedup_broker.kafka_logging import kafka_logger
 from dedup_broker.storage.kafka.end_offsets import PartitionEnds
 from dedup_broker.storage.kafka.producer import storage_error
+from dedup_broker.storage.kafka.topic_batches import TopicBatches
 
 log = logging.getLogger(__name__)
 
@@ -92,22 +92,6 @@ def creation_error(topic: str, exc: BaseException) -> StorageError:
     return KafkaNotReadyError(str(error)) if not_ready else error
 
 
-@dataclass
-class _PendingCreation:
-    """A topic waiting for the next CreateTopics request, and who waits for it."""
-
-    topic: NewTopic
-    done: asyncio.Future[bool]
-
-    def settle(self, created: bool) -> None:
-        if not self.done.done():
-            self.done.set_result(created)
-
-    def fail(self, error: BaseException) -> None:
-        if not self.done.done():
-            self.done.set_exception(error)
-
-
 class KafkaAdmin:
     def __init__(self, config: BrokerConfig) -> None:
         self._timeout_s = config.kafka_request_timeout_ms / 1000
@@ -120,16 +104,18 @@ class KafkaAdmin:
         }
         self._client = AdminClient(conf)
         # Kafka answers one request per connection at a time and a CreateTopics waits for
-        # the controller, so creations get their own client (offset queries do not queue
-        # behind them) and go in batches (see create_topic).
+        # the controller, so creations and deletions get their own client (offset queries
+        # do not queue behind them) and go in batches (see topic_batches).
         self._topics_client = AdminClient({**conf, "client.id": f"{conf['client.id']}-topics"})
         self._ends = PartitionEnds(self._client, self._timeout_s)
         self._metadata_requests = threading.Lock()
         """Held around every ``list_topics`` of the client, which runs in worker threads:
         librdkafka can corrupt its heap ("double free or corruption") when metadata
         requests for topics it does not know run in several threads at once."""
-        self._pending_creations: dict[str, _PendingCreation] = {}
-        self._creator: asyncio.Task[None] | None = None
+        self._creations = TopicBatches[NewTopic](
+            "create topics", self._send_creations, self._created
+        )
+        self._deletions = TopicBatches[str]("delete topics", self._send_deletions, self._deleted)
 
     async def _wait(self, what: str, future: concurrent.futures.Future[Any]) -> Any:
         try:
@@ -147,18 +133,8 @@ class KafkaAdmin:
         next one: a single-node KRaft Kafka takes about as long for a hundred topics in
         one request as for one, so loading many topics at once is not one round trip each.
         """
-        pending = self._pending_creations.get(topic)
-        if pending is not None:
-            # Asked twice before it was sent: the second asker finds it existing.
-            await asyncio.shield(pending.done)
-            return False
-        loop = asyncio.get_running_loop()
         new = NewTopic(topic, partitions, self._replication_factor, config=dict(config))
-        creation = _PendingCreation(new, loop.create_future())
-        self._pending_creations[topic] = creation
-        if self._creator is None or self._creator.done():
-            self._creator = loop.create_task(self._create_pending())
-        return await asyncio.shield(creation.done)
+        return await self._creations.ask(topic, new)
 
     async def create_topic_when_ready(
         self,
@@ -191,31 +167,33 @@ class KafkaAdmin:
             return False
         return True
 
-    async def _create_pending(self) -> None:
-        while self._pending_creations:
-            batch, self._pending_creations = self._pending_creations, {}
-            try:
-                futures = self._topics_client.create_topics(
-                    [creation.topic for creation in batch.values()],
-                    operation_timeout=self._timeout_s,
-                    request_timeout=self._timeout_s,
-                )
-            except Exception as exc:  # a refused request fails each of its creations
-                for creation in batch.values():
-                    creation.fail(storage_error("create topics", exc))
-                continue
-            for topic, creation in batch.items():
-                try:
-                    await asyncio.wrap_future(futures[topic])
-                except KafkaException as exc:
-                    if _error_code(exc) == KafkaError.TOPIC_ALREADY_EXISTS:
-                        creation.settle(False)
-                        continue
-                    # librdkafka's reason (refused credentials...) gets logged
-                    self._topics_client.poll(0)
-                    creation.fail(creation_error(topic, exc))
-                else:
-                    creation.settle(True)
+    def _send_creations(self, topics: list[NewTopic]) -> dict[str, Any]:
+        return self._topics_client.create_topics(
+            topics, operation_timeout=self._timeout_s, request_timeout=self._timeout_s
+        )
+
+    def _send_deletions(self, topics: list[str]) -> dict[str, Any]:
+        return self._topics_client.delete_topics(
+            topics, operation_timeout=self._timeout_s, request_timeout=self._timeout_s
+        )
+
+    def _created(self, topic: str, refusal: KafkaException | None) -> bool:
+        """A creation's answer: True if created, False if the topic existed already."""
+        if refusal is None:
+            return True
+        if _error_code(refusal) == KafkaError.TOPIC_ALREADY_EXISTS:
+            return False
+        self._topics_client.poll(0)  # librdkafka's reason (refused credentials...) is logged
+        raise creation_error(topic, refusal)
+
+    def _deleted(self, topic: str, refusal: KafkaException | None) -> bool:
+        """A deletion's answer: True if deleted, False if the topic did not exist."""
+        if refusal is None:
+            return True
+        if _error_code(refusal) == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return False
+        self._topics_client.poll(0)
+        raise storage_error(f"delete topic {topic}", refusal)
 
     async def topic_exists(self, topic: str) -> bool:
         return await asyncio.to_thread(self._topic_exists, topic)
@@ -247,31 +225,13 @@ class KafkaAdmin:
             return sorted(self._client.list_topics(timeout=self._timeout_s).topics)
 
     async def delete_topic(self, topic: str) -> bool:
-        """Delete ``topic``; False if it did not exist."""
-        futures = self._topics_client.delete_topics(
-            [topic], operation_timeout=self._timeout_s, request_timeout=self._timeout_s
-        )
-        try:
-            await asyncio.wrap_future(futures[topic])
-        except KafkaException as exc:
-            if _error_code(exc) == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                return False
-            raise storage_error(f"delete topic {topic}", exc) from exc
-        return True
+        """Delete ``topic``; False if it did not exist. Deletions asked while one is in
+        flight go together in the next request (see topic_batches)."""
+        return await self._deletions.ask(topic, topic)
 
     async def delete_topics(self, topics: list[str]) -> None:
         """Delete ``topics``; ones that do not exist are not an error."""
-        if not topics:
-            return
-        futures = self._topics_client.delete_topics(
-            topics, operation_timeout=self._timeout_s, request_timeout=self._timeout_s
-        )
-        for topic, future in futures.items():
-            try:
-                await asyncio.wrap_future(future)
-            except KafkaException as exc:
-                if _error_code(exc) != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    raise storage_error(f"delete topic {topic}", exc) from exc
+        await asyncio.gather(*(self.delete_topic(topic) for topic in topics))
 
     async def _list_offsets(
         self,

@@ -1,5 +1,5 @@
-"""The storage layer's admin client: topic creation and end-offset queries, many at once
-in shared requests."""
+"""The storage layer's admin client: topic creation, deletion and end-offset queries, many
+at once in shared requests."""
 
 from __future__ import annotations
 
@@ -49,6 +49,45 @@ def test_concurrent_creations_each_get_their_own_answer(
     resource = ConfigResource(ConfigResource.Type.TOPIC, f"{prefix}-017")
     described = admin.describe_configs([resource])[resource].result()
     assert described["retention.ms"].value == "60017"
+
+
+async def settled(kafka: KafkaAdmin, prefix: str, expected: set[str]) -> set[str]:
+    """Topics named ``prefix...``, once they are ``expected`` or 30 s passed (a broker
+    learns of a deletion its controller committed a moment later)."""
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        found = {t for t in await kafka.list_topics() if t.startswith(prefix)}
+        if found == expected or asyncio.get_running_loop().time() > deadline:
+            return found
+        await asyncio.sleep(0.2)
+
+
+def test_concurrent_deletions_each_get_their_own_answer(make_config: ConfigFactory) -> None:
+    """Deletions asked for together go in shared requests: every topic is gone, and each
+    caller learns whether its topic existed."""
+    config = make_config()
+    prefix = f"{config.cluster_name}.deleted"
+
+    async def scenario() -> None:
+        kafka = KafkaAdmin(config)
+        names = [f"{prefix}-{i:03d}" for i in range(80)]
+        assert await asyncio.gather(*(kafka.create_topic(name, {}) for name in names)) == [
+            True
+        ] * len(names)
+        kept = f"{prefix}-kept"
+        await kafka.create_topic(kept, {})
+        deleted = await asyncio.gather(
+            *(kafka.delete_topic(name) for name in names),
+            kafka.delete_topic(f"{prefix}-never-created"),
+        )
+        assert deleted == [True] * len(names) + [False]
+        assert await settled(kafka, prefix, {kept}) == {kept}
+        # Gone already: not an error for delete_topics, False for delete_topic.
+        await kafka.delete_topics([*names[:5], kept])
+        assert await kafka.delete_topic(names[0]) is False
+        assert await settled(kafka, prefix, set()) == set()
+
+    run(scenario)
 
 
 def test_ends_asked_together_each_get_their_own_answer(
