@@ -79,6 +79,7 @@ bench: $(STAMP)
 	$(PY) -m bench.failover
 	$(PY) -m bench.producer_memory
 	$(PY) -m bench.memory
+	$(PY) -m bench.deletion_worker
 	$(PY) -m bench.many_topics
 
 kafka-up: $(STAMP)

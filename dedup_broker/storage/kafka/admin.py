@@ -16,7 +16,13 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicCollection,
+    TopicPartition,
+)
 
 # These names are public API; the package's stubs merely do not re-export them.
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
@@ -116,6 +122,12 @@ class KafkaAdmin:
             "create topics", self._send_creations, self._created
         )
         self._deletions = TopicBatches[str]("delete topics", self._send_deletions, self._deleted)
+        self._descriptions = TopicBatches[str](
+            "describe topics", self._send_descriptions, self._described, shared=True
+        )
+        self._creation_checks = TopicBatches[NewTopic](
+            "check topics", self._send_creation_checks, self._created, shared=True
+        )
 
     async def _wait(self, what: str, future: concurrent.futures.Future[Any]) -> Any:
         try:
@@ -196,22 +208,42 @@ class KafkaAdmin:
         raise storage_error(f"delete topic {topic}", refusal)
 
     async def topic_exists(self, topic: str) -> bool:
-        return await asyncio.to_thread(self._topic_exists, topic)
+        """Whether ``topic`` exists; never False for a topic Kafka's controller has.
 
-    def _topic_exists(self, topic: str) -> bool:
-        try:
-            with self._metadata_requests:
-                metadata = self._client.list_topics(topic, timeout=self._timeout_s)
-            described = metadata.topics.get(topic)
-        except KafkaException as exc:
-            raise storage_error(f"describe topic {topic}", exc) from exc
-        if described is None:
-            return False
-        if described.error is None:
+        Asked together with the other such questions of the moment, in one DescribeTopics
+        (a Metadata request per topic, one at a time, grew to seconds each on a Kafka busy
+        with tens of thousands of partitions). A broker answers that from its copy of the
+        cluster's metadata, which lags its controller by up to about a minute while
+        thousands of topics are created: "unknown" is asked again of the controller
+        itself, as a validate-only creation (which fails if the topic exists), so a
+        ledger created a moment ago is never taken for one already deleted. (A topic
+        deleted a moment ago may still be described: deleting it again says so.)
+        """
+        if await self._descriptions.ask(topic, topic):
             return True
-        if described.error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+        new = NewTopic(topic, 1, self._replication_factor)
+        return not await self._creation_checks.ask(topic, new)
+
+    def _send_creation_checks(self, topics: list[NewTopic]) -> dict[str, Any]:
+        return self._topics_client.create_topics(
+            topics,
+            validate_only=True,
+            operation_timeout=self._timeout_s,
+            request_timeout=self._timeout_s,
+        )
+
+    def _send_descriptions(self, topics: list[str]) -> dict[str, Any]:
+        return self._client.describe_topics(
+            TopicCollection(topics), request_timeout=self._timeout_s
+        )
+
+    def _described(self, topic: str, refusal: KafkaException | None) -> bool:
+        """A description's answer: True if the topic exists, False if it does not."""
+        if refusal is None:
+            return True
+        if _error_code(refusal) == KafkaError.UNKNOWN_TOPIC_OR_PART:
             return False
-        raise storage_error(f"describe topic {topic}", described.error)
+        raise storage_error(f"describe topic {topic}", refusal)
 
     async def list_topics(self) -> list[str]:
         """Every topic of the Kafka cluster, sorted."""

@@ -1,10 +1,14 @@
-"""Topic creations and deletions sent to Kafka in batches.
+"""Topic creations, deletions and descriptions sent to Kafka in batches.
 
 Kafka answers one request per connection at a time, and a CreateTopics or DeleteTopics
 request waits for the controller: one topic per request, a deletion worker deleted about
 35 ledger topics a second, the same request with a hundred topics in it took about as
 long as with one. So what is asked while a request is in flight goes together in the
 next one, and a caller waits only for its own topic's answer.
+
+A request carries at most ``MAX_TOPICS_PER_REQUEST`` topics: Kafka's controller refuses
+a request that would write too many records at once ("Unable to perform excessively
+large batch operation", seen with 2,000 ledger topics, each with its configuration).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from typing import Generic, TypeVar
 from confluent_kafka import KafkaException
 
 from dedup_broker.errors import StorageError
+
+MAX_TOPICS_PER_REQUEST = 500
 
 Item = TypeVar("Item")
 SendBatch = Callable[[list[Item]], Mapping[str, "concurrent.futures.Future[None]"]]
@@ -41,10 +47,17 @@ class _Pending(Generic[Item]):
 
 
 class TopicBatches(Generic[Item]):
-    """One kind of topic request (``what``: "create topics", "delete topics")."""
+    """One kind of topic request (``what``: "create topics", "delete topics").
 
-    def __init__(self, what: str, send: SendBatch[Item], answer: Answer) -> None:
+    ``shared``: a topic asked for again before its request was sent gets the same
+    answer (a question); otherwise False (an action: done by the first asker).
+    """
+
+    def __init__(
+        self, what: str, send: SendBatch[Item], answer: Answer, shared: bool = False
+    ) -> None:
         self._what = what
+        self._shared = shared
         self._send = send
         self._answer = answer
         self._pending: dict[str, _Pending[Item]] = {}
@@ -53,13 +66,14 @@ class TopicBatches(Generic[Item]):
     async def ask(self, topic: str, item: Item) -> bool:
         """Kafka's answer for ``topic``, sent with whatever else is asked meanwhile.
 
-        Asked again before the first was sent, the second asker gets False (for a
-        creation: it existed; for a deletion: it was gone), as it would one request later.
+        Asked again before the first was sent, the second asker of an action gets False
+        (for a creation: it existed; for a deletion: it was gone), as it would one request
+        later; the second asker of a question gets the same answer.
         """
         pending = self._pending.get(topic)
         if pending is not None:
-            await asyncio.shield(pending.done)
-            return False
+            answer = await asyncio.shield(pending.done)
+            return answer if self._shared else False
         loop = asyncio.get_running_loop()
         mine = _Pending(item, loop.create_future())
         self._pending[topic] = mine
@@ -69,7 +83,8 @@ class TopicBatches(Generic[Item]):
 
     async def _send_pending(self) -> None:
         while self._pending:
-            batch, self._pending = self._pending, {}
+            topics = list(self._pending)[:MAX_TOPICS_PER_REQUEST]
+            batch = {topic: self._pending.pop(topic) for topic in topics}
             try:
                 futures = self._send([pending.item for pending in batch.values()])
             except Exception as exc:  # a refused request fails each of its topics

@@ -6,7 +6,11 @@ from __future__ import annotations
 import asyncio
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+)
 
 from dedup_broker.errors import StorageError
 from dedup_broker.storage.kafka.admin import KafkaAdmin
@@ -82,9 +86,42 @@ def test_concurrent_deletions_each_get_their_own_answer(make_config: ConfigFacto
         )
         assert deleted == [True] * len(names) + [False]
         assert await settled(kafka, prefix, {kept}) == {kept}
+        # Existence asked for many topics at once (shared DescribeTopics requests).
+        exists = await asyncio.gather(*(kafka.topic_exists(t) for t in [kept, *names, kept]))
+        assert exists == [True] + [False] * len(names) + [True]
         # Gone already: not an error for delete_topics, False for delete_topic.
         await kafka.delete_topics([*names[:5], kept])
         assert await kafka.delete_topic(names[0]) is False
+        assert await settled(kafka, prefix, set()) == set()
+
+    run(scenario)
+
+
+def test_a_topic_created_a_moment_ago_exists_while_brokers_still_learn_of_it(
+    make_config: ConfigFactory, admin: AdminClient
+) -> None:
+    """Right after thousands of creations a broker's metadata lags its controller (seen:
+    up to a minute); the topics exist all the same, and one never created does not."""
+    config = make_config()
+    prefix = f"{config.cluster_name}.burst"
+    names = [f"{prefix}-{i:04d}" for i in range(1500)]
+    for start in range(0, len(names), 500):
+        futures = admin.create_topics(
+            [NewTopic(name, 1, 1) for name in names[start : start + 500]], operation_timeout=60
+        )
+        for future in futures.values():
+            future.result()
+
+    async def scenario() -> None:
+        kafka = KafkaAdmin(config)
+        checked = [names[-1], names[-2], names[0], f"{prefix}-never"]
+        assert await asyncio.gather(*(kafka.topic_exists(t) for t in checked)) == [
+            True,
+            True,
+            True,
+            False,
+        ]
+        await kafka.delete_topics(names)
         assert await settled(kafka, prefix, set()) == set()
 
     run(scenario)

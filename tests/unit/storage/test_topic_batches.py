@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from dedup_broker.errors import StorageError
-from dedup_broker.storage.kafka.topic_batches import TopicBatches
+from dedup_broker.storage.kafka.topic_batches import MAX_TOPICS_PER_REQUEST, TopicBatches
 
 GONE = KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, "unknown"))
 REFUSED = KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "not allowed"))
@@ -81,3 +81,26 @@ async def test_a_refused_request_fails_its_topics_and_the_next_request_goes_out(
     with pytest.raises(StorageError, match="request refused"):
         await batches.ask("a", "a")
     assert await batches.ask("b", "b") is True
+
+
+async def test_a_question_asked_twice_before_it_was_sent_gets_the_same_answer() -> None:
+    kafka = Kafka({"missing": GONE})
+    questions = TopicBatches[str]("describe topics", kafka.send, deleted, shared=True)
+    answers = await asyncio.gather(
+        questions.ask("there", "there"),
+        questions.ask("there", "there"),
+        questions.ask("missing", "missing"),
+        questions.ask("missing", "missing"),
+    )
+    assert list(answers) == [True, True, False, False]
+    assert sorted(t for request in kafka.requests for t in request) == ["missing", "there"]
+
+
+async def test_a_request_carries_at_most_the_topics_kafka_accepts_at_once() -> None:
+    kafka = Kafka()
+    batches = TopicBatches[str]("create topics", kafka.send, deleted)
+    count = 2 * MAX_TOPICS_PER_REQUEST + 7
+    answers = await asyncio.gather(*(batches.ask(f"t-{i}", f"t-{i}") for i in range(count)))
+    assert answers == [True] * count
+    assert max(len(request) for request in kafka.requests) == MAX_TOPICS_PER_REQUEST
+    assert sum(len(request) for request in kafka.requests) == count
