@@ -243,7 +243,11 @@ class Cluster:
         up to ``wait_seconds``, then ServiceNotReady (the client retries)."""
         return await self._live_owner(self.slot_of(name), wait_seconds)
 
-    async def _live_owner(self, slot: int, wait_seconds: float) -> BrokerAddress:
+    async def _live_owner(
+        self, slot: int, wait_seconds: float, others_needed: bool = False
+    ) -> BrokerAddress:
+        """``others_needed``: give up at once when the group lists no other broker (no one
+        is left to take the slot)."""
         deadline = time.monotonic() + wait_seconds
         settled = time.monotonic() + min(REBALANCE_WAIT_SECONDS, wait_seconds)
         max_age = 1.0
@@ -253,9 +257,12 @@ class Cluster:
                 return self.address
             try:
                 view = await self.directory.view(max_age)
+                read = True
             except ServiceNotReadyError as exc:
-                view, reason = ClusterView(), str(exc)
+                view, reason, read = ClusterView(), str(exc), False
             owner = view.owners.get(slot)
+            if others_needed and read and not self._others_in(view):
+                raise ServiceNotReadyError(f"slot {slot}: no other broker is in the cluster")
             if owner is not None:
                 if owner.same_endpoint(self.address):
                     reason = "it is moving to this broker"
@@ -277,10 +284,13 @@ class Cluster:
         """The broker a slot that left this one went to, once the group names it and it
         answers (``None`` if that takes longer than ``HANDOVER_WAIT_SECONDS``)."""
         try:
-            owner = await self._live_owner(slot, HANDOVER_WAIT_SECONDS)
+            owner = await self._live_owner(slot, HANDOVER_WAIT_SECONDS, others_needed=True)
         except ServiceNotReadyError:
             return None
         return None if owner.same_endpoint(self.address) else owner
+
+    def _others_in(self, view: ClusterView) -> bool:
+        return any(not b.same_endpoint(self.address) for b in view.members.values())
 
     # --- the other members: watched, and removed when gone --------------------------------
     async def _watch(self) -> None:
