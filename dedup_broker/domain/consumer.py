@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from dedup_broker.domain_base.dates import pulsar_date
 from dedup_broker.domain_base.handover import Destination
+from dedup_broker.domain_base.producer import NO_METADATA
 from dedup_broker.errors import PermanentError
 from dedup_broker.storage.api import Entry, Position
 
@@ -112,6 +113,10 @@ class ConsumerSubscription(Protocol):
     def consumer_left(self, consumer: Consumer) -> None: ...
 
 
+_NO_PENDING: dict[Position, int] = {}
+"""Never written: a consumer makes its own table when it sends its first entry."""
+
+
 @dataclass(eq=False, slots=True)
 class Consumer:
     """Permits, messages in flight and counters of one consumer."""
@@ -122,8 +127,9 @@ class Consumer:
     subscription_name: str
     priority_level: int = 0
     permits: int = 0
-    pending: dict[Position, int] = field(default_factory=dict)
-    """Entries sent and not yet acknowledged -> number of messages in the entry."""
+    pending: dict[Position, int] = field(default_factory=lambda: _NO_PENDING)
+    """Entries sent and not yet acknowledged -> number of messages in the entry (one
+    shared empty table while there are none: an idle consumer holds no table)."""
     unacked_messages: int = 0
     epoch: int = 0
     partition_index: int = -1
@@ -137,7 +143,7 @@ class Consumer:
     """It heard REACHED_END_OF_TOPIC (a terminated topic tells each consumer once)."""
     key_shared: KeySharedSettings | None = None
     """Key_Shared subscriptions: the consumer's mode, ranges and ordering choice."""
-    metadata: dict[str, str] = field(default_factory=dict)
+    metadata: Mapping[str, str] = field(default_factory=lambda: NO_METADATA)
     """The consumer's properties (``CommandSubscribe.metadata``)."""
     client_version: str = ""
     subscription: ConsumerSubscription = field(init=False)
@@ -149,6 +155,8 @@ class Consumer:
     def send(self, deliveries: list[Delivery], tracked: bool = True) -> None:
         """Hand the entries to the link in one write; ``tracked``: they stay in flight
         until acknowledged (messages of a non-persistent topic are not tracked)."""
+        if tracked and self.pending is _NO_PENDING:
+            self.pending = {}
         for delivery in deliveries:
             if tracked:
                 self.pending[delivery.entry.position] = delivery.messages
@@ -164,6 +172,8 @@ class Consumer:
         count = self.pending.pop(position, None)
         if count is None:
             return False
+        if not self.pending:
+            self.pending = _NO_PENDING
         self.unacked_messages -= count
         return True
 
@@ -174,7 +184,7 @@ class Consumer:
     def take_pending(self) -> list[Position]:
         """Every in-flight position, clearing the set (for redelivery)."""
         positions = list(self.pending)
-        self.pending.clear()
+        self.pending = _NO_PENDING
         self.unacked_messages = 0
         return positions
 

@@ -14,7 +14,7 @@ from dedup_broker.domain.handovers import Handovers
 from dedup_broker.domain.listing import NamespaceListing
 from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.non_persistent.topic import NonPersistentTopic
-from dedup_broker.domain.topic import Topic, TopicServices
+from dedup_broker.domain.topic import Topic, TopicServices, apply_key_dedup_policy
 from dedup_broker.domain_base.handover import Destination
 from dedup_broker.domain_base.names import TopicDomain, TopicName
 from dedup_broker.errors import (
@@ -222,7 +222,11 @@ class TopicRegistry:
         return (await self.get_topic(name)).key_dedup
 
     def loaded_key_dedups(self) -> list[TopicKeyDedup]:
-        return [t.key_dedup for t in self.topics.values()]
+        return [t.made_key_dedup for t in self.topics.values() if t.made_key_dedup is not None]
+
+    async def apply_key_dedup_policies(self) -> None:
+        for topic in list(self.topics.values()):
+            await apply_key_dedup_policy(topic)
 
     def non_persistent_topics_of_namespace(self, namespace: str) -> list[str]:
         """The non-persistent topics live on this broker in a namespace."""

@@ -79,11 +79,12 @@ class Topic(ProducerHost):
     __slots__ = (
         "_appends_in_flight",
         "_appends_settled",
+        "_compaction",
+        "_companions",
         "_last_entry_batch",
         "bytes_in",
-        "compaction",
         "dedup",
-        "key_dedup",
+        "made_key_dedup",
         "managed_ledger",
         "msgs_in",
         "services",
@@ -108,11 +109,12 @@ class Topic(ProducerHost):
         self.dedup = TopicDeduplication(
             name, ledger, services.config, services.policies, self.producers
         )
-        self.key_dedup = TopicKeyDedup(name, ledger, services.key_dedup, self)
+        self.made_key_dedup: TopicKeyDedup | None = None
+        """Made when a policy turns key deduplication on (most topics never have it)."""
         ledger.on_write_failure_resolved = self._write_failure_resolved
-        self.compaction = TopicCompaction(
-            ledger, companions, services.config.topic_compaction_retain_null_key
-        )
+        self._companions = companions
+        self._compaction: TopicCompaction | None = None
+        """Made on first use: a compaction, a compacted read, its stats."""
         self._appends_in_flight = 0
         self._appends_settled = LazyEvent(True)
         self.terminated_at = terminated_position(ledger.properties)
@@ -139,8 +141,26 @@ class Topic(ProducerHost):
                 cursor_name, cursor, SubscriptionType.EXCLUSIVE, durable=True
             )
         await topic.dedup.apply_policy()
-        await topic.key_dedup.apply_policy()
+        await apply_key_dedup_policy(topic)
         return topic
+
+    @property
+    def key_dedup(self) -> TopicKeyDedup:
+        if self.made_key_dedup is None:
+            self.made_key_dedup = TopicKeyDedup(
+                self.name, self.managed_ledger, self.services.key_dedup, self
+            )
+        return self.made_key_dedup
+
+    @property
+    def compaction(self) -> TopicCompaction:
+        if self._compaction is None:
+            self._compaction = TopicCompaction(
+                self.managed_ledger,
+                self._companions,
+                self.services.config.topic_compaction_retain_null_key,
+            )
+        return self._compaction
 
     def _new_subscription(
         self, name: str, cursor: ManagedCursor, sub_type: SubscriptionType, durable: bool
@@ -190,8 +210,9 @@ class Topic(ProducerHost):
         the producer's turn (:mod:`send_order`)."""
 
         def now() -> PublishResult:
-            if self.key_dedup.intercepts:
-                return self.key_dedup.submit(producer, send, entry, metadata)
+            key_dedup = self.made_key_dedup
+            if key_dedup is not None and key_dedup.intercepts:
+                return key_dedup.submit(producer, send, entry, metadata)
             return self.append_checked(producer, send, entry, metadata)
 
         return publish_in_turn(producer, now)
@@ -199,7 +220,8 @@ class Topic(ProducerHost):
     def _write_failure_resolved(self, told: Position, truth: Position) -> None:
         """A failed write's outcome is known: both deduplications settle what was in doubt."""
         self.dedup.write_failure_resolved(told, truth)
-        self.key_dedup.write_failure_resolved(told, truth)
+        if self.made_key_dedup is not None:
+            self.made_key_dedup.write_failure_resolved(told, truth)
 
     def append_checked(
         self,
@@ -300,7 +322,7 @@ class Topic(ProducerHost):
                 "read_compacted is only allowed on Exclusive and Failover subscriptions "
                 f"(and readers), not {sub_type.name}"
             )
-        self._check_consumer_limits(name)
+        _check_consumer_limits(self, name)
         check_not_reserved(name)
         subscription = self.subscriptions.get(name)
         if subscription is not None and subscription.durable != durable:
@@ -326,20 +348,6 @@ class Topic(ProducerHost):
         if read_compacted:
             subscription.read_compacted(self.compaction.view, None if durable else start)
         return subscription
-
-    def _check_consumer_limits(self, subscription_name: str) -> None:
-        per_topic = self.config.max_consumers_per_topic
-        if per_topic and sum(len(s.consumers) for s in self.subscriptions.values()) >= per_topic:
-            raise ConsumerBusyError(
-                f"Topic {self.name} reached max consumers limit (maxConsumersPerTopic={per_topic})"
-            )
-        per_subscription = self.config.max_consumers_per_subscription
-        subscription = self.subscriptions.get(subscription_name)
-        if per_subscription and subscription and len(subscription.consumers) >= per_subscription:
-            raise ConsumerBusyError(
-                f"Subscription {subscription_name} reached max consumers limit "
-                f"(maxConsumersPerSubscription={per_subscription})"
-            )
 
     def consumer_closed(self, consumer: Consumer) -> None:
         """The consumer's client closed it, or its connection went away."""
@@ -408,9 +416,9 @@ class Topic(ProducerHost):
         await self.dedup.housekeeping()
         if offload_threshold_in_seconds(self.services.policies, self.config, self.name) >= 0:
             self.managed_ledger.offloads.check_soon()
-        await self.compaction.check_threshold(
-            compaction_threshold(self.services.policies, self.config, self.name)
-        )
+        threshold = compaction_threshold(self.services.policies, self.config, self.name)
+        if threshold > 0 or self._compaction is not None:
+            await self.compaction.check_threshold(threshold)
 
     async def close(self, destination: Destination | None = None) -> None:
         """Unload: dispatch stops, producers are told to go (their clients reconnect and
@@ -425,8 +433,10 @@ class Topic(ProducerHost):
         for producer in list(self.producers.values()):
             self.remove_producer(producer)
             producer.link.close_producer(producer, destination)
-        await self.key_dedup.close()
-        await self.compaction.close()
+        if self.made_key_dedup is not None:
+            await self.made_key_dedup.close()
+        if self._compaction is not None:
+            await self._compaction.close()
         await self._appends_settled.wait()
         await self.dedup.close()
         await let_acks_arrive(c for s in self.subscriptions.values() for c in s.consumers)
@@ -444,7 +454,11 @@ class Topic(ProducerHost):
             "averageMsgSize": self.bytes_in / self.msgs_in if self.msgs_in else 0.0,
             "storageSize": self.managed_ledger.total_size,
             "deduplicationStatus": self.dedup.status.value,
-            "keyDeduplication": self.key_dedup.stats(),
+            "keyDeduplication": (
+                self.made_key_dedup.stats()
+                if self.made_key_dedup is not None
+                else {"enabled": False}
+            ),
             "publishers": [p.stats() for p in self.producers.values()],
             "waitingPublishers": len(self.access.waiting),
             "topicEpoch": self.access.epoch,
@@ -453,42 +467,29 @@ class Topic(ProducerHost):
             "compaction": self.compaction.stats(),
         }
 
-    def internal_stats(self) -> dict[str, object]:
-        ledger = self.managed_ledger
-        cursors: dict[str, object] = {}
-        for name, cursor in ledger.cursors.opened().items():
-            cursors[name] = {
-                "markDeletePosition": str(cursor.mark_delete_position),
-                "readPosition": str(cursor.read_position),
-                "persistedMarkDeletePosition": str(cursor.persisted_mark_delete_position),
-                "individuallyDeletedMessages": [
-                    f"[{a}..{b}]" for a, b in cursor.individually_deleted_ranges()
-                ],
-                "properties": dict(cursor.properties),
-                "messagesConsumedCounter": ledger.number_of_entries() - cursor.backlog(),
-                "numberOfEntriesSinceFirstNotAckedMessage": cursor.backlog(),
-            }
-        return {
-            "entriesAddedCounter": ledger.entries_added,
-            "numberOfEntries": ledger.number_of_entries(),
-            "totalSize": ledger.total_size,
-            "state": ledger.state,
-            "lastConfirmedEntry": str(ledger.last_confirmed),
-            "ledgers": [
-                {
-                    "ledgerId": info.ledger_id,
-                    "entries": info.entries,
-                    "size": info.size,
-                    "timestamp": info.timestamp_ms,
-                    "offloaded": info.offloaded,
-                }
-                for info in ledger.ledgers()
-            ],
-            "cursors": cursors,
-            "deduplication": self.dedup.stats(),
-        }
-
 
 def _refused(name: TopicName, send: pb.CommandSend, exc: BrokerError) -> PublishResult:
     log.warning("publish on %s refused (seq %d): %s", name, send.sequence_id, exc)
     return settled(PublishOutcome.failed(exc))
+
+
+async def apply_key_dedup_policy(topic: Topic) -> None:
+    """Key deduplication as the topic's policy says; nothing is made while it is off."""
+    policy = topic.services.key_dedup.policy_for(topic.name)
+    if topic.made_key_dedup is not None or policy.enabled:
+        await topic.key_dedup.apply_policy()
+
+
+def _check_consumer_limits(topic: Topic, subscription_name: str) -> None:
+    per_topic = topic.config.max_consumers_per_topic
+    if per_topic and sum(len(s.consumers) for s in topic.subscriptions.values()) >= per_topic:
+        raise ConsumerBusyError(
+            f"Topic {topic.name} reached max consumers limit (maxConsumersPerTopic={per_topic})"
+        )
+    per_subscription = topic.config.max_consumers_per_subscription
+    subscription = topic.subscriptions.get(subscription_name)
+    if per_subscription and subscription and len(subscription.consumers) >= per_subscription:
+        raise ConsumerBusyError(
+            f"Subscription {subscription_name} reached max consumers limit "
+            f"(maxConsumersPerSubscription={per_subscription})"
+        )

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Protocol
 
 from dedup_broker.domain_base.dates import pulsar_date
@@ -20,6 +22,10 @@ class ProducerAccessMode(enum.IntEnum):
     EXCLUSIVE = 1
     WAIT_FOR_EXCLUSIVE = 2
     EXCLUSIVE_WITH_FENCING = 3
+
+
+NO_METADATA: Mapping[str, str] = MappingProxyType({})
+"""The properties of every producer and consumer that sent none (most): one shared."""
 
 
 class ProducerLink(Protocol):
@@ -47,7 +53,7 @@ class Producer:
     bytes_in: int = 0
     pending_sends: int = 0
     closed: bool = False
-    metadata: dict[str, str] = field(default_factory=dict)
+    metadata: Mapping[str, str] = field(default_factory=lambda: NO_METADATA)
     """The producer's properties (``CommandProducer.metadata``)."""
     client_version: str = ""
     turn: asyncio.Future[BaseException | None] | None = None

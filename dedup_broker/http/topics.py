@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from dedup_broker.cluster.service import NotOwnerError
 from dedup_broker.config import BrokerConfig, snake_case
+from dedup_broker.domain import topic_stats
 from dedup_broker.domain.listing import NamespaceListing
 from dedup_broker.domain.partitioned import PartitionedTopics, TopicExistsError
 from dedup_broker.domain.registry import TopicBusyError, TopicRegistry
@@ -228,7 +229,7 @@ class _TopicsApi:
 
     async def internal_stats(self, request: web.Request) -> web.Response:
         topic = await self.topics.loaded(topic_of(request))
-        return json_response(topic.internal_stats())
+        return json_response(topic_stats.internal_stats(topic))
 
     async def last_message_id(self, request: web.Request) -> web.Response:
         """As Pulsar's: the last stored message (entry id -1 when the topic is empty)."""

@@ -55,7 +55,11 @@ class TopicDirectory(Protocol):
     async def key_dedup_of(self, name: TopicName) -> ScopeMember:
         """The topic's key deduplication, loading the topic if needed."""
 
-    def loaded_key_dedups(self) -> Sequence[ScopeMember]: ...
+    def loaded_key_dedups(self) -> Sequence[ScopeMember]:
+        """Those of the loaded topics that have one (key deduplication was on there)."""
+
+    async def apply_key_dedup_policies(self) -> None:
+        """Every loaded topic follows its key deduplication policy as it is now."""
 
 
 class KeyDedupService:
@@ -168,8 +172,7 @@ class KeyDedupService:
         return False
 
     async def apply_policies(self) -> None:
-        for member in self.directory.loaded_key_dedups():
-            await member.apply_policy()
+        await self.directory.apply_key_dedup_policies()
 
     def stats(self) -> dict[str, Any]:
         store = self.store

@@ -13,6 +13,7 @@ from dedup_broker.domain.key_hash import KeySharedMode, KeySharedSettings
 from dedup_broker.domain.non_persistent.topic import NonPersistentTopic
 from dedup_broker.domain.topic import LATEST_LEDGER_ID
 from dedup_broker.domain_base.handover import Destination, outcome
+from dedup_broker.domain_base.producer import NO_METADATA
 from dedup_broker.errors import PermanentError, ProtocolError, ServiceNotReadyError
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
@@ -173,7 +174,7 @@ class ConsumerCommands:
                 key_shared=_key_shared_settings(request)
                 if sub_type == SubscriptionType.KEY_SHARED
                 else None,
-                metadata={kv.key: kv.value for kv in request.metadata},
+                metadata={kv.key: kv.value for kv in request.metadata} or NO_METADATA,
                 client_version=self.connection.client_version,
             )
             durable = request.durable if request.HasField("durable") else True

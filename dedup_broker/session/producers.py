@@ -21,7 +21,7 @@ from dedup_broker.domain_base.outcomes import (
     PublishResult,
     settled,
 )
-from dedup_broker.domain_base.producer import Producer, ProducerAccessMode
+from dedup_broker.domain_base.producer import NO_METADATA, Producer, ProducerAccessMode
 from dedup_broker.errors import ChecksumError, ProtocolError
 from dedup_broker.lazy import LazyDeque
 from dedup_broker.protocol import commands
@@ -179,7 +179,7 @@ class ProducerCommands:
                 user_provided_name=user_named,
                 access_mode=access_mode,
                 topic_epoch=request.topic_epoch if request.HasField("topic_epoch") else None,
-                metadata={kv.key: kv.value for kv in request.metadata},
+                metadata={kv.key: kv.value for kv in request.metadata} or NO_METADATA,
                 client_version=self.connection.client_version,
             )
             self._waiting[request.producer_id] = (producer, topic)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import StorageError
@@ -186,8 +186,13 @@ class KafkaReader:
             if len(pooled.known_topics) >= _MAX_KNOWN_TOPICS:
                 pooled.renew()
             # Without this the client learns a new topic's leader only on its next
-            # periodic metadata scan, up to a second later.
-            pooled.consumer.list_topics(topic, timeout=self._timeout_s)
+            # periodic metadata scan, up to a second later. Only a shortcut: when it
+            # fails (Kafka busy or restarting) the read goes on and says what it met.
+            try:
+                pooled.consumer.list_topics(topic, timeout=self._timeout_s)
+            except KafkaException as exc:
+                log.debug("metadata of %s before a read failed: %s", topic, exc)
+                return
             pooled.known_topics.add(topic)
 
     def _fetch_blocking(

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dedup_broker.errors import ManagedLedgerClosedError
-from dedup_broker.storage.api import MetadataTable, WriteFence
+from dedup_broker.storage.api import WriteFence
 from dedup_broker.storage.ledger.appends import AppendPipeline
 from dedup_broker.storage.ledger.confirmed import ConfirmedLedgers
 from dedup_broker.storage.ledger.context import StorageContext
@@ -30,7 +30,6 @@ from dedup_broker.storage.ledger.opening import open_ledger_list
 from dedup_broker.storage.ledger.recovery import WriteRecovery
 from dedup_broker.storage.ledger.rolling import LedgerRollover
 from dedup_broker.storage.ledger.trimmer import LedgerTrimmer
-from dedup_broker.storage.tables.metadata_table import WritesThrough
 from dedup_broker.storage.values import LedgerState, LedgerToDelete, Position
 
 log = logging.getLogger(__name__)
@@ -144,11 +143,7 @@ async def open_kafka_ledger(
     and start a ledger for appends (or leave that to the first append: lazy creation).
     With ``fence``, acknowledgements and metadata writes go through the slot's write
     fence."""
-    infos: MetadataTable = ctx.managed_ledger_infos
-    cursor_infos: MetadataTable = ctx.cursor_infos
-    if fence is not None:
-        infos = WritesThrough(ctx.managed_ledger_infos, fence)
-        cursor_infos = WritesThrough(ctx.cursor_infos, fence)
+    infos, cursor_infos = ctx.tables(fence)
     confirmed = ConfirmedLedgers(name)
     info = LedgerInfoWriter(name, infos)
     side = _KafkaWriteSide(ctx, confirmed, LedgerListStore(name, confirmed, info, ctx.cache), fence)
@@ -177,7 +172,7 @@ async def open_kafka_ledger(
     return ledger
 
 
-@dataclass
+@dataclass(slots=True)
 class _KafkaWriteSide:
     """Builds the write side once the managed ledger it serves exists."""
 

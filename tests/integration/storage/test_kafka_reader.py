@@ -1,10 +1,12 @@
-"""The broker's Kafka readers: fresh consumers in place of ones that learned many topics."""
+"""The broker's Kafka readers: fresh consumers in place of ones that learned many topics;
+a failed metadata request before a read does not fail the read."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from dedup_broker.storage.kafka import reader as reader_module
 from dedup_broker.storage.kafka.admin import KafkaAdmin
@@ -47,6 +49,43 @@ def test_reads_stay_exact_across_consumer_renewals(
                     end = await reader.scan(name, 0, RECORDS, _collect_into(scanned))
                     assert end == RECORDS
                 assert scanned == expected
+        finally:
+            reader.close()
+            await producer.close()
+
+    run(scenario)
+
+
+class _NoMetadataConsumer(Consumer):
+    """Its metadata requests fail as when Kafka is busy (``Broker transport failure``)."""
+
+    def list_topics(self, *args: object, **kwargs: object) -> object:
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+
+
+def test_a_failed_metadata_request_does_not_fail_the_read(
+    make_config: ConfigFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The metadata request a reader sends before its first read of a topic only speeds
+    the read up: when it fails the records are read all the same (a deletion worker died
+    of that error when it came out of a read)."""
+    config = make_config(kafka_reader_pool_size=1)
+    name = f"{config.cluster_name}.read-no-metadata"
+    monkeypatch.setattr(reader_module, "Consumer", _NoMetadataConsumer)
+
+    async def scenario() -> None:
+        admin = KafkaAdmin(config)
+        await admin.create_topic(name, {})
+        producer = SharedProducer(config, asyncio.get_running_loop())
+        reader = KafkaReader(config)
+        try:
+            for n in range(RECORDS):
+                await producer.send(name, f"{n}".encode())
+            fetched = [record.value for record in await reader.fetch(name, 0, RECORDS)]
+            assert fetched == [f"{n}".encode() for n in range(RECORDS)]
+            scanned: list[bytes] = []
+            assert await reader.scan(name, 0, RECORDS, _collect_into(scanned)) == RECORDS
+            assert scanned == fetched
         finally:
             reader.close()
             await producer.close()

@@ -101,6 +101,9 @@ class FakeBroker:
     def loaded_key_dedups(self) -> list[object]:
         return []
 
+    async def apply_key_dedup_policies(self) -> None:
+        pass
+
     def add_topic(self, name: str) -> FakeTopic:
         topic = FakeTopic(TopicName.parse(name))
         self.topics[str(topic.name)] = topic
