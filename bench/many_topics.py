@@ -43,6 +43,8 @@ from harness.worker_process import WorkerProcess
 
 NAMESPACE = "persistent://public/default"
 RECEIVE_MS = 120_000
+REPORT_EVERY_S = 120.0
+"""How often the sampler prints what it saw so far (a run takes an hour or more)."""
 
 
 @dataclass
@@ -84,11 +86,21 @@ class Sampler(threading.Thread):
         s.timeline.append((time.monotonic() - self._since, ledgers, files))
 
     def run(self) -> None:
+        reported = time.monotonic()
         while not self._halt.wait(self._every):
             try:
                 self.sample()
             except Exception as exc:  # a sample missed is reported, the run goes on
                 print(f"  (sample failed: {exc})", flush=True)
+                continue
+            if time.monotonic() - reported >= REPORT_EVERY_S:
+                reported = time.monotonic()
+                s = self.samples
+                print(
+                    f"  [{s.ledger_topics_last} ledger topics in Kafka, at most "
+                    f"{s.ledger_topics_max}; Kafka's open files at most {s.kafka_files_max}]",
+                    flush=True,
+                )
 
     def stop(self) -> None:
         self._halt.set()
