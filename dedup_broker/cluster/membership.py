@@ -10,7 +10,9 @@ Ordering is what makes a handover safe: librdkafka calls the revoke callback bef
 member rejoins, and the coordinator gives a revoked slot to another member only after
 that rejoin. The callback blocks (on the poll thread) until the broker has unloaded the
 slot's topics, so the old owner has let go before the new one is told. A member that was
-expelled (paused, cut off) cannot know in time: the write fence covers that case.
+expelled (paused, cut off) cannot know in time: the write fence covers that case. A member
+whose session expired is told its slots were *lost*: the group may already have given
+them on, or may give them back (the broker decides what to keep, ``service.py``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,13 @@ SlotsHandler = Callable[[frozenset[int]], Coroutine[Any, Any, None]]
 MEMBER_PREFIX = "dedup-broker@"
 _POLL_SECONDS = 0.2
 HEARTBEAT_MS = 500
+
+
+def rebalance_timeout_ms(config: BrokerConfig) -> int:
+    """How long the group waits for its members to rejoin in a rebalance (librdkafka
+    sends ``max.poll.interval.ms``): above the longest revocation (unloading a slot's
+    topics, bounded by ``brokerShutdownTimeoutMs``) and the session."""
+    return max(300_000, config.metadata_store_session_timeout_millis)
 
 
 def owners_topic(cluster_name: str) -> str:
@@ -141,10 +150,16 @@ class Membership:
         address: BrokerAddress,
         on_assigned: SlotsHandler,
         on_revoked: SlotsHandler,
+        on_lost: SlotsHandler,
     ) -> None:
         self._config = config
         self._on_assigned = on_assigned
         self._on_revoked = on_revoked
+        self._on_lost = on_lost
+        self._member_id: str | None = None
+        self._lost_before = False
+        """Slots were lost: the next assignment is reported even when empty (it settles
+        which of them are still this member's)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -162,7 +177,7 @@ class Membership:
             # Members learn of a rebalance from their next heartbeat: frequent heartbeats
             # keep a handover short whatever the (long) session is.
             "heartbeat.interval.ms": max(min(session_ms // 4, HEARTBEAT_MS), 100),
-            "max.poll.interval.ms": max(300_000, session_ms),
+            "max.poll.interval.ms": rebalance_timeout_ms(config),
             "enable.auto.commit": False,
             "auto.offset.reset": "latest",
             "allow.auto.create.topics": False,
@@ -191,11 +206,19 @@ class Membership:
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join, timeout_seconds)
 
+    def member_id(self) -> str | None:
+        """This seat's member id in the group, as of the last poll: None before the first
+        join, and after a lost session until the rejoin (librdkafka then asks for a new
+        id). Read on the poll thread only: librdkafka's call waits on locks that a
+        rebalance callback (which waits for the loop) may hold."""
+        return self._member_id
+
     # --- poll thread ----------------------------------------------------------------
     def _run(self) -> None:
         while not self._stopping.is_set():
             try:
                 self._consumer.poll(_POLL_SECONDS)
+                self._member_id = self._consumer.memberid() or None
             except KafkaException as exc:
                 log.warning("owners group: %s", exc)
             except Exception:
@@ -225,7 +248,8 @@ class Membership:
         slots = frozenset(p.partition for p in partitions)
         self.owned = self.owned | slots
         self.rebalances += 1
-        if slots:
+        if slots or self._lost_before:
+            self._lost_before = False
             log.info("slots assigned: %s (now %s)", sorted(slots), sorted(self.owned))
             self._call(self._on_assigned, slots)
         self._first_assignment.set()
@@ -244,4 +268,6 @@ class Membership:
         if slots:
             log.warning("slots lost (session expired): %s", sorted(slots))
             self.owned = self.owned - slots
-            self._call(self._on_revoked, slots)
+            self._member_id = None  # the old id: it must never be taken for the new one
+            self._lost_before = True
+            self._call(self._on_lost, slots)

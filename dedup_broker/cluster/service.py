@@ -5,6 +5,9 @@ group (``membership.py``); on assignment the slot's write fence is taken (Kafka 
 any earlier holder) before a topic of it loads; on revocation the broker unloads the
 slot's topics (clients are told to go, writes settle, snapshots and cursors are stored)
 before the group may hand the slot on.
+
+A broker whose group session expires keeps serving its slots until the group says
+whose they are (``lost_slots.py``).
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ from typing import Any
 from dedup_broker.cluster.bundles import Bundle, BundleMap
 from dedup_broker.cluster.directory import ClusterView, Directory
 from dedup_broker.cluster.group_removal import GroupRemoval, GroupRemovalError, KafkaLink
+from dedup_broker.cluster.lost_slots import LostSlots, earlier_seats
 from dedup_broker.cluster.membership import (
     BrokerAddress,
     Membership,
     owners_group,
     owners_topic,
+    rebalance_timeout_ms,
 )
 from dedup_broker.cluster.peers import (
     Credentials,
@@ -90,6 +95,7 @@ class Cluster:
         self._fences: dict[int, WriteFence] = {}
         self._fencing: dict[int, asyncio.Task[WriteFence | None]] = {}
         self._release: SlotsHandler | None = None
+        self.lost = LostSlots(rebalance_timeout_ms(config) / 1000, self._give_up)
         self.directory = Directory(config)
         self.membership: Membership | None = None
         self.owned: frozenset[int] = frozenset()
@@ -116,7 +122,9 @@ class Cluster:
         broker loses. Until the first assignment the broker serves nothing."""
         self.address = address
         self._release = release
-        self.membership = Membership(self.config, address, self._assigned, self._revoked)
+        self.membership = Membership(
+            self.config, address, self._assigned, self._revoked, self._lost
+        )
         self.peers = PeerWatch(
             address,
             self.config.cluster_peer_timeout_millis / 1000,
@@ -133,6 +141,7 @@ class Cluster:
         """Give every slot back (their topics unloaded first), then drop the fences."""
         if self.membership is not None:
             await self.membership.leave(self.config.broker_shutdown_timeout_ms / 1000)
+        await self._revoked(self.lost.settle(frozenset()))
         await self._close_fences(frozenset(self._fences))
 
     async def close(self) -> None:
@@ -330,7 +339,9 @@ class Cluster:
             and address.same_endpoint(self.address)
             and address.instance != self.address.instance
         }
-        doomed = predecessors.union(*self._doomed.values())
+        mine = self.membership.member_id() if self.membership is not None else None
+        earlier = earlier_seats(view, self.address, mine)
+        doomed = predecessors.union(earlier, *self._doomed.values())
         if doomed:
             await self._remove(doomed)
 
@@ -350,6 +361,7 @@ class Cluster:
     async def _assigned(self, slots: frozenset[int]) -> None:
         self.owned = self.owned | slots
         self.directory.invalidate()
+        self._give_up(self.lost.settle(slots))
         if self._acquire_fence is not None:
             # Fence now, so that a zombie of the previous owner stops as early as possible.
             ordered = sorted(slots)
@@ -361,6 +373,9 @@ class Cluster:
                     log.warning("slot %d: taking the write fence failed: %s", slot, result)
 
     async def _revoked(self, slots: frozenset[int]) -> None:
+        """Unloads the topics of slots this broker no longer owns, then drops their fences."""
+        if not slots:
+            return
         self.owned = self.owned - slots
         self.directory.invalidate()
         if self._release is not None:
@@ -369,6 +384,16 @@ class Cluster:
             except Exception:
                 log.exception("unloading slots %s failed", sorted(slots))
         await self._close_fences(slots)
+
+    async def _lost(self, slots: frozenset[int]) -> None:
+        self.lost.hold(slots)
+        self.directory.invalidate()
+
+    def _give_up(self, slots: frozenset[int]) -> None:
+        """Slots that were on hold and are not this broker's: let go of them now."""
+        if slots:
+            self.owned = self.owned - slots
+            self._background(self._revoked(slots))
 
     async def _close_fences(self, slots: frozenset[int]) -> None:
         fences = [self._fences.pop(slot) for slot in slots if slot in self._fences]
