@@ -52,6 +52,10 @@ replay's thread) between scans. Entries are folded as they arrive, so memory doe
 grow with it."""
 
 
+_NOTHING_AHEAD: dict[str, int] = {}
+"""Shared by every topic with no write admitted and not yet acknowledged (never written to)."""
+
+
 class Verdict(Enum):
     """What the publish path does with one SEND."""
 
@@ -95,8 +99,11 @@ class MessageDeduplication:
         # The quiet-topic snapshot interval; topic and namespace policies may override it.
         self.snapshot_interval_seconds = config.broker_deduplication_snapshot_interval_seconds
         self.status = DedupStatus.DISABLED
-        self._pushed: dict[str, int] = {}
         self._persisted: dict[str, int] = {}
+        self._ahead = _NOTHING_AHEAD
+        """PIP-6's pushed map as its differences from persisted: the producers with an
+        admitted write not yet acknowledged (pushed is persisted for all others, so an
+        idle topic keeps one map, not two)."""
         self.chunks = ChunkProgress()
         """Each producer's chunked message in progress (its chunks are stored once)."""
         self._activity = ProducerActivity(clock)
@@ -144,7 +151,7 @@ class MessageDeduplication:
         self._cursor = cursor
         now = self._clock()
         self._persisted = {name: as_signed64(seq) for name, seq in cursor.properties.items()}
-        self._pushed = {}
+        self._ahead = _NOTHING_AHEAD
         self.chunks = ChunkProgress()
         self._activity.reset(list(self._persisted))
         self._write_failed = False
@@ -170,7 +177,7 @@ class MessageDeduplication:
         self._acked_while_recovering = []
         # No await from here to the caller setting ENABLED: any entry acknowledged
         # later reaches on_persisted while ENABLED.
-        self._pushed = dict(self._persisted)
+        self._ahead = _NOTHING_AHEAD
 
     async def disable(self) -> None:
         """Forgets everything and deletes the dedup cursor, so it holds back no ledger."""
@@ -206,7 +213,7 @@ class MessageDeduplication:
             log.warning("final deduplication snapshot of %s failed: %s", self._ledger.name, exc)
 
     def _reset_state(self) -> None:
-        self._pushed = {}
+        self._ahead = _NOTHING_AHEAD
         self._persisted = {}
         self.chunks = ChunkProgress()
         self._activity.reset()
@@ -235,15 +242,17 @@ class MessageDeduplication:
         low = as_signed64(lowest)
         high = max(as_signed64(highest), low)
         self._activity.touch(producer_name)
-        pushed = self._pushed.get(producer_name)
+        persisted = self._persisted.get(producer_name)
+        pushed = self._ahead.get(producer_name, persisted)
         if pushed is not None and low <= pushed:
-            persisted = self._persisted.get(producer_name)
             if persisted is not None and high <= persisted:
                 return Verdict.DUP
             return Verdict.UNKNOWN
         if self._write_failed:
             return Verdict.UNKNOWN
-        self._pushed[producer_name] = high
+        if self._ahead is _NOTHING_AHEAD:
+            self._ahead = {}
+        self._ahead[producer_name] = high
         return Verdict.NOT_DUP
 
     def check_chunk(self, chunk: Chunk) -> tuple[Verdict, Position | None]:
@@ -260,7 +269,7 @@ class MessageDeduplication:
         persisted = self._persisted.get(name)
         if persisted is not None and chunk.sequence_id <= persisted:
             return Verdict.DUP, None
-        pushed = self._pushed.get(name)
+        pushed = self._ahead.get(name, persisted)
         if (pushed is not None and chunk.sequence_id <= pushed) or self._write_failed:
             return Verdict.UNKNOWN, None
         verdict, position = self.chunks.check(chunk)
@@ -320,7 +329,7 @@ class MessageDeduplication:
         self.chunks.failed()
         for entry in entries:
             self._record_entry(entry)
-        self._pushed = dict(self._persisted)
+        self._ahead = _NOTHING_AHEAD
         self._write_failed = False
         if self.snapshot_due():
             self._snapshots.start()
@@ -338,10 +347,12 @@ class MessageDeduplication:
         if previous is None or highest > previous:
             self._persisted[producer_name] = highest
             self.chunks.complete(producer_name, highest)
-        pushed = self._pushed.get(producer_name)
-        if pushed is None or highest > pushed:
-            # Keeps pushed >= persisted also for writes admitted before enabling.
-            self._pushed[producer_name] = highest
+            # Pushed is persisted again once persisted has caught up with it.
+            ahead = self._ahead.get(producer_name)
+            if ahead is not None and ahead <= highest:
+                del self._ahead[producer_name]
+                if not self._ahead:
+                    self._ahead = _NOTHING_AHEAD
         if self._last_persisted is None or position > self._last_persisted:
             self._last_persisted = position
 
@@ -402,16 +413,13 @@ class MessageDeduplication:
         self._activity.connected(name)
 
     def producer_disconnected(self, name: str) -> None:
-        self._activity.disconnected(name, name in self._pushed or name in self._persisted)
+        self._activity.disconnected(name, name in self._ahead or name in self._persisted)
 
     def _drop_inactive(self) -> None:
         timeout = self._config.broker_deduplication_producer_inactivity_timeout_minutes * 60
         for name in self._activity.idle(timeout):
-            pushed = self._pushed.get(name)
-            persisted = self._persisted.get(name)
-            if pushed is not None and (persisted is None or pushed > persisted):
+            if name in self._ahead:
                 continue  # a write is in flight (or unresolved): keep its mark
-            self._pushed.pop(name, None)
             self._persisted.pop(name, None)
             self.chunks.forget(name)
             self._activity.forget(name)
@@ -489,7 +497,7 @@ class MessageDeduplication:
         snapshot = self._snapshot_position
         return {
             "status": self.status.value,
-            "producers": len(self._pushed),
+            "producers": len(self._persisted.keys() | self._ahead.keys()),
             "lastSnapshotPosition": str(snapshot) if snapshot is not None else "-1:-1",
             "lastSnapshotTime": self._snapshot_wall_ms,
             "entriesSinceSnapshot": self._entries_since_snapshot,
