@@ -1,8 +1,8 @@
 """PIP-6 message deduplication for one topic: per-producer sequence-id high-water marks.
 
-Two maps ``producer_name -> sequence_id`` are kept. *pushed* is raised when a SEND is
-admitted (before its Kafka write) so that a resend racing the original is caught while
-the original is still in flight; *persisted* is raised when Kafka acknowledged the
+Two maps ``producer_name -> sequence_id``: *pushed* is raised when a SEND is admitted
+(before its Kafka write) so that a resend racing the original is caught while it is in
+flight, and kept as its differences from *persisted*, raised when Kafka acknowledged the
 write, so only what is durably stored is ever answered as a duplicate. The persisted
 map is snapshotted as the properties of the durable ``pulsar.dedup`` cursor, whose
 mark-delete position says which entries the snapshot covers; recovery replays only the
@@ -48,9 +48,7 @@ DEDUP_CURSOR = "pulsar.dedup"
 
 REPLAY_BATCH_ENTRIES = 1_000_000
 """Entries per scan while replaying: the state is merged (and the loop free of the
-replay's thread) between scans. Entries are folded as they arrive, so memory does not
-grow with it."""
-
+replay's thread) between scans; entries are folded as they arrive (memory stays flat)."""
 
 _NOTHING_AHEAD: dict[str, int] = {}
 """Shared by every topic with no write admitted and not yet acknowledged (never written to)."""
@@ -400,12 +398,8 @@ class MessageDeduplication:
             return None
 
     def _warn_unreadable(self, position: Position, exc: ProtocolError) -> None:
-        log.warning(
-            "entry %s of %s has no readable metadata, ignored for deduplication: %s",
-            position,
-            self._ledger.name,
-            exc,
-        )
+        what = "has no readable metadata, ignored for deduplication"
+        log.warning("entry %s of %s %s: %s", position, self._ledger.name, what, exc)
 
     # --- producers ------------------------------------------------------------------
     def producer_connected(self, name: str) -> None:
@@ -427,12 +421,10 @@ class MessageDeduplication:
 
     # --- snapshots ------------------------------------------------------------------
     async def take_snapshot(self) -> None:
-        """Stores persisted at the last persisted position on the dedup cursor, durably.
-
-        Every entry up to that position is reflected in the stored properties (except
+        """Stores persisted at the last persisted position on the dedup cursor, durably:
+        every entry up to that position is reflected in the stored properties (except
         producers beyond the configured maximum, least recently active first), so
-        recovery replays only what follows it. Positions only move forward.
-        """
+        recovery replays only what follows it. Positions only move forward."""
         await self.snapshot_once()
 
     async def snapshot_once(self) -> bool:

@@ -101,7 +101,9 @@ class KafkaWriteFence:
         self.lost: BaseException | None = None
         self.commits = 0
         """Transactions committed so far (one serves many appends)."""
-        self._watchers: list[Callable[[BaseException], None]] = []
+        self._watchers: dict[Callable[[BaseException], None], None] = {}
+        """In order of watching; a dict so that a closed managed ledger's watch goes
+        (a slot's fence outlives the many topics loaded and unloaded under it)."""
         self._thread: threading.Thread | None = None
 
     @classmethod
@@ -156,7 +158,11 @@ class KafkaWriteFence:
 
     def watch(self, on_lost: Callable[[BaseException], None]) -> None:
         """``on_lost(error)`` runs on the loop if the fence is lost (never on close)."""
-        self._watchers.append(on_lost)
+        self._watchers[on_lost] = None
+
+    def unwatch(self, on_lost: Callable[[BaseException], None]) -> None:
+        """Stop watching (``on_lost`` equal to the one given to :meth:`watch`)."""
+        self._watchers.pop(on_lost, None)
 
     async def close(self, timeout_seconds: float = 5.0) -> None:
         """Release: no more transactions; what still waits fails."""
@@ -304,7 +310,7 @@ class KafkaWriteFence:
             else:
                 record.future.set_exception(error)
         if error is not None and self.lost is not None:
-            watchers, self._watchers = self._watchers, []
+            watchers, self._watchers = self._watchers, {}
             for watcher in watchers:
                 try:
                     watcher(error)

@@ -415,6 +415,8 @@ class AppendPipeline:
 
     def closed(self) -> None:
         self._stop_watching_idle()
+        if self._fence is not None:
+            self._fence.unwatch(self.fence_lost)
         if self._topic:
             self._ctx.producer.forget(self._topic)
         self.state = LedgerState.CLOSED

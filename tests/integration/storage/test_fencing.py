@@ -4,12 +4,15 @@ acknowledgement out and none of its later metadata becomes visible."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
+import uuid
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import OwnershipLostError, StorageError
 from dedup_broker.storage import formats
 from dedup_broker.storage.kafka.fencing import KafkaWriteFence
+from dedup_broker.storage.ledger.managed_ledger import ManagedLedgerImpl
 from dedup_broker.storage.service.kafka_storage import KafkaStorage
 from dedup_broker.storage.tables.metadata_table import MetadataView
 from tests.integration.storage.helpers import ConfigFactory, run, wait_until
@@ -116,3 +119,49 @@ def test_taking_a_fence_with_kafka_unreachable_fails_within_its_timeout() -> Non
         assert time.monotonic() - started < 15
 
     run(scenario, timeout=30)
+
+
+def test_managed_ledgers_closed_under_a_fence_are_not_kept_by_it(
+    make_config: ConfigFactory,
+) -> None:
+    """A slot's fence lives as long as the slot is owned, while its topics are loaded and
+    unloaded many times: a closed managed ledger must not stay reachable through it."""
+    config = make_config()
+
+    async def scenario() -> None:
+        storage = await KafkaStorage.start(config)
+        try:
+            fence = await storage.acquire_fence(1)
+            prefix = f"churn-{uuid.uuid4().hex[:8]}-"
+            for i in range(5):
+                ml = await storage.open_managed_ledger(f"{prefix}{i}", fence=fence)
+                await ml.append(b"one", 0)
+                await ml.close()
+            del ml
+            kept = await storage.open_managed_ledger(f"{prefix}kept", fence=fence)
+            await kept.append(b"still fenced", 0)
+            gc.collect()
+            alive = sorted(
+                o.name
+                for o in gc.get_objects()
+                if isinstance(o, ManagedLedgerImpl) and o.name.startswith(prefix)
+            )
+            assert alive == [f"{prefix}kept"]
+            # The fence still stops the managed ledger that is open.
+            other = await KafkaStorage.start(config)
+            try:
+                await other.acquire_fence(1)
+                late = kept.append(b"late", 0)
+                try:
+                    await asyncio.wait_for(late, 30)
+                except (OwnershipLostError, StorageError):
+                    pass
+                else:
+                    raise AssertionError("an append after the takeover was acknowledged")
+                await wait_until(lambda: kept.state == "Closed", timeout=30)
+            finally:
+                await other.close()
+        finally:
+            await storage.close()
+
+    run(scenario, timeout=120)
