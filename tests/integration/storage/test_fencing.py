@@ -18,6 +18,18 @@ from dedup_broker.storage.tables.metadata_table import MetadataView
 from tests.integration.storage.helpers import ConfigFactory, run, wait_until
 
 
+async def refused_then_closed(ml: ManagedLedgerImpl) -> None:
+    """An append of a managed ledger whose fence another holder took: never
+    acknowledged, and the managed ledger closes."""
+    try:
+        await asyncio.wait_for(ml.append(b"late", 0), 30)
+    except (OwnershipLostError, StorageError):
+        pass
+    else:
+        raise AssertionError("an append after the takeover was acknowledged")
+    await wait_until(lambda: ml.state == "Closed", timeout=30)
+
+
 def test_a_new_holder_fences_the_old_one(make_config: ConfigFactory) -> None:
     config = make_config()
 
@@ -43,14 +55,7 @@ def test_a_new_holder_fences_the_old_one(make_config: ConfigFactory) -> None:
             assert resumed.mark_delete_position == acked[1]
 
             # The old holder, unaware: no acknowledgement; its managed ledger closes.
-            late = ml.append(b"late", 0)
-            try:
-                await asyncio.wait_for(late, 30)
-            except (OwnershipLostError, StorageError):
-                pass
-            else:
-                raise AssertionError("an append after the takeover was acknowledged")
-            await wait_until(lambda: ml.state == "Closed", timeout=30)
+            await refused_then_closed(ml)
 
             # Its late write is visible to nobody; the new holder goes on.
             nxt = await ml2.append(b"next", 0)
@@ -151,14 +156,7 @@ def test_managed_ledgers_closed_under_a_fence_are_not_kept_by_it(
             other = await KafkaStorage.start(config)
             try:
                 await other.acquire_fence(1)
-                late = kept.append(b"late", 0)
-                try:
-                    await asyncio.wait_for(late, 30)
-                except (OwnershipLostError, StorageError):
-                    pass
-                else:
-                    raise AssertionError("an append after the takeover was acknowledged")
-                await wait_until(lambda: kept.state == "Closed", timeout=30)
+                await refused_then_closed(kept)
             finally:
                 await other.close()
         finally:
