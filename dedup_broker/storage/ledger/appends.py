@@ -272,6 +272,7 @@ class AppendPipeline:
         idle_s = self._ctx.config.kafka_producer_idle_topic_seconds
         if self._loop.time() - self._drained_at >= idle_s:
             self._ctx.producer.forget(self._topic)
+            self._ctx.cache.drop_recent(self._confirmed.ledgers.last_id, self.next_entry_id)
         else:
             self._watch_idle()
 

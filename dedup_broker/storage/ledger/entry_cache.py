@@ -46,6 +46,20 @@ class EntryCache:
             self.hits += 1
         return entry
 
+    def drop_recent(self, ledger_id: int, end_entry_id: int) -> int:
+        """Forget the ledger's entries just before ``end_entry_id``, walking back to the
+        first that is not cached: an idle ledger's last appends, which nobody tails (an
+        idle topic would otherwise keep its last entry until the budget pushes it out).
+        How many were dropped."""
+        dropped = 0
+        for entry_id in range(end_entry_id - 1, -1, -1):
+            entry = self._entries.pop(Position(ledger_id, entry_id), None)
+            if entry is None:
+                break
+            self._size -= len(entry.data)
+            dropped += 1
+        return dropped
+
     def invalidate_ledgers(self, ledger_ids: Iterable[int]) -> None:
         """Forget every entry of these ledgers (they are being deleted)."""
         drop = set(ledger_ids)

@@ -111,8 +111,13 @@ def test_idle_ledgers_leave_the_producer_and_take_appends_again(
         try:
             ledgers = [await storage.open_managed_ledger(name) for name in names]
             before = [[await ml.append(b"%d" % n, 0) for n in range(2)] for ml in ledgers]
+            assert all(storage.entry_cache.get(p) for ps in before for p in ps)
             with caplog.at_level(logging.INFO, logger=producer_module.__name__):
                 await wait_until(lambda: "renewing Kafka producer 0" in caplog.text)
+            # An idle ledger's last entries leave the entry cache too (nobody tails them).
+            await wait_until(
+                lambda: not any(storage.entry_cache.get(p) for ps in before for p in ps)
+            )
             for ml, positions in zip(ledgers, before, strict=True):
                 ledger_id = positions[0].ledger_id
                 after = [await ml.append(b"%d" % n, 0) for n in range(2, 4)]

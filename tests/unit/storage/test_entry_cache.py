@@ -44,3 +44,16 @@ def test_zero_budget_caches_nothing() -> None:
     cache = EntryCache(0)
     cache.put(entry(1, 0, 1))
     assert cache.get(Position(1, 0)) is None
+
+
+def test_an_idle_ledger_s_recent_entries_are_dropped_and_nothing_else() -> None:
+    cache = EntryCache(1000)
+    for i in range(4):
+        cache.put(entry(7, i, 10))
+    cache.put(entry(8, 0, 10))
+    cache.put(entry(7, 9, 10))  # read back from elsewhere in the ledger: not a tail
+    assert cache.drop_recent(7, 4) == 4
+    assert [i for i in range(10) if cache.get(Position(7, i))] == [9]
+    assert cache.get(Position(8, 0)) is not None
+    assert cache.size_bytes == 20
+    assert cache.drop_recent(7, 4) == 0
