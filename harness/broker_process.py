@@ -102,7 +102,11 @@ class BrokerProcess:
             stdin=subprocess.DEVNULL,
         )
         log.close()
-        self.wait_ready(timeout)
+        try:
+            self.wait_ready(timeout)
+        except BaseException:
+            self.kill()  # a broker that never became ready is not left running
+            raise
 
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
