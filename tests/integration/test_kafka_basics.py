@@ -40,6 +40,12 @@ def compacted_topic(admin: AdminClient, unique_name: Callable[[str], str]) -> It
         request_timeout=30,
     )
     futures[topic].result(timeout=60)
+    # The controller has created it; the broker answering the next request may learn of
+    # it a moment later (describe_configs then fails UNKNOWN_TOPIC_OR_PART).
+    deadline = time.monotonic() + 30
+    while admin.list_topics(topic, timeout=10).topics[topic].error is not None:
+        assert time.monotonic() < deadline, f"topic {topic} not known to the broker"
+        time.sleep(0.1)
     yield topic
     admin.delete_topics([topic], operation_timeout=30)[topic].result(timeout=60)
 
