@@ -16,6 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from dedup_broker.cluster.bundles import Bundle, BundleMap
@@ -68,6 +69,18 @@ class NotOwnerError(ServiceNotReadyError):
     def __init__(self, topic: TopicName) -> None:
         super().__init__(f"topic {topic} is served by another broker (its bundle's owner)")
         self.topic = topic
+
+
+@dataclass(frozen=True, slots=True)
+class _SlotFenceWatch:
+    """Tells the cluster when a slot's fence is lost."""
+
+    cluster: Cluster
+    slot: int
+    fence: WriteFence
+
+    def fence_lost(self, error: BaseException) -> None:
+        self.cluster._fence_lost(self.slot, self.fence, error)
 
 
 class Cluster:
@@ -195,7 +208,7 @@ class Cluster:
             await fence.close(5.0)
             return None
         self._fences[slot] = fence
-        fence.watch(lambda error: self._fence_lost(slot, fence, error))
+        fence.watch(_SlotFenceWatch(self, slot, fence))
         return fence
 
     def _fence_lost(self, slot: int, fence: WriteFence, error: BaseException) -> None:

@@ -44,8 +44,8 @@ from dedup_broker.errors import BrokerError, RetriableError, ServiceNotReadyErro
 from dedup_broker.key_dedup.service import KeyDedupService
 from dedup_broker.key_dedup.topic import TopicKeyDedup
 from dedup_broker.lazy import LazyEvent
-from dedup_broker.pip6.state import Verdict
 from dedup_broker.pip6.topic_dedup import TopicDeduplication
+from dedup_broker.pip6.verdicts import Verdict
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch import batch_size
 from dedup_broker.protocol.framing import parse_metadata_only

@@ -15,7 +15,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from enum import Enum
 from typing import TYPE_CHECKING
 
 from dedup_broker.errors import CursorNotFoundError, ProtocolError
@@ -24,6 +23,7 @@ from dedup_broker.pip6.activity import ProducerActivity
 from dedup_broker.pip6.chunks import Chunk, ChunkProgress, ChunkVerdict
 from dedup_broker.pip6.snapshot_task import SnapshotTask
 from dedup_broker.pip6.stored import ReplayFold, StoredSequence, stored_sequence
+from dedup_broker.pip6.verdicts import DedupStatus, Verdict
 from dedup_broker.protocol.commands import as_signed64
 from dedup_broker.protocol.framing import parse_metadata_only
 from dedup_broker.storage.api import Position
@@ -52,29 +52,8 @@ replay's thread) between scans; entries are folded as they arrive (memory stays 
 
 _NOTHING_AHEAD: dict[str, int] = {}
 """Shared by every topic with no write admitted and not yet acknowledged (never written to)."""
-
-
-class Verdict(Enum):
-    """What the publish path does with one SEND."""
-
-    NOT_DUP = "NotDup"
-    """New: write it."""
-    DUP = "Dup"
-    """Already durably stored: write nothing, answer a receipt with message id -1:-1."""
-    UNKNOWN = "Unknown"
-    """May or may not end up stored (in flight, or a write failed): write nothing and
-    answer SEND_ERROR, so the client reconnects, learns the last persisted sequence id
-    and resends what is missing."""
-
-
-class DedupStatus(Enum):
-    """Lifecycle of a topic's deduplication state (values as Pulsar's admin shows them)."""
-
-    DISABLED = "Disabled"
-    RECOVERING = "Recovering"
-    ENABLED = "Enabled"
-    REMOVING = "Removing"
-    FAILED = "Failed"
+_NOTHING_ACKED: list[tuple[str, int, Position]] = []
+"""Acknowledgements kept during a recovery: shared (and empty) outside of one."""
 
 
 class MessageDeduplication:
@@ -84,6 +63,29 @@ class MessageDeduplication:
     ``on_persisted`` ...) never yield, so a check and the append that follows it in the
     caller are atomic with respect to every other producer of the topic.
     """
+
+    __slots__ = (
+        "_acked_while_recovering",
+        "_activity",
+        "_ahead",
+        "_clock",
+        "_config",
+        "_cursor",
+        "_entries_since_snapshot",
+        "_last_persisted",
+        "_ledger",
+        "_persisted",
+        "_recovery_ms",
+        "_snapshot_clock",
+        "_snapshot_position",
+        "_snapshot_wall_ms",
+        "_snapshots",
+        "_transition_lock",
+        "_write_failed",
+        "chunks",
+        "snapshot_interval_seconds",
+        "status",
+    )
 
     def __init__(
         self,
@@ -113,7 +115,7 @@ class MessageDeduplication:
         self._snapshot_wall_ms = 0
         self._entries_since_snapshot = 0
         self._recovery_ms = 0
-        self._acked_while_recovering: list[tuple[str, int, Position]] = []
+        self._acked_while_recovering = _NOTHING_ACKED
         self._snapshots = SnapshotTask(ledger.name, self)
         self._transition_lock = LazyLock()
 
@@ -124,6 +126,7 @@ class MessageDeduplication:
             if self.status is DedupStatus.ENABLED:
                 return
             self.status = DedupStatus.RECOVERING
+            self._acked_while_recovering = []
             started = time.monotonic()
             try:
                 await self._recover()
@@ -159,7 +162,6 @@ class MessageDeduplication:
         self._entries_since_snapshot = 0
         self._snapshot_clock = now
         self._snapshot_wall_ms = cursor.last_persisted_ms
-        self._acked_while_recovering = []
         fold = ReplayFold()
         start = self._ledger.next_position(snapshot)
         while True:
@@ -172,7 +174,7 @@ class MessageDeduplication:
         # have been answered just before one of them landed.
         for name, highest, position in self._acked_while_recovering:
             self._raise_marks(name, highest, position)
-        self._acked_while_recovering = []
+        self._acked_while_recovering = _NOTHING_ACKED
         # No await from here to the caller setting ENABLED: any entry acknowledged
         # later reaches on_persisted while ENABLED.
         self._ahead = _NOTHING_AHEAD

@@ -17,7 +17,8 @@ from dedup_broker.errors import BrokerError
 from dedup_broker.lazy import LazyLock
 from dedup_broker.pip6.chunks import Chunk
 from dedup_broker.pip6.policy import deduplication_enabled, snapshot_interval_seconds
-from dedup_broker.pip6.state import DedupStatus, MessageDeduplication, Verdict
+from dedup_broker.pip6.state import MessageDeduplication
+from dedup_broker.pip6.verdicts import DedupStatus, Verdict
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch import batch_sequence_range
 from dedup_broker.protocol.commands import as_signed64

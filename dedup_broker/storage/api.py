@@ -368,6 +368,11 @@ class ManagedLedger(EntryReads, Protocol):
     async def close(self) -> None: ...
 
 
+class FenceWatcher(Protocol):
+    def fence_lost(self, error: BaseException) -> None:
+        """The fence was lost (another holder took it); runs on the loop, never on close."""
+
+
 class WriteFence(Protocol):
     """A slot's write fence: once taken, every earlier holder's writes fail; what is
     sent through it is written inside its transactions."""
@@ -378,9 +383,9 @@ class WriteFence(Protocol):
 
     def confirm(self) -> asyncio.Future[None]: ...
 
-    def watch(self, on_lost: Callable[[BaseException], None]) -> None: ...
+    def watch(self, watcher: FenceWatcher) -> None: ...
 
-    def unwatch(self, on_lost: Callable[[BaseException], None]) -> None: ...
+    def unwatch(self, watcher: FenceWatcher) -> None: ...
 
     async def close(self, timeout_seconds: float = 5.0) -> None: ...
 

@@ -17,6 +17,10 @@ def test_reports_largest_then_growth(caplog: pytest.LogCaptureFixture) -> None:
         with caplog.at_level(logging.INFO, logger="dedup_broker.allocations"):
             reports.report()
             kept = [bytearray(1000) for _ in range(200)]
+            for _ in range(7):
+                cycle: list[object] = []
+                cycle.append(cycle)
+            del cycle
             reports.report()
     finally:
         tracemalloc.stop()
@@ -24,4 +28,5 @@ def test_reports_largest_then_growth(caplog: pytest.LogCaptureFixture) -> None:
     assert "largest:" in first
     assert "growth since the previous report:" in second
     assert "test_allocations.py" in second
+    assert "objects of cyclic garbage collected: list 7" in second
     assert len(kept) == 200

@@ -13,6 +13,7 @@ from dedup_broker.key_dedup.topic import TopicKeyDedup
 from dedup_broker.lazy import LazyDeque, LazyEvent, LazyLock
 from dedup_broker.pip6.activity import ProducerActivity
 from dedup_broker.pip6.snapshot_task import SnapshotTask
+from dedup_broker.pip6.state import MessageDeduplication
 from dedup_broker.pip6.topic_dedup import TopicDeduplication
 from dedup_broker.storage.cursor.cursor import ManagedCursorImpl
 from dedup_broker.storage.cursor.range_set import PositionRangeSet
@@ -45,6 +46,7 @@ PER_TOPIC = [
     LazyLock,
     ManagedCursorImpl,
     ManagedLedgerImpl,
+    MessageDeduplication,
     PositionRangeSet,
     ProducerActivity,
     Redeliveries,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from dedup_broker.lazy import LazyLock
@@ -21,6 +21,11 @@ from dedup_broker.storage.cursor.writer import CursorStorage, CursorWriter
 from dedup_broker.storage.values import DEFAULT_MAX_BYTES, Entry, Position
 
 log = logging.getLogger(__name__)
+
+
+class CursorMoves(Protocol):
+    def cursor_moved(self) -> None:
+        """A cursor's mark-delete position entered another ledger, or a cursor went."""
 
 
 class CursorLedger(Protocol):
@@ -59,8 +64,8 @@ class ManagedCursorImpl:
         "_seek_epoch",
         "_writer",
         "durable",
+        "moves",
         "name",
-        "on_moved_to_ledger",
         "properties",
     )
 
@@ -115,8 +120,8 @@ class ManagedCursorImpl:
             else None
         )
         """Durable cursors only; one never stored is written by the first flush()."""
-        self.on_moved_to_ledger: Callable[[], None] | None = None
-        """Called when the mark-delete position enters another ledger (trimming)."""
+        self.moves: CursorMoves | None = None
+        """Told when the mark-delete position enters another ledger (trimming)."""
         self._notified_ledger = mark_delete.ledger_id
 
     def __repr__(self) -> str:
@@ -341,8 +346,8 @@ class ManagedCursorImpl:
             return
         if self._mark_delete.ledger_id != self._notified_ledger:
             self._notified_ledger = self._mark_delete.ledger_id
-            if self.on_moved_to_ledger is not None:
-                self.on_moved_to_ledger()
+            if self.moves is not None:
+                self.moves.cursor_moved()
         writer.changed()
 
     @property

@@ -8,7 +8,7 @@ Durable cursors live in the compacted cursor topic under
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Protocol
 
@@ -17,7 +17,7 @@ from dedup_broker.errors import CursorNotFoundError
 from dedup_broker.lazy import LazyLock
 from dedup_broker.storage import formats
 from dedup_broker.storage.api import MetadataTable
-from dedup_broker.storage.cursor.cursor import CursorLedger, ManagedCursorImpl
+from dedup_broker.storage.cursor.cursor import CursorLedger, CursorMoves, ManagedCursorImpl
 from dedup_broker.storage.values import Position
 
 INITIAL_POSITIONS = ("latest", "earliest")
@@ -34,8 +34,8 @@ class CursorRegistry:
         "_guard",
         "_ledger",
         "_lock",
+        "_moves",
         "_name",
-        "_on_moved",
         "_open",
         "_table",
         "write_error",
@@ -47,14 +47,14 @@ class CursorRegistry:
         ledger: CursorLedger,
         table: MetadataTable,
         config: BrokerConfig,
-        on_moved: Callable[[], None] | None = None,
+        moves: CursorMoves | None = None,
         guard: OpenGuard | None = None,
     ) -> None:
         self._name = managed_ledger_name
         self._ledger = ledger
         self._table = table
         self._config = config
-        self._on_moved = on_moved
+        self._moves = moves
         self._guard = guard
         self._open: dict[str, ManagedCursorImpl] = {}
         self._lock = LazyLock()
@@ -138,7 +138,7 @@ class CursorRegistry:
             persisted=persisted,
             last_persisted_ms=last_persisted_ms,
         )
-        cursor.on_moved_to_ledger = self._on_moved
+        cursor.moves = self._moves
         return cursor
 
     async def write_cursor(self, name: str, data: bytes) -> None:
@@ -174,8 +174,8 @@ class CursorRegistry:
             if cursor is not None:
                 await cursor.discard()
             await self._table.delete(self._key(name))
-        if self._on_moved is not None:
-            self._on_moved()  # the slowest cursor may have gone
+        if self._moves is not None:
+            self._moves.cursor_moved()  # the slowest cursor may have gone
 
     def opened(self) -> Mapping[str, ManagedCursorImpl]:
         """The durable cursors opened on this instance (a read-only view, not a copy)."""

@@ -44,6 +44,7 @@ from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import OwnershipLostError, StorageError
 from dedup_broker.kafka_logging import kafka_logger
 from dedup_broker.storage import formats
+from dedup_broker.storage.api import FenceWatcher
 from dedup_broker.storage.kafka.producer import max_record_bytes, storage_error
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ class KafkaWriteFence:
         self.lost: BaseException | None = None
         self.commits = 0
         """Transactions committed so far (one serves many appends)."""
-        self._watchers: dict[Callable[[BaseException], None], None] = {}
+        self._watchers: dict[FenceWatcher, None] = {}
         """In order of watching; a dict so that a closed managed ledger's watch goes
         (a slot's fence outlives the many topics loaded and unloaded under it)."""
         self._thread: threading.Thread | None = None
@@ -156,13 +157,14 @@ class KafkaWriteFence:
             self._lock.notify()
         return future
 
-    def watch(self, on_lost: Callable[[BaseException], None]) -> None:
-        """``on_lost(error)`` runs on the loop if the fence is lost (never on close)."""
-        self._watchers[on_lost] = None
+    def watch(self, watcher: FenceWatcher) -> None:
+        """``watcher.fence_lost(error)`` runs on the loop if the fence is lost (never on
+        close). The watcher itself is kept, not a bound method made for it: every
+        managed ledger of the slot watches."""
+        self._watchers[watcher] = None
 
-    def unwatch(self, on_lost: Callable[[BaseException], None]) -> None:
-        """Stop watching (``on_lost`` equal to the one given to :meth:`watch`)."""
-        self._watchers.pop(on_lost, None)
+    def unwatch(self, watcher: FenceWatcher) -> None:
+        self._watchers.pop(watcher, None)
 
     async def close(self, timeout_seconds: float = 5.0) -> None:
         """Release: no more transactions; what still waits fails."""
@@ -313,7 +315,7 @@ class KafkaWriteFence:
             watchers, self._watchers = self._watchers, {}
             for watcher in watchers:
                 try:
-                    watcher(error)
+                    watcher.fence_lost(error)
                 except Exception:
                     log.exception("slot %d: a fence watcher failed", self.slot)
 

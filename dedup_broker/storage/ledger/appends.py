@@ -167,7 +167,7 @@ class AppendPipeline:
         self.recovery: Recovery
         """Set by the managed ledger that composes them."""
         if fence is not None:
-            fence.watch(self.fence_lost)
+            fence.watch(self)
 
     def start_ledger(self, ledger_id: int, entries: int = 0, size: int = 0) -> None:
         """Appends go to ``ledger_id`` from now on (the list names it already), after the
@@ -417,7 +417,7 @@ class AppendPipeline:
     def closed(self) -> None:
         self._stop_watching_idle()
         if self._fence is not None:
-            self._fence.unwatch(self.fence_lost)
+            self._fence.unwatch(self)
         if self._topic:
             self._ctx.producer.forget(self._topic)
         self.state = LedgerState.CLOSED

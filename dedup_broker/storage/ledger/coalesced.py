@@ -5,61 +5,63 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar
+from typing import ClassVar
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 
-
-class CoalescedJob(Generic[T]):
-    """Runs ``job(target)`` in the background; a request while it runs makes it run once
-    more.
+class CoalescedJob:
+    """The base of a part with one background job (``run_job``), run one at a time: a
+    request while it runs makes it run once more.
 
     Trimming and offloading are asked for by rollovers, cursor moves, timers and admin
     calls; running them concurrently would race, and queueing every request would repeat
-    work a single later run already covers.
+    work a single later run already covers. The part itself holds the job's state (two
+    slots): every loaded topic has two such parts, and a separate job object each cost
+    80 bytes.
     """
 
-    # Every loaded topic holds two (trimming, offloading): the job is a plain function
-    # and its target, not a bound method made per topic.
-    __slots__ = ("_again", "_job", "_owner", "_target", "_task", "_what")
+    __slots__ = ("_job_again", "_job_task")
 
-    def __init__(
-        self, job: Callable[[T], Awaitable[object]], target: T, owner: str, what: str
-    ) -> None:
-        self._job = job
-        self._target = target
-        self._owner = owner  # joined with ``what`` only to log: no string per topic
-        self._what = what
-        self._task: asyncio.Task[None] | None = None
-        self._again = False
+    job_what: ClassVar[str] = "background job"
+    """What the job does, for the log."""
 
-    def request(self) -> None:
-        if self._task is not None:
-            self._again = True
+    def __init__(self) -> None:
+        self._job_task: asyncio.Task[None] | None = None
+        self._job_again = False
+
+    @property
+    def job_owner(self) -> str:
+        """Whose job it is (a managed ledger's name), for the log."""
+        raise NotImplementedError
+
+    async def run_job(self) -> None:
+        raise NotImplementedError
+
+    def request_job(self) -> None:
+        if self._job_task is not None:
+            self._job_again = True
             return
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._job_task = asyncio.get_running_loop().create_task(self._run_jobs())
 
-    async def _run(self) -> None:
+    async def _run_jobs(self) -> None:
         try:
             while True:
-                self._again = False
+                self._job_again = False
                 try:
-                    await self._job(self._target)
+                    await self.run_job()
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
-                    log.warning("%s: %s failed: %s", self._owner, self._what, exc)
-                if not self._again:
+                    log.warning("%s: %s failed: %s", self.job_owner, self.job_what, exc)
+                if not self._job_again:
                     break
         finally:
-            self._task = None
+            self._job_task = None
 
-    async def cancel(self) -> None:
-        task, self._task = self._task, None
-        await cancel_and_wait(task, self._owner, self._what)
+    async def cancel_job(self) -> None:
+        task, self._job_task = self._job_task, None
+        await cancel_and_wait(task, self.job_owner, self.job_what)
 
 
 async def cancel_and_wait(task: asyncio.Task[None] | None, owner: str, what: str) -> None:

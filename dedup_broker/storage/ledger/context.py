@@ -5,6 +5,7 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass, field
 
+from dedup_broker.coarse_timers import CoarseTimers
 from dedup_broker.config import BrokerConfig
 from dedup_broker.storage.api import LedgerDeleter, MetadataTable, WriteFence
 from dedup_broker.storage.kafka.producer import SharedProducer
@@ -31,6 +32,8 @@ class StorageContext:
     broker_id: str = ""
     pending_deletions: PendingDeletions = field(default_factory=PendingDeletions)
     """Ledgers being deleted whose metadata update is not stored yet."""
+    timers: CoarseTimers = field(default_factory=CoarseTimers)
+    """The managed ledgers' rollover checks, in one schedule."""
     _fenced: weakref.WeakKeyDictionary[WriteFence, tuple[WritesThrough, WritesThrough]] = field(
         default_factory=weakref.WeakKeyDictionary
     )

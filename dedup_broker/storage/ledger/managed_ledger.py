@@ -200,7 +200,7 @@ class ManagedLedgerImpl:
             self,
             cursor_table,
             config,
-            on_moved=self.trimmer.cursor_moved,
+            moves=self.trimmer,
             guard=self._writer,
         )
 

@@ -109,10 +109,9 @@ class OffloadableLedger(Protocol):
     def next_position(self, position: Position) -> Position: ...
 
 
-class LedgerOffloads:
+class LedgerOffloads(CoalescedJob):
     __slots__ = (
         "_ctx",
-        "_job",
         "_ledger",
         "_list_store",
         "_lock",
@@ -123,6 +122,8 @@ class LedgerOffloads:
         "status",
     )
 
+    job_what = "offload housekeeping"
+
     def __init__(
         self,
         ledger: OffloadableLedger,
@@ -131,6 +132,7 @@ class LedgerOffloads:
         ctx: StorageContext,
         lock: LazyLock,
     ) -> None:
+        super().__init__()
         self._ledger = ledger
         self._list_store = list_store
         self._writes = writes
@@ -139,9 +141,15 @@ class LedgerOffloads:
         """The trimmer's lock: a ledger is never offloaded while trimmed."""
         self.status = NOT_RUN
         self.last_error = ""
-        self._job = CoalescedJob(LedgerOffloads.check, self, ledger.name, "offload housekeeping")
         self._timer: asyncio.TimerHandle | None = None
         self._requested: asyncio.Task[None] | None = None
+
+    @property
+    def job_owner(self) -> str:
+        return self._ledger.name
+
+    async def run_job(self) -> None:
+        await self.check()
 
     @property
     def _offloader(self) -> FilesystemOffloader | None:
@@ -158,13 +166,13 @@ class LedgerOffloads:
         """Run :meth:`check` in the background (coalescing requests)."""
         if self._offloader is None:
             return
-        self._job.request()
+        self.request_job()
 
     async def cancel(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        await self._job.cancel()
+        await self.cancel_job()
         task, self._requested = self._requested, None
         await cancel_and_wait(task, self._ledger.name, "offload")
 

@@ -13,10 +13,10 @@ starts only closes, and the append that finds no open ledger creates the next on
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import time
 
+from dedup_broker.coarse_timers import Armed, CoarseTimers
 from dedup_broker.errors import ManagedLedgerFencedError
 from dedup_broker.storage.ledger.appends import AppendPipeline, WriteEvents
 from dedup_broker.storage.ledger.coalesced import cancel_and_wait
@@ -25,11 +25,6 @@ from dedup_broker.storage.ledger.context import StorageContext
 from dedup_broker.storage.ledger.list_store import LedgerListStore
 
 log = logging.getLogger(__name__)
-
-
-_TIMER_CONTEXT = contextvars.Context()
-"""The rollover timers' context: shared rather than a copy of the caller's per timer
-(every loaded topic keeps one timer armed); the check reads no context variable."""
 
 
 class LedgerRollover:
@@ -71,7 +66,9 @@ class LedgerRollover:
         self._create_next = True
         """The roll under way lists a fresh ledger (False: it only closes the current)."""
         self._task: asyncio.Task[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Armed | None = None
+        """Where the rollover check waits in the broker's schedule (one per loaded topic:
+        not a loop timer each)."""
 
     def _age_ms(self) -> float:
         return (time.monotonic() - self._started) * 1000
@@ -98,16 +95,14 @@ class LedgerRollover:
             idle_wait_ms = max(policy.inactive_ms - self._appends.idle_ms(), 1.0)
             wait_ms = idle_wait_ms if wait_ms is None else min(wait_ms, idle_wait_ms)
         if wait_ms is not None:
-            self._timer = self._loop.call_later(
-                wait_ms / 1000, self._on_timer, context=_TIMER_CONTEXT
-            )
+            self._timer = self._ctx.timers.arm(wait_ms / 1000, self)
 
     def cancel_timer(self) -> None:
         if self._timer is not None:
-            self._timer.cancel()
+            CoarseTimers.cancel(self._timer, self)
             self._timer = None
 
-    def _on_timer(self) -> None:
+    def on_coarse_timer(self) -> None:
         self._timer = None
         appends, policy = self._appends, self._ctx.rollover
         if not appends.is_writable_state() or self.rolling:

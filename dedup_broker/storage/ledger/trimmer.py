@@ -46,8 +46,10 @@ class TrimmableLedger(Protocol):
     def cursors(self) -> LedgerCursors: ...
 
 
-class LedgerTrimmer:
-    __slots__ = ("_ctx", "_job", "_ledger", "_list_store", "_writes", "lock")
+class LedgerTrimmer(CoalescedJob):
+    __slots__ = ("_ctx", "_ledger", "_list_store", "_writes", "lock")
+
+    job_what = "trimming"
 
     def __init__(
         self,
@@ -56,6 +58,7 @@ class LedgerTrimmer:
         writes: WriteState,
         ctx: StorageContext,
     ) -> None:
+        super().__init__()
         self._ledger = ledger
         self._list_store = list_store
         self._writes = writes
@@ -63,11 +66,17 @@ class LedgerTrimmer:
         self._ctx = ctx
         self.lock = LazyLock()
         """Held by trims and offloads alike: a ledger is never offloaded while trimmed."""
-        self._job = CoalescedJob(LedgerTrimmer.trim, self, ledger.name, "trimming")
+
+    @property
+    def job_owner(self) -> str:
+        return self._ledger.name
+
+    async def run_job(self) -> None:
+        await self.trim()
 
     def trim_soon(self) -> None:
         """Run a trim in the background (coalescing requests)."""
-        self._job.request()
+        self.request_job()
 
     def cursor_moved(self) -> None:
         """The slowest durable cursor may have passed a ledger (or gone)."""
@@ -75,7 +84,7 @@ class LedgerTrimmer:
             self.trim_soon()
 
     async def cancel(self) -> None:
-        await self._job.cancel()
+        await self.cancel_job()
 
     async def trim(self, retention: Retention | None = None) -> list[int]:
         """Delete the consumed ledgers retention lets go; returns their ids."""

@@ -96,6 +96,8 @@ class KafkaStorage:
         self.policies = KafkaMetadataTable(formats.policies_topic(cluster), producer, admin, reader)
         self.offloader = offloader_from_config(config)
         self.compacted_topics = CompactedTopicStore(config, admin, producer, reader)
+        self._on_ledger_closed = self._ledger_closed
+        """One bound method for every managed ledger, not one made for each."""
         self._ctx = StorageContext(
             config=config,
             producer=producer,
@@ -220,7 +222,7 @@ class KafkaStorage:
             await asyncio.gather(self._managed_ledger_infos.refresh(), self._cursor_infos.refresh())
             if not create and self._managed_ledger_infos.get(name) is None:
                 raise TopicNotFoundError(f"managed ledger {name} does not exist")
-            ledger = await open_kafka_ledger(name, self._ctx, self._ledger_closed, fence)
+            ledger = await open_kafka_ledger(name, self._ctx, self._on_ledger_closed, fence)
             self._open[name] = ledger
             return ledger
 
