@@ -201,6 +201,12 @@ def run_all(args: argparse.Namespace, plan: Plan) -> tuple[list[Row], list[str]]
                 ("Pulsar, dedup off", lambda: pulsar_generator(False, work, extra)),
                 ("Pulsar, dedup on", lambda: pulsar_generator(True, work, extra)),
             ]
+        if args.system:
+            known = dict(systems)
+            unknown = [name for name in args.system if name not in known]
+            if unknown:
+                raise SystemExit(f"unknown system(s) {unknown}; known: {list(known)}")
+            systems = [(name, known[name]) for name in args.system]
         for system, open_generator in systems:
             print(f"{system} ...", flush=True)
             started = time.monotonic()
@@ -287,6 +293,14 @@ def main() -> None:
     parser.add_argument("--paced-seconds", type=float, default=10.0, help="per fixed-rate run")
     parser.add_argument("--quick", action="store_true", help="100 B, 1 topic, no fixed rate")
     parser.add_argument("--no-pulsar", action="store_true", help="skip the Pulsar standalone")
+    parser.add_argument(
+        "--system",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only this system (repeatable, run in the order given), e.g. "
+        "'broker, dedup on': to see whether a figure depends on what ran before it",
+    )
     parser.add_argument(
         "--pulsar-setting",
         action="append",
