@@ -23,7 +23,7 @@ CPU microseconds per message during that run (/proc utime+stime: the Kafka JVM, 
 broker process plus the Kafka under it, the Pulsar JVM) and the generator's; then p50/p99
 latency as the tool reports it, at a fixed rate of half that row's own maximum.
 Generator and servers share the machine's cores, as a single host benchmark must: the
-CPU columns show where the cycles go. Each server gets one discarded warm-up run first.
+CPU columns show where the cycles go. Each server first gets a discarded warm-up run of every case.
 """
 
 from __future__ import annotations
@@ -88,8 +88,16 @@ class Plan:
 
 
 def measure(system: str, generator: Generator, plan: Plan, rows: list[Row]) -> None:
-    """One warm-up run (discarded), then each case at saturation and at half of it."""
-    generator.run(SIZES[0], 1, plan.warmup_messages, None)
+    """A warm-up run of every case (discarded), then each case at saturation and at half
+    of it.
+
+    Every case is warmed, not only the first: the server's JIT (Kafka's behind the broker
+    too) compiles the paths each size and topic count takes, and an unwarmed case charged
+    that compilation to whichever system ran it first (Kafka's share of the broker's CPU
+    per message was 2-3 times higher in the first broker row than in the second, in
+    either order)."""
+    for size, topics in plan.cases:
+        generator.run(size, topics, plan.warmup_messages // len(plan.cases), None)
     for size, topics in plan.cases:
         saturated = generator.run(size, topics, plan.messages, None)
         rate = saturated.msgs_per_s / 2
@@ -313,7 +321,7 @@ def main() -> None:
         plan = Plan(((SIZES[0], 1),), min(args.messages, 200_000), 0.0, 50_000)
     else:
         cases = tuple((size, topics) for size in SIZES for topics in TOPIC_COUNTS)
-        plan = Plan(cases, args.messages, args.paced_seconds, max(args.messages // 4, 50_000))
+        plan = Plan(cases, args.messages, args.paced_seconds, max(args.messages, 200_000))
     load_before = os.getloadavg()
     rows, failures = run_all(args, plan)
     print("\n" + table(rows, plan))
