@@ -62,7 +62,7 @@ def cursors_topic(cluster_name: str) -> str:
 
 
 def fences_topic(cluster_name: str) -> str:
-    """One partition: a small record per write-fence transaction (a transaction needs one)."""
+    """One partition: the write fences' small records (proofs, and one per commit)."""
     return f"{cluster_name}.fences"
 
 

@@ -11,22 +11,27 @@ Two uses:
 
 - **Acknowledgements.** Entries are written to ledger topics outside transactions (entry
   ids stay offsets, with no control records among them). A managed ledger with a fence
-  resolves an append only after a fence transaction that *began after Kafka acknowledged
-  the append* has committed. If that commit succeeded, it preceded the new owner's
-  ``init_transactions``, so the append was stored before the new owner sealed the ledger
-  and read its end: it lies within the recorded ledger. An append stored later lies past
-  the recorded end, is never read, and its commit fails: no client hears of it.
+  resolves an append only once a fence record produced *after Kafka acknowledged the
+  append*, inside a transaction of the fence, was acknowledged too (a proof) or
+  committed. Either preceded the new owner's ``init_transactions``: that call returns
+  only after Kafka aborted the old holder's open transaction, and the abort markers it
+  writes carry a newer epoch, after which the fences partition refuses the old holder's
+  records. So the append was stored before the new owner sealed the ledger and read its
+  end: it lies within the recorded ledger. An append stored later lies past the recorded
+  end, is never read, and its proof fails: no client hears of it.
 - **Metadata.** Ledger lists and cursor positions of a fenced managed ledger are written
   inside the fence's transactions, and readers read committed records only: a late write
   of an old owner is aborted and never becomes visible.
 
-Cost: every acknowledgement waits for one commit (a round trip to the transaction
-coordinator plus markers); commits are pipelined, one in flight per slot, each covering
-every append acknowledged before it began, so under load a commit serves many appends.
-The two producers take turns: a transactional id cannot begin its next transaction until
-Kafka has written the markers of its last one (the coordinator answers
-``CONCURRENT_TRANSACTIONS`` and librdkafka backs off 20 ms at a time), and with one id
-that wait came into every commit (about 45 ms instead of 15 ms here).
+Cost: every acknowledgement waits for one proof, a produce round trip (about 1-3 ms
+here); proofs are pipelined, one in flight per slot, each covering every append
+acknowledged before it was produced. The open transaction commits when metadata is
+written and after at most ``OPEN_TRANSACTION_SPAN_S``, so it never nears Kafka's
+transaction timeout. A commit (a round trip to the transaction coordinator plus
+markers, about 15 ms) had been what every acknowledgement waited for. The two producers
+take turns: a transactional id cannot begin its next transaction until Kafka has written
+the markers of its last one (the coordinator answers ``CONCURRENT_TRANSACTIONS`` and
+librdkafka backs off 20 ms at a time).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +56,9 @@ from dedup_broker.storage.kafka.producer import max_record_bytes, storage_error
 log = logging.getLogger(__name__)
 
 TRANSACTION_TIMEOUT_MS = 15000
+OPEN_TRANSACTION_SPAN_S = 1.0
+"""An open transaction proves ownership for this long, then commits: far from
+``transaction.timeout.ms``, past which Kafka would abort it and the fence be lost."""
 _IDLE_WAIT_S = 0.5
 
 
@@ -95,13 +104,21 @@ class KafkaWriteFence:
             for transactional_id in fence_transactional_ids(config.cluster_name, slot)
         ]
         self._turn = 0
+        self._open: Producer | None = None
+        """The producer whose transaction is open (its fence records prove ownership)."""
+        self._begun = self._producers[0]
+        """The producer a transaction was last begun on (to abort after a failure)."""
+        self._opened_at = 0.0
         self._lock = threading.Condition()
         self._confirms: list[asyncio.Future[None]] = []
         self._sends: list[_Send] = []
         self._closing = False
         self.lost: BaseException | None = None
         self.commits = 0
-        """Transactions committed so far (one serves many appends)."""
+        """Transactions committed so far."""
+        self.proofs = 0
+        """Fence records acknowledged inside an open transaction so far (one serves
+        many appends; so does a commit)."""
         self._watchers: dict[FenceWatcher, None] = {}
         """In order of watching; a dict so that a closed managed ledger's watch goes
         (a slot's fence outlives the many topics loaded and unloaded under it)."""
@@ -134,7 +151,8 @@ class KafkaWriteFence:
 
     # --- event loop side --------------------------------------------------------------
     def confirm(self) -> asyncio.Future[None]:
-        """Resolves once a transaction begun after this call has committed."""
+        """Resolves once a fence record produced after this call was acknowledged inside
+        a transaction of the fence (a proof), or such a transaction committed."""
         future: asyncio.Future[None] = self._loop.create_future()
         with self._lock:
             if self._refusal() is not None:
@@ -202,18 +220,29 @@ class KafkaWriteFence:
         while True:
             with self._lock:
                 while not (self._confirms or self._sends or self._closing):
-                    self._lock.wait(_IDLE_WAIT_S)
+                    if self._open is not None and self._span_left() <= 0:
+                        break
+                    self._lock.wait(min(_IDLE_WAIT_S, max(self._span_left(), 0.001)))
                 if self._closing:
                     confirms, sends = self._confirms, self._sends
                     self._confirms, self._sends = [], []
                     break
                 confirms, sends = self._confirms, self._sends
                 self._confirms, self._sends = [], []
-            outcome = self._commit(sends)
+            try:
+                if sends or (self._open is not None and self._span_left() <= 0):
+                    outcome = self._commit(sends)
+                else:
+                    outcome = self._prove()
+            except Exception as exc:  # never leave waiters waiting on a dead thread
+                log.exception("slot %d: write fence failed", self.slot)
+                self.lost = exc
+                outcome = self._refusal_error()
             self._call_soon(self._settle, confirms, sends, outcome)
             if outcome is not None and self.lost is not None:
                 confirms, sends = [], []
                 break
+        self._abandon()
         error = self._refusal_error()
         self._call_soon(self._settle, confirms, sends, error)
         with self._lock:
@@ -222,16 +251,73 @@ class KafkaWriteFence:
         if rest or more:
             self._call_soon(self._settle, rest, more, error)
 
+    def _span_left(self) -> float:
+        """Seconds until the open transaction must be committed (infinite if none)."""
+        if self._open is None:
+            return _IDLE_WAIT_S
+        return self._opened_at + OPEN_TRANSACTION_SPAN_S - time.monotonic()
+
+    def _begin(self) -> Producer:
+        """The producer whose transaction is open, beginning one on the next producer
+        in turn if none is (raises KafkaException)."""
+        if self._open is None:
+            producer = self._producers[self._turn]
+            self._turn = 1 - self._turn
+            self._begun = producer
+            producer.begin_transaction()
+            self._open = producer
+            self._opened_at = time.monotonic()
+        return self._open
+
+    def _prove(self) -> BaseException | None:
+        """A fence record produced in the open transaction and acknowledged: the proof
+        that no newer holder had taken the fence when it was stored; the error if not.
+
+        A newer holder's ``init_transactions`` returns only once Kafka has aborted this
+        open transaction, writing abort markers with a newer epoch into every partition
+        the transaction holds, the fences partition among them; from then on the
+        partition refuses this producer's records. So an acknowledged fence record was
+        stored before the takeover completed, and so was every append Kafka had
+        acknowledged before it was produced."""
+        delivered: list[KafkaError | None] = []
+        try:
+            producer = self._begin()
+            producer.produce(
+                self._topic,
+                b"",
+                str(self.slot).encode(),
+                0,
+                on_delivery=lambda error, _msg: delivered.append(error),
+            )
+        except KafkaException as exc:
+            return self._failed(self._begun, exc)
+        except BufferError as exc:
+            return self._abort(self._begun, StorageError(f"proof of slot {self.slot}: {exc}"))
+        # Bounded by message.timeout.ms: the record is delivered or fails by then.
+        try:
+            producer.flush()
+        except Exception as exc:  # a fatal error (fenced) surfaces from the callbacks
+            kafka_exc = _kafka_exception(exc)
+            if kafka_exc is None:
+                raise
+            return self._failed(producer, kafka_exc)
+        if delivered == [None]:
+            self.proofs += 1
+            return None
+        failure = delivered[0] if delivered else None
+        return self._abort(
+            producer, StorageError(f"proof of slot {self.slot} not stored: {failure}")
+        )
+
     def _commit(self, sends: list[_Send]) -> BaseException | None:
-        """One transaction holding ``sends`` and a fence record; the error if it failed.
+        """The open transaction (or a new one) committed with ``sends`` and a fence
+        record; the error if it failed.
 
         Fatal errors (fenced by a newer holder above all) lose the fence for good; an
         abortable one aborts the transaction (its waiters fail, retriably); a retriable
         one retries the commit a few times, then aborts."""
-        producer = self._producers[self._turn]
-        self._turn = 1 - self._turn
         try:
-            producer.begin_transaction()
+            producer = self._begin()
             for record in sends:
                 producer.produce(
                     record.topic,
@@ -242,26 +328,44 @@ class KafkaWriteFence:
                 )
             producer.produce(self._topic, b"", str(self.slot).encode(), 0)
         except KafkaException as exc:
-            return self._failed(producer, exc)
+            return self._failed(self._begun, exc)
         except BufferError as exc:
-            return self._abort(producer, StorageError(f"commit of slot {self.slot}: {exc}"))
+            return self._abort(self._begun, StorageError(f"commit of slot {self.slot}: {exc}"))
         # A commit that timed out (Kafka unreachable) is resumed by calling it again,
         # never aborted while it is in progress: until it succeeds, Kafka says it cannot
         # (abortable, or the coordinator timed the transaction out), or the fence closes.
         while True:
             try:
                 producer.commit_transaction()
+                self._open = None
                 self.commits += 1
                 return None
-            except KafkaException as exc:
+            except Exception as failure:  # a fatal error may surface from the callbacks
+                exc = _kafka_exception(failure)
+                if exc is None:
+                    raise
                 error = _kafka_error(exc)
                 if error is None or error.fatal() or not error.retriable():
                     return self._failed(producer, exc)
                 if self._closing:
+                    self._open = None
                     return self._refusal_error()
                 log.warning("slot %d: commit not confirmed yet, retrying: %s", self.slot, exc)
 
+    def _abandon(self) -> None:
+        """Closing: abort the open transaction, which holds fence records only (a newer
+        holder's ``init_transactions`` would abort it anyway). Like every transactional
+        call it has no timeout: see :meth:`acquire`."""
+        producer, self._open = self._open, None
+        if producer is None or self.lost is not None:
+            return
+        try:
+            producer.abort_transaction()
+        except KafkaException as exc:
+            log.info("slot %d: open transaction not aborted on close: %s", self.slot, exc)
+
     def _failed(self, producer: Producer, exc: KafkaException) -> BaseException:
+        self._open = None
         error = _kafka_error(exc)
         if error is not None and error.txn_requires_abort() and not error.fatal():
             return self._abort(producer, storage_error(f"transaction of slot {self.slot}", exc))
@@ -272,6 +376,7 @@ class KafkaWriteFence:
     def _abort(self, producer: Producer, error: BaseException) -> BaseException:
         """Abort the open transaction (retried while Kafka is unreachable); ``error`` is
         what its waiters get. A fence whose transaction cannot be aborted is lost."""
+        self._open = None
         while True:
             try:
                 producer.abort_transaction()
@@ -327,6 +432,17 @@ def _settle_future(future: asyncio.Future[None], error: BaseException | None) ->
         future.set_result(None)
     else:
         future.set_exception(error)
+
+
+def _kafka_exception(exc: BaseException) -> KafkaException | None:
+    """The KafkaException behind ``exc``: confluent-kafka reports an error raised while
+    it runs delivery callbacks as a SystemError caused by it."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, KafkaException):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _kafka_error(exc: KafkaException) -> KafkaError | None:

@@ -2,8 +2,9 @@
 
 ``append`` hands the record to the shared producer at once. Delivery reports come back in
 batches; futures resolve strictly in call order, each after Kafka acknowledged its record
-(``acks=all``) at the expected offset and, with a write fence, after a fence commit begun
-after that acknowledgement.
+(``acks=all``) at the expected offset and, with a write fence, after the fence proved
+(a fence record acknowledged in its open transaction, or a commit) that it still held
+the slot after that acknowledgement.
 
 Failure rule: after a failed, timed-out or misplaced write nothing is guessed. The
 pipeline is "Fenced": every in-flight and new append fails, and :class:`WriteRecovery`
@@ -96,7 +97,7 @@ class _Append:
     entry_id: int = -1
     reported: bool = False
     confirmed: bool = False
-    """Acknowledged by Kafka and, with a write fence, by a commit begun after that."""
+    """Acknowledged by Kafka and, with a write fence, by a proof produced after that."""
     settled: bool = False
     error: BaseException | None = None
 
@@ -308,7 +309,7 @@ class AppendPipeline:
 
     # --- write fence ------------------------------------------------------------------
     def _request_commit(self) -> None:
-        """Ask the fence for a commit covering every append Kafka acknowledged so far."""
+        """Ask the fence for a proof covering every append Kafka acknowledged so far."""
         ops, self._awaiting_commit = self._awaiting_commit, []
         if not ops or self._fence is None:
             return
@@ -324,7 +325,7 @@ class AppendPipeline:
         if isinstance(error, OwnershipLostError):
             self.fence_lost(error)
             return
-        # The commit failed without a takeover: like a failed write, nothing is guessed.
+        # The proof failed without a takeover: like a failed write, nothing is guessed.
         culprit = next((op for op in ops if not op.settled), None)
         if culprit is not None:
             self.fence(error, culprit=culprit)

@@ -11,7 +11,7 @@ import uuid
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import OwnershipLostError, StorageError
 from dedup_broker.storage import formats
-from dedup_broker.storage.kafka.fencing import KafkaWriteFence
+from dedup_broker.storage.kafka.fencing import OPEN_TRANSACTION_SPAN_S, KafkaWriteFence
 from dedup_broker.storage.ledger.managed_ledger import ManagedLedgerImpl
 from dedup_broker.storage.service.kafka_storage import KafkaStorage
 from dedup_broker.storage.tables.metadata_table import MetadataView
@@ -93,17 +93,50 @@ def test_commits_are_shared_by_appends_in_flight(make_config: ConfigFactory) -> 
         try:
             fence = await storage.acquire_fence(0)
             ml = await storage.open_managed_ledger("busy", fence=fence)
-            before = fence.commits
+            before = fence.commits + fence.proofs
             positions = await asyncio.gather(*(ml.append(f"e{i}".encode(), 0) for i in range(2000)))
             assert [p.entry_id for p in positions] == list(range(2000))
-            used = fence.commits - before
-            assert 1 <= used < 2000 / 10, f"{used} commits for 2000 appends"
+            used = fence.commits + fence.proofs - before
+            assert 1 <= used < 2000 / 10, f"{used} proofs and commits for 2000 appends"
             entries = await ml.read_entries(ml.first_position(), 2000)
             assert [e.data for e in entries] == [f"e{i}".encode() for i in range(2000)]
         finally:
             await storage.close()
 
     run(scenario)
+
+
+def test_proofs_commit_within_their_span_and_a_quiet_holder_is_still_fenced(
+    make_config: ConfigFactory,
+) -> None:
+    """Appends are proven inside one open transaction, which commits within its span
+    (never near Kafka's transaction timeout); a holder with no transaction open when
+    another takes the slot gets nothing acknowledged either."""
+    config = make_config()
+
+    async def scenario() -> None:
+        old = await KafkaStorage.start(config)
+        new = await KafkaStorage.start(config)
+        try:
+            fence = await old.acquire_fence(2)
+            ml = await old.open_managed_ledger("span", fence=fence)
+            proofs, commits = fence.proofs, fence.commits
+            acked = [await ml.append(f"p{i}".encode(), 0) for i in range(20)]
+            assert fence.proofs - proofs >= 10, "appends waited for commits, not proofs"
+            await wait_until(lambda: fence.commits > commits, timeout=3 * OPEN_TRANSACTION_SPAN_S)
+            await asyncio.sleep(2 * OPEN_TRANSACTION_SPAN_S)  # quiet: no transaction open
+
+            taken = await new.acquire_fence(2)
+            ml2 = await new.open_managed_ledger("span", fence=taken)
+            entries = await ml2.read_entries(ml2.first_position(), 50)
+            assert [e.data for e in entries] == [f"p{i}".encode() for i in range(20)]
+            assert entries[-1].position == acked[-1]
+            await refused_then_closed(ml)
+        finally:
+            await new.close()
+            await old.close()
+
+    run(scenario, timeout=120)
 
 
 def test_taking_a_fence_with_kafka_unreachable_fails_within_its_timeout() -> None:
