@@ -341,16 +341,16 @@ class KafkaWriteFence:
                 self.commits += 1
                 return None
             except Exception as failure:  # a fatal error may surface from the callbacks
-                exc = _kafka_exception(failure)
-                if exc is None:
+                kafka_exc = _kafka_exception(failure)
+                if kafka_exc is None:
                     raise
-                error = _kafka_error(exc)
+                error = _kafka_error(kafka_exc)
                 if error is None or error.fatal() or not error.retriable():
-                    return self._failed(producer, exc)
+                    return self._failed(producer, kafka_exc)
                 if self._closing:
                     self._open = None
                     return self._refusal_error()
-                log.warning("slot %d: commit not confirmed yet, retrying: %s", self.slot, exc)
+                log.warning("slot %d: commit not confirmed yet, retrying: %s", self.slot, kafka_exc)
 
     def _abandon(self) -> None:
         """Closing: abort the open transaction, which holds fence records only (a newer
