@@ -64,7 +64,14 @@ def internal_topics(config: BrokerConfig) -> dict[str, dict[str, str]]:
         formats.managed_ledgers_topic(cluster): compacted,
         formats.cursors_topic(cluster): compacted,
         formats.policies_topic(cluster): compacted,
-        formats.fences_topic(cluster): {"cleanup.policy": "delete", "retention.ms": "3600000"},
+        # A record per proof (hundreds a second under load): small segments that roll
+        # every ten minutes, so an hour's retention keeps the partition small.
+        formats.fences_topic(cluster): {
+            "cleanup.policy": "delete",
+            "retention.ms": "3600000",
+            "segment.bytes": str(16 * 1024 * 1024),
+            "segment.ms": "600000",
+        },
     }
 
 
