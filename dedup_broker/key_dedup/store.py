@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from binascii import hexlify
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -40,21 +41,24 @@ local now = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local out = {}
 for i = 2, #KEYS do
-  local v = redis.call('GET', KEYS[i])
-  if v and string.sub(v, 1, 2) == 't:' and tonumber(string.sub(v, 3)) + window <= now then
-    v = false
-  end
-  if v then
-    out[#out + 1] = i - 2
-    out[#out + 1] = v
-  else
-    redis.call('SET', KEYS[i], ARGV[3], 'PX', ARGV[4])
+  if not redis.call('SET', KEYS[i], ARGV[3], 'NX', 'PX', ARGV[4]) then
+    local v = redis.call('GET', KEYS[i])
+    if v and string.sub(v, 1, 2) == 't:' and tonumber(string.sub(v, 3)) + window <= now then
+      v = false
+    end
+    if v then
+      out[#out + 1] = i - 2
+      out[#out + 1] = v
+    else
+      redis.call('SET', KEYS[i], ARGV[3], 'PX', ARGV[4])
+    end
   end
 end
 return out
 """
 """Claims every free key; answers (index, value) pairs for the keys it did not claim
-only, so a group of new keys costs a short reply."""
+only, so a group of new keys costs a short reply. A new key costs one command (``SET
+NX``); only a key that exists is read."""
 
 CONFIRM = """
 local now = tonumber(ARGV[1])
@@ -122,8 +126,8 @@ class ScopeKeys:
         return hashlib.sha256(self.scope_id.encode()).hexdigest()[:16]
 
     @cached_property
-    def _key_prefix(self) -> str:
-        return f"kd:{{{self.tag}}}:k:"
+    def _key_prefix(self) -> bytes:
+        return f"kd:{{{self.tag}}}:k:".encode()
 
     @property
     def marker(self) -> str:
@@ -133,8 +137,9 @@ class ScopeKeys:
     def checkpoints(self) -> str:
         return f"kd:{{{self.tag}}}:c"
 
-    def key(self, digest: bytes) -> str:
-        return self._key_prefix + digest.hex()
+    def key(self, digest: bytes) -> bytes:
+        """Bytes, as Redis gets them: the client passes bytes on without encoding."""
+        return self._key_prefix + hexlify(digest)
 
 
 def is_cluster_url(url: str) -> bool:
@@ -177,7 +182,7 @@ class KeyStore:
     async def close(self) -> None:
         await self._client.aclose()
 
-    async def _call(self, script: Any, keys: Sequence[str], args: Sequence[object]) -> Any:
+    async def _call(self, script: Any, keys: Sequence[str | bytes], args: Sequence[object]) -> Any:
         return await self._timed(lambda: script(keys=list(keys), args=list(args)))
 
     async def _plain(self, method: str, *args: object) -> Any:
