@@ -242,7 +242,6 @@ class KafkaWriteFence:
             if outcome is not None and self.lost is not None:
                 confirms, sends = [], []
                 break
-        self._abandon()
         error = self._refusal_error()
         self._call_soon(self._settle, confirms, sends, error)
         with self._lock:
@@ -250,9 +249,10 @@ class KafkaWriteFence:
             self._confirms, self._sends = [], []
         if rest or more:
             self._call_soon(self._settle, rest, more, error)
+        self._abandon()  # last: with Kafka unreachable it waits, and nobody waits on it
 
     def _span_left(self) -> float:
-        """Seconds until the open transaction must be committed (infinite if none)."""
+        """Seconds until the open transaction must be committed (the idle wait if none)."""
         if self._open is None:
             return _IDLE_WAIT_S
         return self._opened_at + OPEN_TRANSACTION_SPAN_S - time.monotonic()
