@@ -106,9 +106,8 @@ class KafkaWriteFence:
         self._turn = 0
         self._open: Producer | None = None
         """The producer whose transaction is open (its fence records prove ownership)."""
-        self._begun = self._producers[0]
-        """The producer a transaction was last begun on (to abort after a failure)."""
         self._opened_at = 0.0
+        self._record_key = str(slot).encode()
         self._lock = threading.Condition()
         self._confirms: list[asyncio.Future[None]] = []
         self._sends: list[_Send] = []
@@ -220,9 +219,10 @@ class KafkaWriteFence:
         while True:
             with self._lock:
                 while not (self._confirms or self._sends or self._closing):
-                    if self._open is not None and self._span_left() <= 0:
+                    left = self._span_left()
+                    if left <= 0:
                         break
-                    self._lock.wait(min(_IDLE_WAIT_S, max(self._span_left(), 0.001)))
+                    self._lock.wait(min(_IDLE_WAIT_S, left))
                 if self._closing:
                     confirms, sends = self._confirms, self._sends
                     self._confirms, self._sends = [], []
@@ -230,10 +230,8 @@ class KafkaWriteFence:
                 confirms, sends = self._confirms, self._sends
                 self._confirms, self._sends = [], []
             try:
-                if sends or (self._open is not None and self._span_left() <= 0):
-                    outcome = self._commit(sends)
-                else:
-                    outcome = self._prove()
+                due = sends or self._span_left() <= 0
+                outcome = self._commit(sends) if due else self._prove()
             except Exception as exc:  # never leave waiters waiting on a dead thread
                 log.exception("slot %d: write fence failed", self.slot)
                 self.lost = exc
@@ -257,13 +255,17 @@ class KafkaWriteFence:
             return _IDLE_WAIT_S
         return self._opened_at + OPEN_TRANSACTION_SPAN_S - time.monotonic()
 
+    @property
+    def _begun(self) -> Producer:
+        """The producer a transaction was last begun on (to abort after a failure)."""
+        return self._producers[1 - self._turn]
+
     def _begin(self) -> Producer:
         """The producer whose transaction is open, beginning one on the next producer
         in turn if none is (raises KafkaException)."""
         if self._open is None:
             producer = self._producers[self._turn]
             self._turn = 1 - self._turn
-            self._begun = producer
             producer.begin_transaction()
             self._open = producer
             self._opened_at = time.monotonic()
@@ -285,7 +287,7 @@ class KafkaWriteFence:
             producer.produce(
                 self._topic,
                 b"",
-                str(self.slot).encode(),
+                self._record_key,
                 0,
                 on_delivery=lambda error, _msg: delivered.append(error),
             )
@@ -326,7 +328,7 @@ class KafkaWriteFence:
                     record.partition,
                     on_delivery=_offset_into(record),
                 )
-            producer.produce(self._topic, b"", str(self.slot).encode(), 0)
+            producer.produce(self._topic, b"", self._record_key, 0)
         except KafkaException as exc:
             return self._failed(self._begun, exc)
         except BufferError as exc:
