@@ -287,6 +287,56 @@ def table(rows: Sequence[Row], plan: Plan) -> str:
     return "\n".join(lines)
 
 
+def targets(rows: Sequence[Row]) -> str:
+    """Each figure of the publish targets next to its anchor from the same run: server CPU
+    per message against Pulsar's with the same deduplication setting, key-window
+    throughput against deduplication off, p50 against direct Kafka's + 2 ms, p99 against
+    Pulsar's."""
+    by = {(r.system, r.size, r.topics): r for r in rows}
+    lines = ["targets (this run; 'met' / 'not met'):"]
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "not met"
+
+    for size, topics in sorted({(r.size, r.topics) for r in rows}):
+        case = f"{_size(size):>5} x {topics}"
+        for setting in ("off", "on"):
+            broker = by.get((f"broker, dedup {setting}", size, topics))
+            pulsar = by.get((f"Pulsar, dedup {setting}", size, topics))
+            if broker is None:
+                continue
+            if pulsar is not None:
+                mine, theirs = broker.saturated.cpu_us_per_msg(), pulsar.saturated.cpu_us_per_msg()
+                lines.append(
+                    f"  {case} dedup {setting:3}: CPU {mine:.2f} us/msg vs Pulsar {theirs:.2f}:"
+                    f" {verdict(mine <= theirs)}"
+                )
+                if broker.paced is not None and pulsar.paced is not None:
+                    mine, theirs = broker.paced.p99_ms, pulsar.paced.p99_ms
+                    lines.append(
+                        f"  {case} dedup {setting:3}: p99 {mine:.2f} ms vs Pulsar {theirs:.2f}:"
+                        f" {verdict(mine <= theirs)}"
+                    )
+            kafka = by.get((DIRECT, size, topics))
+            if kafka is not None and broker.paced is not None and kafka.paced is not None:
+                mine, anchor = broker.paced.p50_ms, kafka.paced.p50_ms + 2
+                lines.append(
+                    f"  {case} dedup {setting:3}: p50 {mine:.2f} ms vs Kafka's + 2 = {anchor:.2f}:"
+                    f" {verdict(mine <= anchor)}"
+                )
+        keyed, plain = (
+            by.get((KEY_WINDOW, size, topics)),
+            by.get(("broker, dedup off", size, topics)),
+        )
+        if keyed is not None and plain is not None:
+            ratio = keyed.saturated.msgs_per_s / plain.saturated.msgs_per_s
+            lines.append(
+                f"  {case} key-window: {ratio:.2f} x dedup off (target 0.80):"
+                f" {verdict(ratio >= 0.8)}"
+            )
+    return "\n".join(lines)
+
+
 def _loads(loads: tuple[float, float, float]) -> str:
     return " ".join(f"{load:.1f}" for load in loads)
 
@@ -325,6 +375,7 @@ def main() -> None:
     load_before = os.getloadavg()
     rows, failures = run_all(args, plan)
     print("\n" + table(rows, plan))
+    print("\n" + targets(rows))
     print(
         f"\nload average (1, 5, 15 min) before: {_loads(load_before)}, "
         f"after: {_loads(os.getloadavg())}"

@@ -37,8 +37,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import KafkaNotReadyError, StorageError
 from dedup_broker.kafka_logging import kafka_logger
+from dedup_broker.storage.kafka.common import storage_error
 from dedup_broker.storage.kafka.end_offsets import PartitionEnds
-from dedup_broker.storage.kafka.producer import storage_error
 from dedup_broker.storage.kafka.topic_batches import TopicBatches
 
 log = logging.getLogger(__name__)

@@ -51,7 +51,7 @@ from dedup_broker.errors import OwnershipLostError, StorageError
 from dedup_broker.kafka_logging import kafka_logger
 from dedup_broker.storage import formats
 from dedup_broker.storage.api import FenceWatcher
-from dedup_broker.storage.kafka.producer import max_record_bytes, storage_error
+from dedup_broker.storage.kafka.common import max_record_bytes, storage_error
 
 log = logging.getLogger(__name__)
 

@@ -27,11 +27,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import StorageError
 from dedup_broker.kafka_logging import kafka_logger
-from dedup_broker.storage.kafka.producer import (
-    max_record_bytes,
-    release_freed_memory,
-    storage_error,
-)
+from dedup_broker.storage.kafka.common import max_record_bytes, release_freed_memory, storage_error
 from dedup_broker.storage.values import FetchedRecord
 
 log = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ from dedup_broker.errors import (
 from dedup_broker.lazy import LazyDeque, LazyEvent
 from dedup_broker.storage import formats
 from dedup_broker.storage.api import WriteFence
-from dedup_broker.storage.kafka.producer import storage_error
+from dedup_broker.storage.kafka.common import storage_error
 from dedup_broker.storage.ledger.confirmed import ConfirmedLedgers
 from dedup_broker.storage.ledger.context import StorageContext
 from dedup_broker.storage.ledger.ledger_store import FIRST_ENTRY_OFFSET, now_ms
@@ -245,6 +245,7 @@ class AppendPipeline:
                 op,
                 key=formats.encode_entry_key(size, op.entry_id),
                 timestamp_ms=op.timestamp_ms,
+                single_partition=True,
             )
         except StorageError as exc:
             # It precedes every queued append: it must fail before them, in call order.

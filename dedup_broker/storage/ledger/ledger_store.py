@@ -26,7 +26,8 @@ from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import StorageError, UnknownTopicError
 from dedup_broker.storage import formats
 from dedup_broker.storage.kafka.admin import KafkaAdmin
-from dedup_broker.storage.kafka.producer import SharedProducer, max_record_bytes
+from dedup_broker.storage.kafka.common import max_record_bytes
+from dedup_broker.storage.kafka.producer import SharedProducer
 from dedup_broker.storage.kafka.reader import KafkaReader
 from dedup_broker.storage.ledger.id_allocations import AllocationIndex
 from dedup_broker.storage.values import (

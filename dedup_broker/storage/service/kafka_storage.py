@@ -20,8 +20,9 @@ from dedup_broker.name_locks import NameLocks
 from dedup_broker.storage import formats
 from dedup_broker.storage.api import LedgerDeleter, RecordSender, TopicCreator, WriteFence
 from dedup_broker.storage.kafka.admin import KafkaAdmin
+from dedup_broker.storage.kafka.common import max_record_bytes
 from dedup_broker.storage.kafka.fencing import KafkaWriteFence
-from dedup_broker.storage.kafka.producer import SharedProducer, max_record_bytes
+from dedup_broker.storage.kafka.producer import SharedProducer
 from dedup_broker.storage.kafka.reader import KafkaReader
 from dedup_broker.storage.ledger.context import StorageContext
 from dedup_broker.storage.ledger.deletion import DirectLedgerDeleter, targets_for

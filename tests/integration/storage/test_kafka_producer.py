@@ -10,6 +10,8 @@ import pytest
 
 from dedup_broker.storage.kafka import producer as producer_module
 from dedup_broker.storage.kafka.admin import KafkaAdmin
+from dedup_broker.storage.kafka.common import max_record_bytes
+from dedup_broker.storage.kafka.polled_producer import IN_FLIGHT_RECORDS
 from dedup_broker.storage.kafka.producer import SharedProducer
 from dedup_broker.storage.service.kafka_storage import KafkaStorage
 from tests.integration.storage.helpers import ConfigFactory, read_topic, run, wait_until
@@ -129,3 +131,56 @@ def test_idle_ledgers_leave_the_producer_and_take_appends_again(
             await storage.close()
 
     run(scenario)
+
+
+class _Offsets:
+    """A delivery handler that keeps the reported offsets, in report order."""
+
+    def __init__(self, reported: list[tuple[int, int]], index: int) -> None:
+        self._reported = reported
+        self._index = index
+
+    def on_delivery(self, error: object, offset: int) -> None:
+        assert error is None, error
+        self._reported.append((self._index, offset))
+
+
+@pytest.mark.parametrize("closing", [False, True], ids=["acknowledged", "closed at once"])
+def test_a_ledgers_records_wait_for_five_in_flight_and_follow_in_order(
+    make_config: ConfigFactory, kafka_bootstrap: str, closing: bool
+) -> None:
+    """A single-partition topic's records beyond five unacknowledged wait outside
+    librdkafka (whose thread would poll without sleeping meanwhile), then follow in step
+    with the acknowledgements: every record lands once, at its own offset, in order; a
+    producer closed at once still writes the waiting ones. A multi-partition topic's
+    records all go to librdkafka at once."""
+    config = make_config(kafka_producer_pool_size=1)
+    ledger, table = f"{config.cluster_name}.paced", f"{config.cluster_name}.table"
+    count = 400
+
+    async def scenario() -> None:
+        admin = KafkaAdmin(config)
+        await admin.create_topic(ledger, {"max.message.bytes": str(max_record_bytes(config))})
+        await admin.create_topic(table, {}, partitions=3)
+        producer = SharedProducer(config, asyncio.get_running_loop())
+        reported: list[tuple[int, int]] = []
+        try:
+            for n in range(count):
+                producer.produce(
+                    ledger, b"%d" % n + bytes(4000), _Offsets(reported, n), single_partition=True
+                )
+            librdkafka = producer._shards[0].current.producer
+            assert len(librdkafka) == IN_FLIGHT_RECORDS
+            unpaced = [producer.send(table, b"x", key=b"%d" % n) for n in range(count)]
+            assert len(librdkafka) == IN_FLIGHT_RECORDS + count
+            if closing:
+                await producer.close()
+            await wait_until(lambda: len(reported) == count)
+            await asyncio.gather(*unpaced)
+        finally:
+            await producer.close()
+        assert reported == [(n, n) for n in range(count)]
+
+    run(scenario)
+    values = [record.value() for record in read_topic(kafka_bootstrap, ledger)]
+    assert values == [b"%d" % n + bytes(4000) for n in range(count)]

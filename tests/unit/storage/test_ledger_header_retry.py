@@ -12,7 +12,8 @@ from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import StorageError, UnknownTopicError
 from dedup_broker.storage import formats
 from dedup_broker.storage.kafka.admin import KafkaAdmin
-from dedup_broker.storage.kafka.producer import SharedProducer, storage_error
+from dedup_broker.storage.kafka.common import storage_error
+from dedup_broker.storage.kafka.producer import SharedProducer
 from dedup_broker.storage.kafka.reader import KafkaReader
 from dedup_broker.storage.ledger.ledger_store import LedgerStore
 

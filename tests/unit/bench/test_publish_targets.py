@@ -1,0 +1,38 @@
+"""The publish bench's verdicts: each figure against its anchor from the same run."""
+
+from __future__ import annotations
+
+from bench.load_tools import Measurement
+from bench.publish import DIRECT, KEY_WINDOW, Row, targets
+
+
+def _row(system: str, msgs_per_s: float, cpu_s: float, p50: float, p99: float) -> Row:
+    saturated = Measurement(1_000_000, msgs_per_s, 0.0, 0.0, server_cpu={"server": cpu_s})
+    paced = Measurement(500_000, msgs_per_s / 2, p50, p99)
+    return Row(system, 1024, 1, saturated, paced, msgs_per_s / 2)
+
+
+def test_each_target_is_judged_against_its_anchor_from_the_same_rows() -> None:
+    rows = [
+        _row(DIRECT, 300_000, 1.0, 5.0, 15.0),
+        _row("broker, dedup off", 100_000, 5.0, 6.5, 12.0),
+        _row("broker, dedup on", 100_000, 6.0, 7.5, 30.0),
+        _row(KEY_WINDOW, 85_000, 20.0, 8.0, 40.0),
+        _row("Pulsar, dedup off", 100_000, 6.0, 6.0, 13.0),
+        _row("Pulsar, dedup on", 100_000, 3.0, 6.0, 20.0),
+    ]
+    lines = targets(rows).splitlines()[1:]
+    assert lines == [
+        "    1KB x 1 dedup off: CPU 5.00 us/msg vs Pulsar 6.00: met",
+        "    1KB x 1 dedup off: p99 12.00 ms vs Pulsar 13.00: met",
+        "    1KB x 1 dedup off: p50 6.50 ms vs Kafka's + 2 = 7.00: met",
+        "    1KB x 1 dedup on : CPU 6.00 us/msg vs Pulsar 3.00: not met",
+        "    1KB x 1 dedup on : p99 30.00 ms vs Pulsar 20.00: not met",
+        "    1KB x 1 dedup on : p50 7.50 ms vs Kafka's + 2 = 7.00: not met",
+        "    1KB x 1 key-window: 0.85 x dedup off (target 0.80): met",
+    ]
+
+
+def test_a_system_left_out_leaves_out_its_comparisons() -> None:
+    rows = [_row("broker, dedup off", 100_000, 5.0, 6.5, 12.0)]
+    assert targets(rows).splitlines()[1:] == []
