@@ -43,6 +43,7 @@ FOLDER_LAYERS: dict[str, float] = {
     "dedup_broker.security": 3,
     "dedup_broker.backlog": 3,
     "dedup_broker.cluster": 3,
+    "dedup_broker.transactions": 3,
     "system_topics": 3,
     # the domain core: broker, topics, subscriptions
     "dedup_broker.domain": 4,
