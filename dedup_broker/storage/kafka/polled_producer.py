@@ -71,6 +71,11 @@ class Record(NamedTuple):
         return len(self.value or b"") + len(self.key or b"")
 
 
+_Report = tuple[DeliveryHandler, str, KafkaError | None, int, bool]
+"""A delivery report: handler, topic, error, offset, and whether the record was paced
+(counted in its topic's records handed to librdkafka)."""
+
+
 class PolledProducer:
     """One librdkafka producer and the thread that polls it."""
 
@@ -105,7 +110,7 @@ class PolledProducer:
         }
         self.producer = Producer(self._conf)
         self._request_bytes = record_bytes
-        self.reports: list[tuple[DeliveryHandler, str, KafkaError | None, int]] = []
+        self.reports: list[_Report] = []
         self.pending: dict[str, int] = {}
         """Records queued and not yet reported to the loop, per topic."""
         self._handed: dict[str, int] = {}
@@ -122,10 +127,10 @@ class PolledProducer:
         self._thread.start()
 
     # --- event loop side ------------------------------------------------------------
-    def _dispatch(self, batch: list[tuple[DeliveryHandler, str, KafkaError | None, int]]) -> None:
+    def _dispatch(self, batch: list[_Report]) -> None:
         handed = self._handed
-        for handler, topic, error, offset in batch:
-            if topic in handed:
+        for handler, topic, error, offset, paced in batch:
+            if paced:
                 left = handed[topic] - 1
                 if left:
                     handed[topic] = left
@@ -170,7 +175,7 @@ class PolledProducer:
         """Give ``record`` to librdkafka; raises StorageError if it cannot take it."""
         if self.stopping.is_set():
             raise StorageError("the Kafka producer is closed")
-        handler = record.handler
+        handler, paced = record.handler, record.single_partition
         try:
             self.producer.produce(
                 topic,
@@ -180,7 +185,7 @@ class PolledProducer:
                 # ``self.reports`` looked up when the report comes: the poll thread hands
                 # the list over and starts a new one.
                 on_delivery=lambda err, msg: self.reports.append(
-                    (handler, topic, err, _offset(msg) if err is None else -1)
+                    (handler, topic, err, _offset(msg) if err is None else -1, paced)
                 ),
                 timestamp=record.timestamp_ms,
                 headers=record.headers,
@@ -189,7 +194,7 @@ class PolledProducer:
             raise StorageError(f"write to {topic}: the producer queue is full") from exc
         except KafkaException as exc:
             raise storage_error(f"write to {topic}", exc) from exc
-        if record.single_partition:
+        if paced:
             self._handed[topic] = self._handed.get(topic, 0) + 1
 
     def _release(self, topic: str, budget: float | None = None) -> None:

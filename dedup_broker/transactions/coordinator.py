@@ -1,0 +1,141 @@
+"""One transaction coordinator at work: requests persisted before they are answered, and
+every transaction driven to its end (Pulsar's ``TransactionMetadataStore`` with its
+``TransactionMetadataStoreService`` end-of-transaction steps).
+
+Changes are written one at a time, so the log's order is the order in which the state
+changed. Ending a transaction has three steps: the COMMITTING (or ABORTING) record, the
+ending applied on every partition written and every subscription acknowledged in it
+(through a :class:`TransactionEnder`: the topics' transaction buffers and pending
+acknowledgements), then the COMMITTED (or ABORTED) record. Each step may be repeated,
+so a coordinator that recovers a transaction mid-ending simply drives it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+from dedup_broker.transactions.coordinator_log import CoordinatorLog
+from dedup_broker.transactions.coordinator_state import (
+    TransactionMeta,
+    TxnAction,
+    TxnId,
+    TxnStatus,
+)
+from dedup_broker.transactions.errors import InvalidTxnStatusError
+
+
+class TransactionEnder(Protocol):
+    """Applies a transaction's ending where it wrote and where it acknowledged. Both
+    calls must be safe to repeat."""
+
+    async def end_on_partition(
+        self, topic: str, txn_id: TxnId, action: TxnAction, low_watermark: int
+    ) -> None: ...
+
+    async def end_on_subscription(
+        self, topic: str, subscription: str, txn_id: TxnId, action: TxnAction, low_watermark: int
+    ) -> None: ...
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TransactionCoordinator:
+    def __init__(
+        self,
+        log: CoordinatorLog,
+        ender: TransactionEnder,
+        clock_ms: Callable[[], int] = _wall_ms,
+    ) -> None:
+        self._log = log
+        self._state = log.state
+        self._ender = ender
+        self._clock_ms = clock_ms
+        self._writes = asyncio.Lock()
+
+    @property
+    def coordinator_id(self) -> int:
+        return self._state.coordinator_id
+
+    # --- requests ---------------------------------------------------------------------
+    async def new_txn(self, timeout_ms: int, owner: str | None = None) -> TxnId:
+        async with self._writes:
+            await self._log.reserve_ids()
+            meta = self._state.open(self._clock_ms(), timeout_ms, owner)
+            await self._log.write(meta)
+            return meta.txn_id
+
+    async def add_partitions(self, txn_id: TxnId, partitions: Iterable[str]) -> None:
+        async with self._writes:
+            meta = self._state.add_partitions(txn_id, partitions, self._clock_ms())
+            if meta is not None:
+                await self._log.write(meta)
+
+    async def add_subscriptions(
+        self, txn_id: TxnId, subscriptions: Iterable[tuple[str, str]]
+    ) -> None:
+        async with self._writes:
+            meta = self._state.add_subscriptions(txn_id, subscriptions, self._clock_ms())
+            if meta is not None:
+                await self._log.write(meta)
+
+    async def end_txn(self, txn_id: TxnId, action: TxnAction) -> TransactionMeta:
+        """END_TXN: returns once the transaction ended that way (a retry of an ended one
+        returns at once)."""
+        async with self._writes:
+            meta = self._state.end(txn_id, action, self._clock_ms())
+            if meta is not None:
+                await self._log.write(meta)
+        return await self._drive(txn_id)
+
+    def get(self, txn_id: TxnId) -> TransactionMeta:
+        return self._state.get(txn_id)
+
+    def live(self) -> list[TransactionMeta]:
+        return self._state.live()
+
+    # --- housekeeping -----------------------------------------------------------------
+    async def abort_timed_out(self) -> list[TxnId]:
+        """Abort every open transaction past its timeout; the ones aborted."""
+        aborted = []
+        for txn_id in self._state.timed_out(self._clock_ms()):
+            try:
+                await self.end_txn(txn_id, TxnAction.ABORT)
+            except InvalidTxnStatusError:
+                continue  # its client committed it meanwhile
+            aborted.append(txn_id)
+        return aborted
+
+    async def resume_endings(self) -> None:
+        """Drive again every transaction left committing or aborting (after a recovery,
+        or after an ending that failed half-way)."""
+        for meta in self._state.ending():
+            await self._drive(meta.txn_id)
+
+    async def _drive(self, txn_id: TxnId) -> TransactionMeta:
+        meta = self._state.get(txn_id)
+        if meta.ended:
+            return meta
+        action = TxnAction.COMMIT if meta.status == TxnStatus.COMMITTING else TxnAction.ABORT
+        low = self._state.low_watermark
+        await asyncio.gather(
+            *(self._ender.end_on_partition(p, txn_id, action, low) for p in meta.partitions),
+            *(
+                self._ender.end_on_subscription(topic, sub, txn_id, action, low)
+                for topic, sub in meta.subscriptions
+            ),
+        )
+        async with self._writes:
+            meta = self._state.get(txn_id)
+            if not meta.ended:
+                meta = self._state.finished(txn_id, self._clock_ms())
+                await self._log.write(meta)
+            return meta
+
+    async def close(self) -> None:
+        async with self._writes:
+            await self._log.close()
