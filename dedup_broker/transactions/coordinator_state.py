@@ -1,10 +1,10 @@
 """One transaction coordinator's transactions, without IO (Pulsar's PIP-31 coordinator).
 
 Every request that changes a transaction returns the transaction's new metadata as a
-value; the caller persists it (one record per transaction in a compacted table, keyed
-by the transaction id) and only then calls :meth:`CoordinatorState.apply` and answers
-the client. Recovery replays the table's records through the same ``apply``, so what a
-client was told is exactly what a new owner of the coordinator finds.
+value; the caller persists it (a record in the coordinator's log, coordinator_log.py)
+and only then calls :meth:`CoordinatorState.apply` and answers the client. Recovery
+replays the log's records through the same ``apply``, so what a client was told is
+exactly what a new owner of the coordinator finds.
 
 Transaction ids are ``(coordinator id, sequence)``, Pulsar's ``(mostSigBits,
 leastSigBits)``. Sequences are reserved in blocks (one record per ``ID_BLOCK`` ids, not
@@ -71,7 +71,7 @@ class TxnId:
 
     @property
     def key(self) -> bytes:
-        """The transaction's key in the coordinator's table."""
+        """The transaction's id as a byte key (for keyed stores such as pending acks)."""
         return f"txn:{self.most}:{self.least}".encode()
 
 
@@ -128,9 +128,6 @@ class TransactionMeta:
         )
 
 
-RESERVATION_KEY = b"ids"
-
-
 def encode_reservation(until: int) -> bytes:
     return json.dumps({"until": until}).encode()
 
@@ -161,7 +158,7 @@ class CoordinatorState:
         self._reserved_until = max(self._reserved_until, until)
 
     def recover(self, metas: Iterable[TransactionMeta], reserved_until: int) -> None:
-        """Replay of the coordinator's table: its transactions, and its last reservation,
+        """Replay of the coordinator's log: its transactions, and its last reservation,
         below which the previous owner may have handed out any id. The next id comes from
         a fresh reservation."""
         for meta in metas:
