@@ -247,7 +247,7 @@ class BrokerApp:
             listener.tls_port,
             http.tls_port,
         )
-        await cluster.start(address, broker.topic_registry.unload_slots)
+        await cluster.start(address, broker.unload_slots)
         await self._register()
         self.ready = True
         urls = [listener.service_url_tls, address.web_url_tls]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol
 
@@ -65,6 +66,7 @@ class CompanionTopics(Protocol):
 class TopicCompaction:
     __slots__ = (
         "_companions",
+        "_hidden",
         "_ledger",
         "_retain_null_key",
         "_task",
@@ -76,9 +78,15 @@ class TopicCompaction:
     )
 
     def __init__(
-        self, ledger: ManagedLedger, companions: CompanionTopics, retain_null_key: bool
+        self,
+        ledger: ManagedLedger,
+        companions: CompanionTopics,
+        retain_null_key: bool,
+        hidden: Callable[[bytes], bool] = lambda data: False,
     ) -> None:
         self._ledger = ledger
+        self._hidden = hidden
+        """Entries readers never receive (transactions' markers and aborted messages)."""
         self._companions = companions
         self._retain_null_key = retain_null_key
         self.status = CompactionStatus.NOT_RUN
@@ -135,6 +143,8 @@ class TopicCompaction:
         cursor = await self._ledger.cursors.open(COMPACTION_CURSOR, "earliest")
         topic = await self._companion_topic()
         end = self._ledger.last_confirmed
+        if self._ledger.read_limit is not None and self._ledger.read_limit < end:
+            end = self._ledger.read_limit  # open transactions lie beyond
         start = self._ledger.next_position(cursor.mark_delete_position)
         latest: dict[bytes, CompactedMessage | None] = {}
         while start <= end:
@@ -143,7 +153,8 @@ class TopicCompaction:
             if not entries:
                 break
             for entry in entries:
-                self._fold(entry, latest)
+                if not self._hidden(entry.data):
+                    self._fold(entry, latest)
             start = self._ledger.next_position(entries[-1].position)
         await self._companions.ensure(topic)
         await self._companions.write(

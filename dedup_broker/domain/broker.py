@@ -18,11 +18,13 @@ from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.non_persistent.topic import IDLE_SECONDS
 from dedup_broker.domain.registry import TopicRegistry
 from dedup_broker.domain.topic import Topic, TopicServices
+from dedup_broker.domain.transaction_endings import TopicEndings
 from dedup_broker.domain_base.policies import Policies
 from dedup_broker.errors import BrokerError
 from dedup_broker.key_dedup.service import KeyDedupService
 from dedup_broker.schema.registry import SchemaRegistry
 from dedup_broker.storage.api import StorageService
+from dedup_broker.transactions.service import TransactionCoordinators
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,9 @@ class Broker:
         self._housekeeping: asyncio.Task[None] | None = None
         self._instance = uuid.uuid4().hex[:10]
         self._producer_counter = count()
+        self.transactions = TransactionCoordinators(
+            config, storage, cluster, TopicEndings(self.topic_registry)
+        )
         key_dedup.bind(self.topic_registry)
         metrics.watch_topics(lambda: list(self.topic_registry.topics.values()))
         non_persistent = self.topic_registry.non_persistent
@@ -73,6 +78,11 @@ class Broker:
         """Broker-generated producer names are unique across brokers and restarts."""
         return f"{self.config.cluster_name}-{self._instance}-{next(self._producer_counter)}"
 
+    async def unload_slots(self, slots: frozenset[int]) -> None:
+        """The slots went to another broker: their topics and coordinators leave here."""
+        await self.transactions.unload_slots(slots)
+        await self.topic_registry.unload_slots(slots)
+
     # --- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
         self._housekeeping = asyncio.get_running_loop().create_task(self._periodic())
@@ -83,6 +93,7 @@ class Broker:
         if self._housekeeping is not None:
             self._housekeeping.cancel()
         await self.namespaces.watches.close()
+        await self.transactions.close()
         await self.topic_registry.close()
         await self.key_dedup.close()
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
+from dedup_broker.config import BrokerConfig
 from dedup_broker.domain_base.dates import pulsar_date
 from dedup_broker.domain_base.handover import Destination
 from dedup_broker.domain_base.producer import NO_METADATA
@@ -37,6 +38,24 @@ PULSAR_TYPE_NAMES = {
 
 class ConsumerBusyError(PermanentError):
     """Another consumer holds an Exclusive subscription, or the type differs."""
+
+
+def check_consumer_limits(
+    config: BrokerConfig, topic: object, consumers: Mapping[str, int], subscription: str
+) -> None:
+    """``maxConsumersPerTopic`` and ``maxConsumersPerSubscription`` before one more joins
+    (``consumers``: the topic's subscriptions -> their consumer counts)."""
+    per_topic = config.max_consumers_per_topic
+    if per_topic and sum(consumers.values()) >= per_topic:
+        raise ConsumerBusyError(
+            f"Topic {topic} reached max consumers limit (maxConsumersPerTopic={per_topic})"
+        )
+    per_subscription = config.max_consumers_per_subscription
+    if per_subscription and consumers.get(subscription, 0) >= per_subscription:
+        raise ConsumerBusyError(
+            f"Subscription {subscription} reached max consumers limit "
+            f"(maxConsumersPerSubscription={per_subscription})"
+        )
 
 
 class Delivery(NamedTuple):

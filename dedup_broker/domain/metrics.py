@@ -3,15 +3,30 @@ exist): what was published, dispatched and deduplicated."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection, Mapping
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from dedup_broker.domain.non_persistent.metrics import NonPersistentMetrics
 
-if TYPE_CHECKING:
-    from dedup_broker.domain.topic import Topic
+
+class Dispatching(Protocol):
+    """A subscription, as the gauges read it."""
+
+    @property
+    def msgs_out(self) -> int: ...
+
+    @property
+    def bytes_out(self) -> int: ...
+
+
+class WithSubscriptions(Protocol):
+    """A topic, as the gauges read it."""
+
+    @property
+    def subscriptions(self) -> Mapping[str, Dispatching]: ...
+
 
 PUBLISH_LATENCY_BUCKETS = (
     0.0005,
@@ -67,7 +82,7 @@ class BrokerMetrics:
             "pulsar_out_bytes_total", "Bytes dispatched to consumers", registry=r
         )
 
-    def watch_topics(self, topics: Callable[[], Collection[Topic]]) -> None:
+    def watch_topics(self, topics: Callable[[], Collection[WithSubscriptions]]) -> None:
         """Gauges over the loaded topics, read when scraped."""
         self._topics.set_function(lambda: float(len(topics())))
         self._out_msgs.set_function(

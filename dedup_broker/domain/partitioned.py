@@ -10,6 +10,7 @@ from dedup_broker.config import BrokerConfig
 from dedup_broker.domain_base.names import TopicDomain, TopicName
 from dedup_broker.errors import InvalidTopicNameError, PermanentError, TopicNotFoundError
 from dedup_broker.storage.api import StorageService
+from dedup_broker.transactions.service import ASSIGN_TOPIC
 
 PARTITIONS_KEY = "partitioned-topics/"
 
@@ -53,17 +54,23 @@ class PartitionedTopics:
         if self.clustered:
             await self._storage.policies.refresh()
         partitions = self.partitions_of(name)
-        if partitions == 0 and self._auto_creates_partitioned(name):
+        if partitions == 0 and self._auto_created_partitions(name):
             try:
-                await self.create_partitioned_topic(name, self.config.default_num_partitions)
+                await self.create_partitioned_topic(name, self._auto_created_partitions(name))
             except TopicExistsError:  # created meanwhile (through another broker)
                 await self._storage.policies.refresh()
             partitions = self.partitions_of(name)
         return partitions
 
+    def _auto_created_partitions(self, name: TopicName) -> int:
+        """Partitions a topic nobody created gets when a client asks for them (0: none):
+        the coordinators' assign topic with transactions on (Pulsar makes it when a cluster
+        is initialized), and any topic under ``allowAutoTopicCreationType=partitioned``."""
+        if name == ASSIGN_TOPIC and self.config.transaction_coordinator_enabled:
+            return self.config.transaction_coordinator_count
+        return self.config.default_num_partitions if self._auto_creates_partitioned(name) else 0
+
     def _auto_creates_partitioned(self, name: TopicName) -> bool:
-        """Pulsar's ``allowAutoTopicCreationType=partitioned``: a client asking for the
-        partitions of a topic nobody created makes it a partitioned topic."""
         return (
             self.config.allow_auto_topic_creation
             and self.config.allow_auto_topic_creation_type == "partitioned"

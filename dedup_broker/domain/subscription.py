@@ -12,7 +12,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 from dedup_broker.config import BrokerConfig
@@ -34,6 +34,7 @@ from dedup_broker.errors import BrokerError
 from dedup_broker.lazy import LazyLock
 from dedup_broker.protocol.framing import parse_metadata_only
 from dedup_broker.storage.api import Entry, ManagedCursor, ManagedLedger, Position
+from dedup_broker.transactions.buffer import TransactionBuffer
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +42,24 @@ SEEK_GRACE_SECONDS = 30.0
 """How long a reader's subscription outlives its consumers after a seek (they reconnect)."""
 
 
+class HeldAcknowledgements(Protocol):
+    def holds(self, subscription: str, position: Position) -> bool:
+        """Acknowledged in a transaction still open: not delivered again meanwhile."""
+        ...
+
+
 class SubscriptionOwner(Protocol):
     """The topic a subscription belongs to."""
 
     def subscription_expired(self, subscription: Subscription) -> None: ...
+
+    @property
+    def transactions(self) -> TransactionBuffer:
+        """What the topic's transactions hide: markers, aborted transactions' messages."""
+        ...
+
+    @property
+    def pending_acks(self) -> HeldAcknowledgements | None: ...
 
 
 class Subscription:
@@ -201,17 +216,22 @@ class Subscription:
         consumer.permits += permits
         self.trigger()
 
-    def on_ack(self, consumer: Consumer, positions: Iterable[Position], cumulative: bool) -> None:
+    def on_ack(
+        self, consumer: Consumer | None, positions: Iterable[Position], cumulative: bool
+    ) -> None:
+        """Acknowledgements of ``consumer`` (None: of whichever consumer has the messages,
+        as for a transaction's acknowledgements applied at its commit)."""
         if cumulative:
             for position in positions:
-                consumer.forget_up_to(position)
+                for each in [consumer] if consumer is not None else self.consumers:
+                    each.forget_up_to(position)
                 self.cursor.mark_delete(position)
                 self._redeliveries.acknowledged_up_to(position)
                 self._dispatcher.forget_up_to(position)
         else:
             acked = list(positions)
             for position in acked:
-                if not consumer.forget(position):
+                if consumer is None or not consumer.forget(position):
                     for other in self.consumers:
                         if other.forget(position):
                             break
@@ -220,16 +240,21 @@ class Subscription:
             self.cursor.delete(acked)
         self.trigger()
 
-    def on_batch_ack(self, consumer: Consumer, position: Position, unacked: list[int]) -> None:
+    def on_batch_ack(
+        self, consumer: Consumer | None, position: Position, unacked: Sequence[int]
+    ) -> None:
         """Part of a batch acknowledged (batch-index acknowledgement): kept by the cursor
         (and stored with it), and the whole entry acknowledged once none of its messages
         is left."""
         if self.cursor.delete_batch_indexes(position, unacked):
             self.on_ack(consumer, [position], cumulative=False)
 
-    def on_redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
-        """Nack / ack timeout / explicit redelivery request from the client."""
-        if positions is None:
+    def on_redeliver(self, consumer: Consumer | None, positions: list[Position] | None) -> None:
+        """Nack / ack timeout / explicit redelivery request from the client; or, without a
+        consumer, messages none holds (a transaction that acknowledged them aborted)."""
+        if consumer is None:
+            returned = list(positions or ())
+        elif positions is None:
             returned = consumer.take_pending()
         else:
             returned = [p for p in positions if consumer.forget(p)]
@@ -238,7 +263,7 @@ class Subscription:
             self._redeliveries.replay.update(returned)
             self.trigger()
         else:
-            if positions is not None:
+            if consumer is not None and positions is not None:
                 # Order matters here: everything in flight is sent again from the cursor.
                 self._redeliveries.count(consumer.take_pending())
             asyncio.get_running_loop().create_task(self._rewind())
@@ -356,7 +381,15 @@ class Subscription:
             return chosen.progressed
 
     def _hold(self, entry: Entry) -> bool:
-        """Shared and Key_Shared subscriptions keep a message until its delivery time."""
+        """Not delivered now: never, for what the topic hides (acknowledged here, so it
+        leaves the backlog); not while a transaction holds its acknowledgement (again if
+        that aborts); or until its delivery time (Shared and Key_Shared)."""
+        if self._owner.transactions.hidden(entry.data):
+            self.cursor.delete((entry.position,))
+            return True
+        held = self._owner.pending_acks
+        if held is not None and held.holds(self.name, entry.position):
+            return True
         if not (self.config.delayed_delivery_enabled and self._dispatcher.delays):
             return False
         if self._delayed is None:
@@ -443,6 +476,12 @@ def can_take(unacked_limit: int) -> Callable[[Consumer], bool]:
         )
 
     return check
+
+
+def trigger_all(subscriptions: Mapping[str, Subscription]) -> None:
+    """Dispatch on every subscription (what they may read grew)."""
+    for subscription in subscriptions.values():
+        subscription.trigger()
 
 
 def messages_in_entry(entry: Entry) -> int:

@@ -7,6 +7,7 @@ session turns it into the receipt or error the client hears.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -15,12 +16,17 @@ from typing import TYPE_CHECKING
 from dedup_broker.compaction.policy import compaction_threshold
 from dedup_broker.compaction.topic import CompanionTopics, TopicCompaction
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.consumer import ConsumerBusyError, SubscriptionType, let_acks_arrive
+from dedup_broker.domain import topic_stats
+from dedup_broker.domain.consumer import (
+    SubscriptionType,
+    check_consumer_limits,
+    let_acks_arrive,
+)
 from dedup_broker.domain.ledger_limits import LedgerLimits
 from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.producer_access import TOPIC_EPOCH_PROPERTY, ProducerHost
 from dedup_broker.domain.send_order import publish_in_turn
-from dedup_broker.domain.subscription import Subscription
+from dedup_broker.domain.subscription import Subscription, trigger_all
 from dedup_broker.domain.subscription_errors import (
     ConsumerStillConnectedError,
     ReadCompactedNotAllowedError,
@@ -35,6 +41,7 @@ from dedup_broker.domain.termination import (
     terminated_position,
     terminated_property,
 )
+from dedup_broker.domain.transactional_acks import TopicPendingAcks
 from dedup_broker.domain_base.handover import Destination
 from dedup_broker.domain_base.names import TopicName
 from dedup_broker.domain_base.outcomes import UNKNOWN, PublishOutcome, PublishResult, settled
@@ -49,11 +56,9 @@ from dedup_broker.pip6.verdicts import Verdict
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch import batch_size
 from dedup_broker.protocol.framing import parse_metadata_only
-from dedup_broker.storage.api import (
-    Position,
-    is_system_cursor,
-)
+from dedup_broker.storage.api import Position, is_system_cursor
 from dedup_broker.tiered.policy import offload_threshold_in_seconds
+from dedup_broker.transactions.buffer import TransactionBuffer, sent_in
 
 if TYPE_CHECKING:
     from dedup_broker.domain.consumer import Consumer
@@ -87,8 +92,10 @@ class Topic(ProducerHost):
         "made_key_dedup",
         "managed_ledger",
         "msgs_in",
+        "pending_acks",
         "services",
         "subscriptions",
+        "transactions",
     )
 
     def __init__(
@@ -109,6 +116,11 @@ class Topic(ProducerHost):
         self.dedup = TopicDeduplication(
             name, ledger, services.config, services.policies, self.producers
         )
+        self.transactions = TransactionBuffer(
+            ledger, services.config, functools.partial(trigger_all, self.subscriptions)
+        )
+        self.pending_acks: TopicPendingAcks | None = None
+        """Acknowledgements in transactions (made when the topic is loaded)."""
         self.made_key_dedup: TopicKeyDedup | None = None
         """Made when a policy turns key deduplication on (most topics never have it)."""
         ledger.on_write_failure_resolved = self._write_failure_resolved
@@ -140,6 +152,9 @@ class Topic(ProducerHost):
             topic.subscriptions[cursor_name] = topic._new_subscription(
                 cursor_name, cursor, SubscriptionType.EXCLUSIVE, durable=True
             )
+        await topic.transactions.recover()
+        topic.pending_acks = TopicPendingAcks(storage, name, fence, topic.subscriptions)
+        await topic.pending_acks.recover()
         await topic.dedup.apply_policy()
         await apply_key_dedup_policy(topic)
         return topic
@@ -159,6 +174,7 @@ class Topic(ProducerHost):
                 self.managed_ledger,
                 self._companions,
                 self.services.config.topic_compaction_retain_null_key,
+                self.transactions.hidden,
             )
         return self._compaction
 
@@ -236,12 +252,15 @@ class Topic(ProducerHost):
             return _refused(
                 self.name, send, TopicTerminatedError(f"Topic {self.name} is terminated")
             )
+        txn_id = sent_in(send)
         in_batch = batch_size(metadata)
         count = max(in_batch, 1)
         started = time.monotonic()
         if timestamp is None:
             timestamp = metadata.publish_time or int(time.time() * 1000)
         try:
+            if txn_id is not None and not self.transactions.admit(txn_id):
+                return settled(UNKNOWN)  # asked again once the buffer is ready
             admission = self.dedup.check(send, entry, metadata)
         except BrokerError as exc:
             return _refused(self.name, send, exc)
@@ -251,7 +270,7 @@ class Topic(ProducerHost):
             if verdict is Verdict.DUP:
                 return settled(PublishOutcome.duplicate(admission.stored_at))
             return settled(UNKNOWN)
-        appended = self.managed_ledger.append(entry, timestamp)
+        appended = self.transactions.append(txn_id, entry, timestamp)
         result: PublishResult = asyncio.get_running_loop().create_future()
         producer.pending_sends += 1
         self._appends_in_flight += 1
@@ -322,7 +341,12 @@ class Topic(ProducerHost):
                 "read_compacted is only allowed on Exclusive and Failover subscriptions "
                 f"(and readers), not {sub_type.name}"
             )
-        _check_consumer_limits(self, name)
+        check_consumer_limits(
+            self.config,
+            self.name,
+            {n: len(s.consumers) for n, s in self.subscriptions.items()},
+            name,
+        )
         check_not_reserved(name)
         subscription = self.subscriptions.get(name)
         if subscription is not None and subscription.durable != durable:
@@ -399,7 +423,7 @@ class Topic(ProducerHost):
     # --- last message id ------------------------------------------------------------
     async def last_message_id(self) -> tuple[Position, int]:
         """The last stored position and the batch index of its last message (-1 if none)."""
-        last = self.managed_ledger.last_confirmed
+        last = await self.transactions.last_visible()
         if last.entry_id < 0:
             return last, -1
         known = self._last_entry_batch
@@ -414,6 +438,7 @@ class Topic(ProducerHost):
         """Periodic: quiet-topic snapshots, idle producers, failed recoveries, compaction
         past its threshold, ledgers past the offload age."""
         await self.dedup.housekeeping()
+        await self.transactions.snapshot()
         if offload_threshold_in_seconds(self.services.policies, self.config, self.name) >= 0:
             self.managed_ledger.offloads.check_soon()
         threshold = compaction_threshold(self.services.policies, self.config, self.name)
@@ -439,6 +464,9 @@ class Topic(ProducerHost):
             await self._compaction.close()
         await self._appends_settled.wait()
         await self.dedup.close()
+        await self.transactions.close()
+        if self.pending_acks is not None:
+            await self.pending_acks.close()
         await let_acks_arrive(c for s in self.subscriptions.values() for c in s.consumers)
         for subscription in list(self.subscriptions.values()):
             for consumer in list(subscription.consumers):
@@ -446,26 +474,7 @@ class Topic(ProducerHost):
         await self.managed_ledger.close()
 
     def stats(self) -> dict[str, object]:
-        return {
-            "msgInCounter": self.msgs_in,
-            "bytesInCounter": self.bytes_in,
-            "msgOutCounter": sum(s.msgs_out for s in self.subscriptions.values()),
-            "bytesOutCounter": sum(s.bytes_out for s in self.subscriptions.values()),
-            "averageMsgSize": self.bytes_in / self.msgs_in if self.msgs_in else 0.0,
-            "storageSize": self.managed_ledger.total_size,
-            "deduplicationStatus": self.dedup.status.value,
-            "keyDeduplication": (
-                self.made_key_dedup.stats()
-                if self.made_key_dedup is not None
-                else {"enabled": False}
-            ),
-            "publishers": [p.stats() for p in self.producers.values()],
-            "waitingPublishers": len(self.access.waiting),
-            "topicEpoch": self.access.epoch,
-            "subscriptions": {n: s.stats() for n, s in self.subscriptions.items()},
-            "replication": {},
-            "compaction": self.compaction.stats(),
-        }
+        return topic_stats.stats(self)
 
 
 def _refused(name: TopicName, send: pb.CommandSend, exc: BrokerError) -> PublishResult:
@@ -478,18 +487,3 @@ async def apply_key_dedup_policy(topic: Topic) -> None:
     policy = topic.services.key_dedup.policy_for(topic.name)
     if topic.made_key_dedup is not None or policy.enabled:
         await topic.key_dedup.apply_policy()
-
-
-def _check_consumer_limits(topic: Topic, subscription_name: str) -> None:
-    per_topic = topic.config.max_consumers_per_topic
-    if per_topic and sum(len(s.consumers) for s in topic.subscriptions.values()) >= per_topic:
-        raise ConsumerBusyError(
-            f"Topic {topic.name} reached max consumers limit (maxConsumersPerTopic={per_topic})"
-        )
-    per_subscription = topic.config.max_consumers_per_subscription
-    subscription = topic.subscriptions.get(subscription_name)
-    if per_subscription and subscription and len(subscription.consumers) >= per_subscription:
-        raise ConsumerBusyError(
-            f"Subscription {subscription_name} reached max consumers limit "
-            f"(maxConsumersPerSubscription={per_subscription})"
-        )

@@ -43,3 +43,25 @@ def internal_stats(topic: Topic) -> dict[str, object]:
         "cursors": cursors,
         "deduplication": topic.dedup.stats(),
     }
+
+
+def stats(topic: Topic) -> dict[str, object]:
+    """A topic's stats as Pulsar's admin API answers them."""
+    return {
+        "msgInCounter": topic.msgs_in,
+        "bytesInCounter": topic.bytes_in,
+        "msgOutCounter": sum(s.msgs_out for s in topic.subscriptions.values()),
+        "bytesOutCounter": sum(s.bytes_out for s in topic.subscriptions.values()),
+        "averageMsgSize": topic.bytes_in / topic.msgs_in if topic.msgs_in else 0.0,
+        "storageSize": topic.managed_ledger.total_size,
+        "deduplicationStatus": topic.dedup.status.value,
+        "keyDeduplication": (
+            topic.made_key_dedup.stats() if topic.made_key_dedup is not None else {"enabled": False}
+        ),
+        "publishers": [p.stats() for p in topic.producers.values()],
+        "waitingPublishers": len(topic.access.waiting),
+        "topicEpoch": topic.access.epoch,
+        "subscriptions": {n: s.stats() for n, s in topic.subscriptions.items()},
+        "replication": {},
+        "compaction": topic.compaction.stats(),
+    }

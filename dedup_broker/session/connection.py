@@ -29,6 +29,7 @@ from dedup_broker.session.lookups import LookupCommands
 from dedup_broker.session.metrics import SessionMetrics
 from dedup_broker.session.producers import ProducerCommands
 from dedup_broker.session.replies import error_reply
+from dedup_broker.session.transactions import TransactionCommands
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +66,13 @@ class ClientConnection(asyncio.Protocol):
         self.producers = ProducerCommands(self)
         self.consumers = ConsumerCommands(self)
         self.lookups = LookupCommands(self)
+        self.transactions = TransactionCommands(self)
         self._handlers: dict[int, Handler] = {
             **self.handshake.handlers(),
             **self.lookups.handlers(),
             **self.producers.handlers(),
             **self.consumers.handlers(),
+            **self.transactions.handlers(),
         }
 
     @property

@@ -22,6 +22,7 @@ from dedup_broker.schema.compatibility import SchemaInfo
 from dedup_broker.security.authorization import AuthAction
 from dedup_broker.session.lookups import topic_name
 from dedup_broker.session.replies import CreationInProgressError, UnknownIdError
+from dedup_broker.session.transactions import acknowledge_in_transaction
 from dedup_broker.storage.api import Position
 
 if TYPE_CHECKING:
@@ -216,7 +217,7 @@ class ConsumerCommands:
         consumer = self._consumer(flow.consumer_id)
         consumer.subscription.on_flow(consumer, flow.messagePermits)
 
-    def _on_ack(self, frame: Frame) -> None:
+    def _on_ack(self, frame: Frame) -> Awaitable[None] | None:
         ack = frame.command.ack
         consumer = self.consumers.get(ack.consumer_id)
         if consumer is None:
@@ -232,7 +233,11 @@ class ConsumerCommands:
                     )
                 )
             log.debug("ack for unknown consumer %d ignored", ack.consumer_id)
-            return
+            return None
+        if ack.HasField("txnid_most_bits"):
+            positions = [message_position(m) for m in ack.message_id]
+            topic = self._topics[ack.consumer_id]
+            return acknowledge_in_transaction(self.connection, topic, consumer, ack, positions)
         cumulative = ack.ack_type == pb.CommandAck.Cumulative
         subscription = consumer.subscription
         positions = []
@@ -257,6 +262,7 @@ class ConsumerCommands:
             self.connection.send_command(
                 commands.ack_response(consumer.consumer_id, ack.request_id)
             )
+        return None
 
     def _on_redeliver(self, frame: Frame) -> None:
         request = frame.command.redeliverUnacknowledgedMessages

@@ -24,10 +24,18 @@ from dedup_broker.domain.termination import TopicTerminatedError
 from dedup_broker.domain_base.outcomes import PublishOutcome, PublishStatus
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
+from dedup_broker.protocol.txn_commands import TRANSACTION_REQUESTS, txn_response
 from dedup_broker.schema.compatibility import IncompatibleSchemaError
 from dedup_broker.security.authentication import AuthenticationError
 from dedup_broker.security.authorization import AuthorizationError
 from dedup_broker.security.encryption import EncryptionRequiredError
+from dedup_broker.transactions.buffer import TransactionEndedError, TransactionsDisabledError
+from dedup_broker.transactions.errors import (
+    CoordinatorNotReadyError,
+    InvalidTxnStatusError,
+    TransactionNotFoundError,
+)
+from dedup_broker.transactions.pending_acks import TransactionConflictError
 
 
 class UnknownIdError(errors.PermanentError):
@@ -42,6 +50,11 @@ _CODES: tuple[tuple[type[BaseException], pb.ServerError], ...] = (
     # A PRODUCER or SUBSCRIBE that met the topic as it was unloaded: the client retries
     # and finds it loaded again (NotAllowedError would be final for some clients).
     (errors.ManagedLedgerClosedError, pb.ServiceNotReady),
+    (CoordinatorNotReadyError, pb.TransactionCoordinatorNotFound),
+    (TransactionNotFoundError, pb.TransactionNotFound),
+    (InvalidTxnStatusError, pb.InvalidTxnStatus),
+    (TransactionConflictError, pb.TransactionConflict),
+    (TransactionsDisabledError, pb.NotAllowedError),
     (errors.ChecksumError, pb.ChecksumError),
     (TopicTerminatedError, pb.TopicTerminatedError),
     (EncryptionRequiredError, pb.MetadataError),
@@ -83,6 +96,8 @@ def send_error_code(exc: BaseException | None) -> pb.ServerError:
         return pb.UnknownError
     if isinstance(exc, TopicTerminatedError):
         return pb.TopicTerminatedError
+    if isinstance(exc, (TransactionEndedError, TransactionsDisabledError)):
+        return pb.NotAllowedError  # the client fails the message instead of resending it
     return pb.PersistenceError
 
 
@@ -121,4 +136,7 @@ def error_reply(command: pb.BaseCommand, exc: BaseException) -> pb.BaseCommand:
         return commands.lookup_response(
             command.lookupTopic.request_id, "", error=code, message=str(exc)
         )
+    if command.type in TRANSACTION_REQUESTS:
+        request_id = commands.request_id_of(command) or 0
+        return txn_response(command.type, request_id, error=code, message=str(exc))
     return commands.error(commands.request_id_of(command) or 0, code, str(exc))

@@ -335,6 +335,10 @@ class ManagedLedger(EntryReads, Protocol):
     """Told ``(told, stored)`` once the ledger is writable again after a failed write."""
     policies: LedgerPolicies | None
     """Set by the owner to trim and offload automatically; None: only when asked."""
+    read_limit: Position | None
+    """Set by the owner: cursors read no entry after it (Pulsar's max read position:
+    transactions not yet committed lie beyond); None: up to ``last_confirmed``. Entries
+    listeners are not told when it rises: the owner wakes its readers."""
 
     @property
     def entries_added(self) -> int:

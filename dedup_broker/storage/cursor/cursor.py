@@ -33,6 +33,8 @@ class CursorLedger(Protocol):
 
     @property
     def last_confirmed(self) -> Position: ...
+    @property
+    def read_limit(self) -> Position | None: ...
     def next_position(self, p: Position) -> Position: ...
     def previous_position(self, p: Position) -> Position: ...
     def is_valid_position(self, p: Position) -> bool: ...
@@ -41,6 +43,12 @@ class CursorLedger(Protocol):
     async def read_entries(
         self, start: Position, max_entries: int, max_bytes: int = DEFAULT_MAX_BYTES
     ) -> list[Entry]: ...
+
+
+def readable_end(ledger: CursorLedger) -> Position:
+    """The last entry cursors read: ``last_confirmed``, or the ledger's read limit."""
+    last, limit = ledger.last_confirmed, ledger.read_limit
+    return last if limit is None or limit >= last else limit
 
 
 _NO_BATCH_ACKS: dict[Position, tuple[int, ...]] = {}
@@ -151,7 +159,7 @@ class ManagedCursorImpl:
         return dict(self._batch_acks)
 
     def backlog(self) -> int:
-        last = self._ledger.last_confirmed
+        last = readable_end(self._ledger)
         start = self._ledger.next_position(self._mark_delete)
         if start > last:
             return 0
@@ -159,7 +167,7 @@ class ManagedCursorImpl:
         return max(pending - self._ranges.count_between(start, last), 0)
 
     def has_more_entries(self) -> bool:
-        return self._skip_acknowledged(self.read_position) <= self._ledger.last_confirmed
+        return self._skip_acknowledged(self.read_position) <= readable_end(self._ledger)
 
     def _skip_acknowledged(self, p: Position) -> Position:
         """The first position at or after ``p`` not acknowledged."""
@@ -186,7 +194,8 @@ class ManagedCursorImpl:
             done = max_entries <= 0
             while not done:
                 position = self._skip_acknowledged(position)
-                if position > self._ledger.last_confirmed:
+                end = readable_end(self._ledger)
+                if position > end:
                     break
                 remaining = max_bytes - size if result else max_bytes
                 wanted = max_entries - len(result)
@@ -194,10 +203,15 @@ class ManagedCursorImpl:
                 if acked is not None and acked[0].ledger_id == position.ledger_id:
                     # Stop before the next acknowledged run instead of reading it.
                     wanted = min(wanted, acked[0].entry_id - position.entry_id)
+                if position.ledger_id == end.ledger_id:
+                    wanted = min(wanted, end.entry_id - position.entry_id + 1)
                 batch = await self._ledger.read_entries(position, wanted, max(remaining, 1))
                 if not batch:
                     break
                 for entry in batch:
+                    if entry.position > end:
+                        done = True
+                        break
                     if self.is_acknowledged(entry.position):
                         position = self._ledger.next_position(entry.position)
                         continue

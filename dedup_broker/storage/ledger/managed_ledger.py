@@ -166,6 +166,7 @@ class ManagedLedgerImpl:
         "offloads",
         "on_write_failure_resolved",
         "policies",
+        "read_limit",
         "trimmer",
     )
 
@@ -191,6 +192,8 @@ class ManagedLedgerImpl:
         self.policies: LedgerPolicies | None = None
         """Set by the owner to trim and offload automatically; None: only when asked."""
         self.on_write_failure_resolved: Callable[[Position, Position], None] | None = None
+        self.read_limit: Position | None = None
+        """Set by the owner: cursors read no entry after it (Pulsar's max read position)."""
         side = write_side(self, WriterEvents(self))
         self._writer = side.writer
         self.trimmer = side.trimmer

@@ -86,13 +86,29 @@ def test_unsupported_command_gets_an_error_and_the_connection_lives(
     raw: RawConnection, healthy: object
 ) -> None:
     raw.connect()
-    command = pb.BaseCommand(type=pb.BaseCommand.NEW_TXN)
-    command.newTxn.request_id = 7
-    command.newTxn.tc_id = 0
+    command = pb.BaseCommand(type=pb.BaseCommand.END_TXN_ON_SUBSCRIPTION)
+    command.endTxnOnSubscription.request_id = 7
     raw.send(command)
     error = raw.expect(pb.BaseCommand.ERROR).command.error
     assert error.request_id == 7
     assert "not supported" in error.message
+    raw.send(pb.BaseCommand(type=pb.BaseCommand.PING, ping=pb.CommandPing()))
+    raw.expect(pb.BaseCommand.PONG)
+
+
+def test_a_transaction_request_is_refused_in_its_own_response_while_transactions_are_off(
+    raw: RawConnection, healthy: object
+) -> None:
+    """The clients match a coordinator's answer by its response type: the refusal comes
+    in NEW_TXN_RESPONSE, with Pulsar's message."""
+    raw.connect()
+    command = pb.BaseCommand(type=pb.BaseCommand.NEW_TXN)
+    command.newTxn.request_id = 7
+    command.newTxn.tc_id = 0
+    raw.send(command)
+    answer = raw.expect(pb.BaseCommand.NEW_TXN_RESPONSE).command.newTxnResponse
+    assert (answer.request_id, answer.error) == (7, pb.NotAllowedError)
+    assert answer.message == "The broker doesn't enable the transaction coordinator"
     raw.send(pb.BaseCommand(type=pb.BaseCommand.PING, ping=pb.CommandPing()))
     raw.expect(pb.BaseCommand.PONG)
 

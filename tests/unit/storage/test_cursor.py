@@ -23,6 +23,7 @@ class FakeLedger:
             self.ledgers.add_confirmed(3)
         self.reads: list[Position] = []
         self.before_read: Callable[[], None] | None = None
+        self.read_limit: Position | None = None
 
     @property
     def last_confirmed(self) -> Position:

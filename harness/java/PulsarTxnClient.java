@@ -1,0 +1,137 @@
+// A driver of the official Pulsar Java client's transactions, run by the test suite.
+// The client is built with enableTransaction(true); commands come one per line on stdin
+// and every answer is one JSON line with an "event" field:
+//
+//   new TTL_SECONDS                    {"event":"txn","most":M,"least":L}
+//   send TOPIC PAYLOAD                 {"event":"sent","topic":"..","messageId":".."}
+//                                      (in the current transaction)
+//   plain TOPIC PAYLOAD                {"event":"sent",...} (no transaction)
+//   consume TOPIC SUBSCRIPTION COUNT   receives COUNT messages (a Shared subscription,
+//                                      from the earliest) and acknowledges each in
+//                                      the current transaction:
+//                                      {"event":"received","value":"..","messageId":".."}
+//   commit | abort                     {"event":"ended","action":"commit"|"abort"}
+//   quit                               {"event":"done"}, then the process exits
+//
+// A command that fails answers {"event":"error","command":"..","error":".."}.
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+import org.apache.pulsar.client.api.Consumer;
+import org.apache.pulsar.client.api.Message;
+import org.apache.pulsar.client.api.MessageId;
+import org.apache.pulsar.client.api.Producer;
+import org.apache.pulsar.client.api.PulsarClient;
+import org.apache.pulsar.client.api.SubscriptionInitialPosition;
+import org.apache.pulsar.client.api.SubscriptionType;
+import org.apache.pulsar.client.api.transaction.Transaction;
+
+public final class PulsarTxnClient {
+    private PulsarTxnClient() {}
+
+    public static void main(String[] args) throws Exception {
+        Map<String, Producer<byte[]>> producers = new HashMap<>();
+        Map<String, Consumer<byte[]>> consumers = new HashMap<>();
+        try (PulsarClient client = PulsarClient.builder()
+                .serviceUrl(args[0])
+                .operationTimeout(30, TimeUnit.SECONDS)
+                .enableTransaction(true)
+                .build()) {
+            print("{\"event\":\"ready\"}");
+            BufferedReader in = new BufferedReader(
+                    new InputStreamReader(System.in, StandardCharsets.UTF_8));
+            Transaction txn = null;
+            String line;
+            while ((line = in.readLine()) != null) {
+                String[] words = line.trim().split(" ", 4);
+                if (words[0].equals("quit")) {
+                    break;
+                }
+                try {
+                    switch (words[0]) {
+                        case "new" -> {
+                            txn = client.newTransaction()
+                                    .withTransactionTimeout(Long.parseLong(words[1]),
+                                            TimeUnit.SECONDS)
+                                    .build().get();
+                            print("{\"event\":\"txn\",\"most\":" + txn.getTxnID().getMostSigBits()
+                                    + ",\"least\":" + txn.getTxnID().getLeastSigBits() + "}");
+                        }
+                        case "send", "plain" -> {
+                            Producer<byte[]> producer = producer(client, producers, words[1]);
+                            byte[] value = words[2].getBytes(StandardCharsets.UTF_8);
+                            MessageId id = words[0].equals("send")
+                                    ? producer.newMessage(txn).value(value).send()
+                                    : producer.newMessage().value(value).send();
+                            print("{\"event\":\"sent\",\"topic\":\"" + words[1]
+                                    + "\",\"messageId\":\"" + id + "\"}");
+                        }
+                        case "consume" -> {
+                            String key = words[1] + " " + words[2];
+                            Consumer<byte[]> consumer = consumers.get(key);
+                            if (consumer == null) {
+                                consumer = client.newConsumer().topic(words[1])
+                                        .subscriptionName(words[2])
+                                        .subscriptionType(SubscriptionType.Shared)
+                                        .subscriptionInitialPosition(
+                                                SubscriptionInitialPosition.Earliest)
+                                        .subscribe();
+                                consumers.put(key, consumer);
+                            }
+                            for (int i = 0; i < Integer.parseInt(words[3]); i++) {
+                                Message<byte[]> message = consumer.receive(30, TimeUnit.SECONDS);
+                                if (message == null) {
+                                    throw new IllegalStateException("no message within 30 s");
+                                }
+                                consumer.acknowledgeAsync(message.getMessageId(), txn).get();
+                                print("{\"event\":\"received\",\"value\":\""
+                                        + new String(message.getValue(), StandardCharsets.UTF_8)
+                                        + "\",\"messageId\":\"" + message.getMessageId() + "\"}");
+                            }
+                        }
+                        case "commit" -> {
+                            txn.commit().get();
+                            print("{\"event\":\"ended\",\"action\":\"commit\"}");
+                        }
+                        case "abort" -> {
+                            txn.abort().get();
+                            print("{\"event\":\"ended\",\"action\":\"abort\"}");
+                        }
+                        default -> throw new IllegalArgumentException("unknown command " + line);
+                    }
+                } catch (Exception e) {
+                    Throwable cause = e.getCause() != null ? e.getCause() : e;
+                    print("{\"event\":\"error\",\"command\":\"" + words[0] + "\",\"error\":\""
+                            + escape(cause.getClass().getSimpleName() + ": " + cause.getMessage())
+                            + "\"}");
+                }
+            }
+        }
+        print("{\"event\":\"done\"}");
+        System.exit(0);
+    }
+
+    static Producer<byte[]> producer(PulsarClient client, Map<String, Producer<byte[]>> producers,
+            String topic) throws Exception {
+        Producer<byte[]> producer = producers.get(topic);
+        if (producer == null) {
+            producer = client.newProducer().topic(topic).sendTimeout(0, TimeUnit.SECONDS)
+                    .enableBatching(false).create();
+            producers.put(topic, producer);
+        }
+        return producer;
+    }
+
+    static String escape(String text) {
+        return String.valueOf(text).replace("\\", "\\\\").replace("\"", "\\\"")
+                .replace("\n", " ");
+    }
+
+    static void print(String line) {
+        System.out.println(line);
+        System.out.flush();
+    }
+}

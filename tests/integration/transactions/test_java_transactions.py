@@ -1,0 +1,187 @@
+"""Transactions of the official Java client on one broker: what readers see before and
+after a commit or an abort, a transaction left to time out, and a broker that restarts
+(kill -9) with transactions open and ended."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pulsar
+import pytest
+
+from harness.broker_process import BrokerProcess
+from harness.pulsar_java_txn import JavaTransactionError, JavaTransactions
+from tests.integration.conftest import serve
+
+
+@pytest.fixture
+def txn_broker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[BrokerProcess]:
+    yield from serve(kafka_bootstrap, tmp_path, transaction_coordinator_enabled=True)
+
+
+def visible(service_url: str, topic: str) -> list[str]:
+    """Every message a new reader of ``topic`` receives, in order."""
+    client = pulsar.Client(service_url, operation_timeout_seconds=30)
+    try:
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        out = []
+        while reader.has_message_available():
+            out.append(reader.read_next(10_000).data().decode())
+        return out
+    finally:
+        client.close()
+
+
+def subscribed(service_url: str, topic: str, subscription: str, wait_ms: int) -> list[str]:
+    """What a (Shared) consumer of the subscription receives before ``wait_ms`` pass
+    without a message."""
+    client = pulsar.Client(service_url, operation_timeout_seconds=30)
+    try:
+        consumer = client.subscribe(
+            topic,
+            subscription,
+            consumer_type=pulsar.ConsumerType.Shared,
+            initial_position=pulsar.InitialPosition.Earliest,
+        )
+        out = []
+        while True:
+            try:
+                message = consumer.receive(wait_ms)
+            except pulsar.Timeout:
+                return out
+            out.append(message.data().decode())
+            consumer.acknowledge(message)
+    finally:
+        client.close()
+
+
+def test_commit_shows_every_message_at_once_across_two_topics(
+    txn_broker: BrokerProcess, topic: str
+) -> None:
+    url, other = txn_broker.service_url, topic + "-other"
+    with JavaTransactions(url) as java:
+        java.send_plain(topic, "before")
+        java.new()
+        java.send(topic, "t1")
+        java.send(other, "o1")
+        java.send_plain(topic, "after")  # behind the open transaction: held back too
+        java.send(topic, "t2")
+        assert visible(url, topic) == ["before"]
+        assert visible(url, other) == []
+        assert subscribed(url, topic, "early", 500) == ["before"]
+        java.commit()
+    assert visible(url, topic) == ["before", "t1", "after", "t2"]
+    assert visible(url, other) == ["o1"]
+    # the subscription that waited at the open transaction receives the rest
+    assert subscribed(url, topic, "early", 1000) == ["t1", "after", "t2"]
+
+
+def test_abort_drops_the_messages_for_good(txn_broker: BrokerProcess, topic: str) -> None:
+    url = txn_broker.service_url
+    with JavaTransactions(url) as java:
+        java.new()
+        java.send(topic, "a1")
+        java.send_plain(topic, "p1")
+        java.send(topic, "a2")
+        java.abort()
+        java.send_plain(topic, "p2")
+        java.new()
+        java.send(topic, "c1")
+        java.commit()
+        with pytest.raises(JavaTransactionError):
+            java.commit()  # ended already
+    assert visible(url, topic) == ["p1", "p2", "c1"]
+    assert subscribed(url, topic, "s", 1000) == ["p1", "p2", "c1"]
+    txn_broker.restart(kill=True)  # kill -9: the aborted set comes back from the topic
+    assert visible(url, topic) == ["p1", "p2", "c1"]
+    assert subscribed(url, topic, "s2", 1000) == ["p1", "p2", "c1"]
+
+
+def test_a_transaction_left_open_is_aborted_after_its_timeout(
+    txn_broker: BrokerProcess, topic: str
+) -> None:
+    url = txn_broker.service_url
+    with JavaTransactions(url) as java:
+        java.new(timeout_seconds=3)
+        java.send(topic, "lost")
+        java.kill()  # the application dies with its transaction open
+    with JavaTransactions(url) as java:
+        java.send_plain(topic, "later")
+    assert visible(url, topic) == []  # held behind the open transaction
+    deadline = time.monotonic() + 30
+    while visible(url, topic) != ["later"]:
+        assert time.monotonic() < deadline, "the open transaction was never aborted"
+        time.sleep(0.5)
+
+
+def test_a_broker_killed_mid_transaction_keeps_it_whole(
+    txn_broker: BrokerProcess, topic: str
+) -> None:
+    """kill -9 of the broker with one transaction committed and one open: after the
+    restart the committed one is visible, the open one still held, and its commit (the
+    client's, on the recovered coordinator) shows it whole."""
+    url = txn_broker.service_url
+    with JavaTransactions(url) as java:
+        java.new()
+        java.send(topic, "c1")
+        java.commit()
+        java.new(timeout_seconds=120)
+        java.send(topic, "o1")
+        java.send(topic, "o2")
+        txn_broker.restart(kill=True)
+        assert visible(url, topic) == ["c1"]
+        java.send(topic, "o3")
+        java.commit()
+    assert visible(url, topic) == ["c1", "o1", "o2", "o3"]
+
+
+def test_transactions_are_refused_while_the_coordinator_is_off(
+    broker: BrokerProcess, topic: str
+) -> None:
+    with pytest.raises(Exception, match=r"(?i)transaction"):
+        JavaTransactions(broker.service_url, start_timeout=120).close()
+
+
+def test_consume_process_produce_is_exactly_once_across_an_abort(
+    txn_broker: BrokerProcess, topic: str
+) -> None:
+    """Read from one topic and write to another in one transaction: an aborted step
+    leaves its input unacknowledged (delivered again) and its output invisible; the
+    committed retry acknowledges the input and shows the output once."""
+    url, output = txn_broker.service_url, topic + "-out"
+    with JavaTransactions(url) as java:
+        for i in range(3):
+            java.send_plain(topic, f"in{i}")
+        java.new()
+        assert java.consume(topic, "app", 3) == ["in0", "in1", "in2"]
+        for i in range(3):
+            java.send(output, f"out{i}")
+        java.abort()
+    with JavaTransactions(url) as java:  # the application restarts and tries again
+        java.new()
+        assert java.consume(topic, "app", 3) == ["in0", "in1", "in2"]
+        for i in range(3):
+            java.send(output, f"out{i}")
+        java.commit()
+    assert visible(url, output) == ["out0", "out1", "out2"]
+    assert subscribed(url, topic, "app", 1000) == []  # the input is acknowledged
+    txn_broker.restart(kill=True)
+    assert subscribed(url, topic, "app", 1000) == []
+    assert visible(url, output) == ["out0", "out1", "out2"]
+
+
+def test_a_message_acknowledged_in_one_transaction_conflicts_in_another(
+    txn_broker: BrokerProcess, topic: str
+) -> None:
+    url = txn_broker.service_url
+    with JavaTransactions(url) as java:
+        java.send_plain(topic, "in0")
+        java.new(timeout_seconds=120)
+        assert java.consume(topic, "app", 1) == ["in0"]
+        txn_broker.restart(kill=True)  # the held acknowledgement outlives the broker
+        # a second client on the same (Shared) subscription gets nothing: in0 is held
+        assert subscribed(url, topic, "app", 1500) == []
+        java.commit()
+    assert subscribed(url, topic, "app", 1000) == []
