@@ -30,6 +30,7 @@ from dedup_broker.cluster.membership import (
     owners_topic,
     rebalance_timeout_ms,
 )
+from dedup_broker.cluster.peer_requests import PeerRequests
 from dedup_broker.cluster.peers import (
     Credentials,
     Endpoint,
@@ -114,6 +115,8 @@ class Cluster:
         self.owned: frozenset[int] = frozenset()
         self._tasks: set[asyncio.Future[None]] = set()
         self.peers: PeerWatch | None = None
+        self.requests = PeerRequests(peer_credentials)
+        """Requests to the other brokers (a transaction's ending on the topics they serve)."""
         self._removal = GroupRemoval(
             KafkaLink.of(config.kafka_connection()),
             owners_group(config.cluster_name),
@@ -163,6 +166,7 @@ class Cluster:
             self._watching.cancel()
         if self.peers is not None:
             self.peers.close()
+        self.requests.close()
         await self.directory.close()
 
     # --- what this broker serves -------------------------------------------------------

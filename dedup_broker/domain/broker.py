@@ -61,8 +61,9 @@ class Broker:
         self._housekeeping: asyncio.Task[None] | None = None
         self._instance = uuid.uuid4().hex[:10]
         self._producer_counter = count()
+        self.transaction_endings = TopicEndings(self.topic_registry, cluster)
         self.transactions = TransactionCoordinators(
-            config, storage, cluster, TopicEndings(self.topic_registry)
+            config, storage, cluster, self.transaction_endings
         )
         key_dedup.bind(self.topic_registry)
         metrics.watch_topics(lambda: list(self.topic_registry.topics.values()))

@@ -47,6 +47,8 @@ class TransactionCommands:
             _BASE.ADD_PARTITION_TO_TXN: self._on_add_partitions,
             _BASE.ADD_SUBSCRIPTION_TO_TXN: self._on_add_subscriptions,
             _BASE.END_TXN: self._on_end_txn,
+            _BASE.END_TXN_ON_PARTITION: self._on_end_on_partition,
+            _BASE.END_TXN_ON_SUBSCRIPTION: self._on_end_on_subscription,
         }
 
     def _answer(self, request_type: int, request_id: int, txn: TxnId | None = None) -> None:
@@ -102,6 +104,40 @@ class TransactionCommands:
         action = TxnAction(request.txn_action)
         await (await self._coordinator_of(txn)).end_txn(txn, action)
         self._answer(_BASE.END_TXN, request.request_id, txn)
+
+    # --- between brokers: a coordinator elsewhere ends a transaction on topics here ---
+    def _on_end_on_partition(self, frame: Frame) -> Awaitable[None]:
+        return self._end_on_partition(frame.command.endTxnOnPartition)
+
+    async def _end_on_partition(self, request: pb.CommandEndTxnOnPartition) -> None:
+        txn = TxnId(request.txnid_most_bits, request.txnid_least_bits)
+        self._check_peer("END_TXN_ON_PARTITION")
+        await self.connection.broker.transaction_endings.end_here(
+            request.topic, None, txn, TxnAction(request.txn_action)
+        )
+        self._answer(_BASE.END_TXN_ON_PARTITION, request.request_id, txn)
+
+    def _on_end_on_subscription(self, frame: Frame) -> Awaitable[None]:
+        return self._end_on_subscription(frame.command.endTxnOnSubscription)
+
+    async def _end_on_subscription(self, request: pb.CommandEndTxnOnSubscription) -> None:
+        txn = TxnId(request.txnid_most_bits, request.txnid_least_bits)
+        self._check_peer("END_TXN_ON_SUBSCRIPTION")
+        await self.connection.broker.transaction_endings.end_here(
+            request.subscription.topic,
+            request.subscription.subscription,
+            txn,
+            TxnAction(request.txn_action),
+        )
+        self._answer(_BASE.END_TXN_ON_SUBSCRIPTION, request.request_id, txn)
+
+    def _check_peer(self, what: str) -> None:
+        """Only the brokers themselves (superusers once authorization is on) end
+        transactions on topics."""
+        self.coordinators.check_enabled()
+        authorizer = self.connection.authorizer
+        if authorizer.enabled:
+            authorizer.check_superuser(self.connection.role, what)
 
 
 async def acknowledge_in_transaction(

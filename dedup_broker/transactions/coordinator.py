@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from dedup_broker.errors import RetriableError
 from dedup_broker.transactions.coordinator_log import CoordinatorLog
 from dedup_broker.transactions.coordinator_state import (
     TransactionMeta,
@@ -25,6 +26,12 @@ from dedup_broker.transactions.coordinator_state import (
     TxnStatus,
 )
 from dedup_broker.transactions.errors import InvalidTxnStatusError
+
+ENDING_PATIENCE_SECONDS = 25.0
+"""How long END_TXN keeps driving an ending that meets retriable failures before it
+answers with the error (the clients' operation timeout is 30 s); the coordinator drives it
+again in the background after that."""
+ENDING_RETRY_SECONDS = 0.5
 
 
 class TransactionEnder(Protocol):
@@ -90,7 +97,16 @@ class TransactionCoordinator:
             meta = self._state.end(txn_id, action, self._clock_ms())
             if meta is not None:
                 await self._log.write(meta)
-        return await self._drive(txn_id)
+        deadline = time.monotonic() + ENDING_PATIENCE_SECONDS
+        while True:
+            try:
+                return await self._drive(txn_id)
+            except RetriableError:
+                # A topic's owner is gone or moving: the outcome is decided (recorded
+                # above), so the ending is retried until the topics take it.
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(ENDING_RETRY_SECONDS)
 
     def get(self, txn_id: TxnId) -> TransactionMeta:
         return self._state.get(txn_id)

@@ -86,8 +86,8 @@ def test_unsupported_command_gets_an_error_and_the_connection_lives(
     raw: RawConnection, healthy: object
 ) -> None:
     raw.connect()
-    command = pb.BaseCommand(type=pb.BaseCommand.END_TXN_ON_SUBSCRIPTION)
-    command.endTxnOnSubscription.request_id = 7
+    command = pb.BaseCommand(type=pb.BaseCommand.END_TXN_RESPONSE)
+    command.endTxnResponse.request_id = 7
     raw.send(command)
     error = raw.expect(pb.BaseCommand.ERROR).command.error
     assert error.request_id == 7

@@ -67,11 +67,11 @@ async def test_bytes_that_are_not_a_frame_close_the_connection() -> None:
 async def test_ping_is_answered_and_unsupported_commands_are_refused() -> None:
     connection = await MemoryBroker().client()
     assert await connection.exchange(commands.ping()) == replies(commands.pong())
-    unsupported = pb.BaseCommand(type=pb.BaseCommand.END_TXN_ON_PARTITION)
-    unsupported.endTxnOnPartition.request_id = 3
+    unsupported = pb.BaseCommand(type=pb.BaseCommand.END_TXN_RESPONSE)
+    unsupported.endTxnResponse.request_id = 3
     assert await connection.exchange(unsupported) == replies(
         commands.error(
-            3, pb.NotAllowedError, "command END_TXN_ON_PARTITION is not supported by this broker"
+            3, pb.NotAllowedError, "command END_TXN_RESPONSE is not supported by this broker"
         )
     )
 
@@ -142,13 +142,13 @@ async def test_replies_of_one_turn_leave_in_one_write_in_order() -> None:
     connection = await MemoryBroker().client()
     connection.received()
     writes = connection.transport.writes
-    unsupported = [pb.BaseCommand(type=pb.BaseCommand.END_TXN_ON_PARTITION) for _ in range(3)]
+    unsupported = [pb.BaseCommand(type=pb.BaseCommand.END_TXN_RESPONSE) for _ in range(3)]
     for request_id, command in enumerate(unsupported):
-        command.endTxnOnPartition.request_id = request_id
+        command.endTxnResponse.request_id = request_id
     arriving = [commands.ping(), *unsupported, commands.ping()]
     connection.connection.data_received(b"".join(encode_command(c) for c in arriving))
     await settle()
-    refused = "command END_TXN_ON_PARTITION is not supported by this broker"
+    refused = "command END_TXN_RESPONSE is not supported by this broker"
     assert connection.received() == replies(
         commands.pong(),
         *(commands.error(i, pb.NotAllowedError, refused) for i in range(3)),

@@ -3,8 +3,11 @@ partition and subscription, timeouts, and recovery after a crash."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from dedup_broker.errors import ServiceNotReadyError
 from dedup_broker.transactions.coordinator import TransactionCoordinator
 from dedup_broker.transactions.coordinator_log import LOG_CURSOR, CoordinatorLog, log_ledger_name
 from dedup_broker.transactions.coordinator_state import ID_BLOCK, TxnAction, TxnId, TxnStatus
@@ -92,6 +95,22 @@ async def test_an_ending_that_fails_half_way_stays_under_way_and_is_driven_again
     await coordinator.resume_endings()
     assert coordinator.get(txn).status == TxnStatus.ABORTED
     assert ender.calls == [("partition", "out-0", txn, TxnAction.ABORT)]
+
+
+async def test_end_txn_waits_out_a_topic_owner_that_moves() -> None:
+    """A retriable failure (the topic's owner is moving) does not fail END_TXN: the
+    decided ending is applied again until the topic takes it."""
+    ender = RecordingEnder()
+    coordinator = await start(MemoryStorage(), ender)
+    txn = await coordinator.new_txn(timeout_ms=60_000)
+    await coordinator.add_partitions(txn, ["out-0"])
+    ender.failing = ServiceNotReadyError("out-0 is moving to another broker")
+    ending = asyncio.ensure_future(coordinator.end_txn(txn, TxnAction.COMMIT))
+    await asyncio.sleep(1.2)  # two attempts or so
+    assert not ending.done()
+    ender.failing = None
+    assert (await ending).status == TxnStatus.COMMITTED
+    assert ender.calls == [("partition", "out-0", txn, TxnAction.COMMIT)]
 
 
 async def test_open_transactions_past_their_timeout_are_aborted() -> None:

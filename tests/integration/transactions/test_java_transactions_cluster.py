@@ -1,0 +1,102 @@
+"""Transactions of the official Java client on a 3-broker cluster: the coordinator on one
+broker, the topics on others (endings sent between brokers), and kill -9 of the
+coordinator's owner and of a topic's owner mid-transaction: every transaction ends
+committed or aborted as a whole."""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness.broker_process import BrokerProcess
+from harness.cluster_processes import ClusterProcesses
+from harness.pulsar_java_txn import JavaTransactions
+from tests.integration.cluster.conftest import owner_of
+from tests.integration.transactions.test_java_transactions import subscribed, visible
+
+COORDINATOR = "persistent://pulsar/system/transaction_coordinator_assign-partition-0"
+
+
+@pytest.fixture
+def cluster(kafka_bootstrap: str, tmp_path: Path) -> Iterator[ClusterProcesses]:
+    brokers = ClusterProcesses(
+        kafka_bootstrap, tmp_path, size=3, settings={"transaction_coordinator_enabled": True}
+    )
+    try:
+        brokers.start()
+        yield brokers
+    finally:
+        brokers.stop()
+
+
+def served_by_other_brokers(cluster: ClusterProcesses, avoid: list[BrokerProcess]) -> str:
+    """A new topic whose owner is none of ``avoid``."""
+    for _ in itertools.count():
+        topic = f"persistent://public/default/x-{uuid.uuid4().hex[:8]}"
+        if owner_of(cluster, topic) not in avoid:
+            return topic
+    raise AssertionError("unreachable")
+
+
+def test_a_transaction_ends_on_topics_other_brokers_serve(cluster: ClusterProcesses) -> None:
+    coordinator = owner_of(cluster, COORDINATOR)
+    source = served_by_other_brokers(cluster, [coordinator])
+    sink = served_by_other_brokers(cluster, [coordinator, owner_of(cluster, source)])
+    url = cluster.service_url
+    with JavaTransactions(url) as java:
+        for i in range(3):
+            java.send_plain(source, f"in{i}")
+        java.new()
+        assert java.consume(source, "app", 3) == ["in0", "in1", "in2"]
+        java.send(sink, "out0")
+        java.abort()
+        java.new()
+        assert java.consume(source, "app", 3) == ["in0", "in1", "in2"]
+        java.send(sink, "out1")
+        java.commit()
+    assert visible(url, sink) == ["out1"]
+    assert subscribed(url, source, "app", 1000) == []
+
+
+def test_kill_of_the_coordinators_owner_mid_transaction(cluster: ClusterProcesses) -> None:
+    """The coordinator moves to another broker, recovered from its log: the client's
+    commit, sent again there, ends the transaction whole."""
+    coordinator = owner_of(cluster, COORDINATOR)
+    sink = served_by_other_brokers(cluster, [coordinator])
+    url = cluster.service_url
+    with JavaTransactions(url) as java:
+        java.new(timeout_seconds=120)
+        java.send(sink, "a")
+        java.send(sink, "b")
+        coordinator.kill()
+        assert visible(url, sink) == []
+        java.commit()
+    assert visible(url, sink) == ["a", "b"]
+    assert owner_of(cluster, COORDINATOR) is not coordinator
+
+
+def test_kill_of_a_topics_owner_mid_transaction(cluster: ClusterProcesses) -> None:
+    """The topic's new owner recovers the open transaction from the topic: nothing is
+    visible before the commit, everything after."""
+    coordinator = owner_of(cluster, COORDINATOR)
+    sink = served_by_other_brokers(cluster, [coordinator])
+    topic_owner = owner_of(cluster, sink)
+    url = cluster.service_url
+    with JavaTransactions(url) as java:
+        java.send_plain(sink, "before")
+        java.new(timeout_seconds=120)
+        java.send(sink, "a")
+        topic_owner.kill()
+        deadline = time.monotonic() + 60
+        while owner_of(cluster, sink) is topic_owner:
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        java.send(sink, "b")
+        assert visible(url, sink) == ["before"]
+        java.commit()
+    assert visible(url, sink) == ["before", "a", "b"]
