@@ -34,7 +34,13 @@ def pending_ack_ledger_name(topic: TopicName) -> str:
     )
 
 
+_NOTHING_HELD: dict[str, PendingAcks] = {}
+"""Shared by every topic that never had an acknowledgement in a transaction."""
+
+
 class TopicPendingAcks:
+    __slots__ = ("_fence", "_held", "_log", "_opening", "_storage", "_subscriptions", "_topic")
+
     def __init__(
         self,
         storage: StorageService,
@@ -43,12 +49,16 @@ class TopicPendingAcks:
         subscriptions: Mapping[str, Subscription],
     ) -> None:
         self._storage = storage
-        self._ledger_name = pending_ack_ledger_name(topic)
+        self._topic = topic
         self._fence = fence
         self._subscriptions = subscriptions
-        self._held: dict[str, PendingAcks] = {}
+        self._held = _NOTHING_HELD
         self._log: PendingAckLog | None = None
-        self._opening = LazyLock()
+        self._opening: LazyLock | None = None
+
+    @property
+    def _ledger_name(self) -> str:
+        return pending_ack_ledger_name(self._topic)
 
     async def recover(self) -> None:
         """Held acknowledgements as the log left them (topics that never had one: none)."""
@@ -56,6 +66,8 @@ class TopicPendingAcks:
             await self._opened()
 
     async def _opened(self) -> PendingAckLog:
+        if self._opening is None:
+            self._opening = LazyLock()
         async with self._opening:
             if self._log is None:
                 ledger = await self._storage.open_managed_ledger(
@@ -68,6 +80,8 @@ class TopicPendingAcks:
             return self._log
 
     def _of(self, subscription: str) -> PendingAcks:
+        if self._held is _NOTHING_HELD:
+            self._held = {}
         return self._held.setdefault(subscription, PendingAcks())
 
     def holds(self, subscription: str, position: Position) -> bool:

@@ -80,6 +80,13 @@ def marker_entry(txn_id: TxnId, action: TxnAction, publish_time_ms: int) -> byte
     return encode_message(metadata, b"")
 
 
+_NOTHING_OPEN: dict[TxnId, Position] = {}
+_NOTHING_ABORTED: dict[TxnId, int] = {}
+_NOTHING_COMMITTED: OrderedDict[TxnId, None] = OrderedDict()
+_NOTHING_HELD: dict[int, Position] = {}
+"""Shared by every buffer that never saw a transaction (never written to)."""
+
+
 class TransactionBuffer:
     __slots__ = (
         "_aborted",
@@ -105,17 +112,24 @@ class TransactionBuffer:
         self._snapshot_every = config.transaction_buffer_snapshot_max_transaction_count
         self.used = SNAPSHOT_PROPERTY in ledger.properties
         """The topic has had a transactional write (it has a snapshot)."""
-        self._open: dict[TxnId, Position] = {}
+        # Shared empty containers until the topic sees a transaction (most never do).
+        self._open: dict[TxnId, Position] = _NOTHING_OPEN
         """Open transactions on the topic -> the position of their first entry."""
-        self._aborted: dict[TxnId, int] = {}
+        self._aborted: dict[TxnId, int] = _NOTHING_ABORTED
         """Aborted transactions whose entries may still be in the topic -> the ledger of
         their last entry (they leave once that ledger is trimmed)."""
-        self._committed: OrderedDict[TxnId, None] = OrderedDict()
-        self._holds: dict[int, Position] = {}
+        self._committed: OrderedDict[TxnId, None] = _NOTHING_COMMITTED
+        self._holds: dict[int, Position] = _NOTHING_HELD
         """Writes of this buffer in flight -> what was confirmed when they started."""
         self._next_hold = 0
         self._changes = 0
         self._starting: asyncio.Task[None] | None = None
+
+    def _in_use(self) -> None:
+        """Containers of its own, before the first change."""
+        if self._holds is _NOTHING_HELD:
+            self._open, self._aborted, self._holds = {}, {}, {}
+            self._committed = OrderedDict()
 
     # --- reading ------------------------------------------------------------------------
     def max_read_position(self) -> Position | None:
@@ -171,6 +185,7 @@ class TransactionBuffer:
         and the caller asks again."""
         if not self._enabled:
             raise TransactionsDisabledError(DISABLED_MESSAGE)
+        self._in_use()
         if txn_id in self._aborted or txn_id in self._committed:
             raise TransactionEndedError(
                 f"transaction {txn_id} already ended on {self._ledger.name}"
@@ -221,6 +236,7 @@ class TransactionBuffer:
         entries (commit) or skip them for good (abort). Safe to repeat."""
         if txn_id in self._committed or txn_id in self._aborted:
             return
+        self._in_use()
         if not self.used:
             await self._store_snapshot()
         position = await self._held_append(marker_entry(txn_id, action, now_ms), now_ms)
@@ -276,6 +292,7 @@ class TransactionBuffer:
         if stored is None:
             return
         snapshot = json.loads(stored)
+        self._in_use()
         self._aborted = {TxnId(m, lst): ledger for m, lst, ledger in snapshot["aborted"]}
         self._open = {TxnId(m, lst): Position(le, en) for m, lst, le, en in snapshot["open"]}
         position = self._ledger.next_position(Position(*snapshot["at"]))
