@@ -16,6 +16,9 @@ limits what is measured:
   full JIT, batching on (``-bm 1000 -b 5``), at most 64 MiB of messages awaiting
   their receipts (``-ml 64M``, the Java client's default), one producer per topic,
   4 topics as 4 topics.
+* transactional publish, the broker's and Pulsar's (``transactionCoordinatorEnabled``,
+  deduplication off): the same pulsar-perf with ``-txn -nmt 100``, every message in a
+  transaction of 100 committed once its messages are acknowledged.
 
 Per row: the saturation rate (the tool's own msgs/s with no rate limit, ``--messages``
 messages) and its ratio to direct Kafka at the same size and topic count; the server's
@@ -61,6 +64,12 @@ DIRECT = "direct Kafka"
 KEY_WINDOW = "broker, key-window"
 KEY_WINDOW_POLICY = {"enabled": True, "keySource": "partitionKey", "window": "1h"}
 RANDOM_KEYS = ("--message-key-generation-mode", "random")
+BROKER_TXN = "broker, transactions"
+PULSAR_TXN = "Pulsar, transactions"
+MESSAGES_PER_TRANSACTION = 100
+TRANSACTIONS = ("-txn", "-nmt", str(MESSAGES_PER_TRANSACTION))
+"""pulsar-perf's transactional publish: every message in a transaction of 100, each
+committed once its messages are acknowledged (deduplication off)."""
 
 
 class Generator(Protocol):
@@ -124,14 +133,18 @@ def _progress(row: Row) -> str:
 
 @contextmanager
 def broker_generator(
-    bootstrap: str, kafka_pid: int | None, dedup: bool, work: Path
+    bootstrap: str, kafka_pid: int | None, dedup: bool, work: Path, transactions: bool = False
 ) -> Iterator[Generator]:
-    log_dir = work / f"broker-dedup-{'on' if dedup else 'off'}"
+    kind = "transactions" if transactions else f"dedup-{'on' if dedup else 'off'}"
+    log_dir = work / f"broker-{kind}"
     log_dir.mkdir(parents=True, exist_ok=True)
     broker = BrokerProcess(
         bootstrap,
         cluster_name=f"bench-publish-{uuid.uuid4().hex[:6]}",
-        settings={"broker_deduplication_enabled": dedup},
+        settings={
+            "broker_deduplication_enabled": dedup,
+            "transaction_coordinator_enabled": transactions,
+        },
         log_dir=log_dir,
     )
     with broker:
@@ -139,7 +152,8 @@ def broker_generator(
         pids = {"broker": broker.process.pid}
         if kafka_pid is not None:
             pids["kafka"] = kafka_pid
-        yield PulsarPerf(broker.service_url, broker.http_url, pids, log_dir)
+        extra = TRANSACTIONS if transactions else ()
+        yield PulsarPerf(broker.service_url, broker.http_url, pids, log_dir, extra_args=extra)
 
 
 @contextmanager
@@ -179,13 +193,25 @@ def key_window_generator(bootstrap: str, kafka_pid: int | None, work: Path) -> I
 
 
 @contextmanager
-def pulsar_generator(dedup: bool, work: Path, extra: dict[str, str]) -> Iterator[Generator]:
-    settings = {"brokerDeduplicationEnabled": str(dedup).lower(), **extra}
+def pulsar_generator(
+    dedup: bool, work: Path, extra: dict[str, str], transactions: bool = False
+) -> Iterator[Generator]:
+    settings = {
+        "brokerDeduplicationEnabled": str(dedup).lower(),
+        "transactionCoordinatorEnabled": str(transactions).lower(),
+        **extra,
+    }
     with PulsarStandalone(settings=settings) as pulsar:
         pid = pulsar.pid
         assert pid is not None
-        client_dir = work / f"pulsar-dedup-{'on' if dedup else 'off'}"
-        yield PulsarPerf(pulsar.service_url, pulsar.http_url, {"pulsar": pid}, client_dir)
+        kind = "transactions" if transactions else f"dedup-{'on' if dedup else 'off'}"
+        yield PulsarPerf(
+            pulsar.service_url,
+            pulsar.http_url,
+            {"pulsar": pid},
+            work / f"pulsar-{kind}",
+            extra_args=TRANSACTIONS if transactions else (),
+        )
 
 
 def run_all(args: argparse.Namespace, plan: Plan) -> tuple[list[Row], list[str]]:
@@ -202,12 +228,14 @@ def run_all(args: argparse.Namespace, plan: Plan) -> tuple[list[Row], list[str]]
             ("broker, dedup off", lambda: broker_generator(bootstrap, kafka_pid, False, work)),
             ("broker, dedup on", lambda: broker_generator(bootstrap, kafka_pid, True, work)),
             (KEY_WINDOW, lambda: key_window_generator(bootstrap, kafka_pid, work)),
+            (BROKER_TXN, lambda: broker_generator(bootstrap, kafka_pid, False, work, True)),
         ]
         if not args.no_pulsar:
             extra = dict(item.split("=", 1) for item in args.pulsar_setting)
             systems += [
                 ("Pulsar, dedup off", lambda: pulsar_generator(False, work, extra)),
                 ("Pulsar, dedup on", lambda: pulsar_generator(True, work, extra)),
+                (PULSAR_TXN, lambda: pulsar_generator(False, work, extra, True)),
             ]
         if args.system:
             known = dict(systems)
@@ -334,7 +362,27 @@ def targets(rows: Sequence[Row]) -> str:
                 f"  {case} key-window: {ratio:.2f} x dedup off (target 0.80):"
                 f" {verdict(ratio >= 0.8)}"
             )
+        lines.extend(_transactional(by, size, topics, case))
     return "\n".join(lines)
+
+
+def _transactional(
+    by: dict[tuple[str, int, int], Row], size: int, topics: int, case: str
+) -> list[str]:
+    """Transactional publish next to plain publish, the broker's and Pulsar's (no target:
+    what a transaction costs, for the record)."""
+    lines = []
+    for txn, plain in ((BROKER_TXN, "broker, dedup off"), (PULSAR_TXN, "Pulsar, dedup off")):
+        with_txn, without = by.get((txn, size, topics)), by.get((plain, size, topics))
+        if with_txn is None or without is None:
+            continue
+        ratio = with_txn.saturated.msgs_per_s / without.saturated.msgs_per_s
+        lines.append(
+            f"  {case} {txn}: {with_txn.saturated.msgs_per_s:,.0f} msgs/s, {ratio:.2f} x "
+            f"{plain}; CPU {with_txn.saturated.cpu_us_per_msg():.2f} us/msg vs "
+            f"{without.saturated.cpu_us_per_msg():.2f}"
+        )
+    return lines
 
 
 def _loads(loads: tuple[float, float, float]) -> str:

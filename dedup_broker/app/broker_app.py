@@ -54,6 +54,7 @@ from dedup_broker.http.topics import (
     configuration_routes,
     topic_routes,
 )
+from dedup_broker.http.transactions import TRANSACTION_ERROR_STATUSES, transaction_routes
 from dedup_broker.key_dedup.metrics import KeyDedupMetrics
 from dedup_broker.key_dedup.service import KeyDedupService, key_dedup_defaults
 from dedup_broker.key_dedup.store import KeyStore
@@ -132,6 +133,7 @@ def http_app(
         *compaction_routes(policies, config, topics, namespaces.partitioned, owners),
         *ledger_deletion_routes(config, usage),
         *schema_routes(broker.schemas),
+        *transaction_routes(broker, owners),
     ]
     statuses = {
         **TOPIC_ERROR_STATUSES,
@@ -142,6 +144,7 @@ def http_app(
         **COMPACTION_ERROR_STATUSES,
         **SECURITY_ERROR_STATUSES,
         **SCHEMA_ERROR_STATUSES,
+        **TRANSACTION_ERROR_STATUSES,
     }
     middlewares = [authorization_middleware(authorizer), redirect_middleware(topics)]
     if authenticator is not None:

@@ -63,7 +63,7 @@ class Broker:
         self._producer_counter = count()
         self.transaction_endings = TopicEndings(self.topic_registry, cluster)
         self.transactions = TransactionCoordinators(
-            config, storage, cluster, self.transaction_endings
+            config, storage, cluster, self.transaction_endings, metrics.registry
         )
         key_dedup.bind(self.topic_registry)
         metrics.watch_topics(lambda: list(self.topic_registry.topics.values()))

@@ -50,7 +50,7 @@ class BrokerMetrics:
     """Counters updated on the hot paths; gauges read from the topics at scrape time."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        r = registry
+        self.registry = r = registry
         self.non_persistent = NonPersistentMetrics(r)
         self.msgs_in = Counter("pulsar_in_messages_total", "Messages published", registry=r)
         self.bytes_in = Counter(

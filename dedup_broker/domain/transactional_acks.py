@@ -88,6 +88,22 @@ class TopicPendingAcks:
         held = self._held.get(subscription)
         return held is not None and held.holds(position)
 
+    def stats(self, subscription: str) -> dict[str, object]:
+        """Pulsar's ``TransactionPendingAckStats``."""
+        held = self._held.get(subscription)
+        return {
+            "state": "Ready",
+            "lowWaterMarks": {},
+            "ongoingTxnSize": len(held.held) if held is not None else 0,
+        }
+
+    def transaction_stats(self, subscription: str, txn_id: TxnId) -> dict[str, object]:
+        """Pulsar's ``TransactionInPendingAckStats``."""
+        held = self._held.get(subscription)
+        acks = held.held.get(txn_id) if held is not None else None
+        cumulative = acks.cumulative if acks is not None else None
+        return {"cumulativeAckPosition": str(cumulative) if cumulative else None}
+
     async def acknowledge(
         self, subscription: Subscription, consumer: Consumer, txn_id: TxnId, acks: HeldAcks
     ) -> None:

@@ -36,11 +36,18 @@ class OwnerCalls:
 
     async def call(self, name: TopicName, method: str, suffix: str = "", query: str = "") -> Any:
         """``method`` on the owner's ``{topic}{suffix}``: its JSON, or ``None`` for 404/204."""
+        path = topic_path(name) + suffix + (f"?{query}" if query else "")
+        return await self.request(name, method, path)
+
+    async def get(self, name: TopicName, path: str) -> Any:
+        """GET ``path`` (with its query) of the broker serving ``name``."""
+        return await self.request(name, "GET", path)
+
+    async def request(self, name: TopicName, method: str, path: str) -> Any:
         owner = await self._owner_of(name)
         if owner is None:
             raise ServiceNotReadyError(f"{name} moved to this broker during the call; retry")
-        base = broker_client_web_url(self._config, owner.web_url, owner.web_url_tls)
-        url = base + topic_path(name) + suffix + (f"?{query}" if query else "")
+        url = broker_client_web_url(self._config, owner.web_url, owner.web_url_tls) + path
         async with (
             aiohttp.ClientSession(
                 timeout=TIMEOUT, headers=broker_client_headers(self._config)

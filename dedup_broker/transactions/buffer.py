@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -99,6 +100,7 @@ class TransactionBuffer:
         "_next_hold",
         "_open",
         "_snapshot_every",
+        "_snapshot_ms",
         "_starting",
         "used",
     )
@@ -123,6 +125,7 @@ class TransactionBuffer:
         """Writes of this buffer in flight -> what was confirmed when they started."""
         self._next_hold = 0
         self._changes = 0
+        self._snapshot_ms = 0
         self._starting: asyncio.Task[None] | None = None
 
     def _in_use(self) -> None:
@@ -155,6 +158,26 @@ class TransactionBuffer:
 
     def open_transactions(self) -> dict[TxnId, Position]:
         return dict(self._open)
+
+    def stats(self) -> dict[str, object]:
+        """Pulsar's ``TransactionBufferStats``."""
+        limit = self.max_read_position()
+        last = self._ledger.last_confirmed
+        return {
+            "state": "Ready" if self._enabled else "NoSnapshot",
+            "maxReadPosition": str(last if limit is None or limit > last else limit),
+            "lastSnapshotTimestamps": self._snapshot_ms,
+            "ongoingTxnSize": len(self._open),
+            "totalAbortedTransactions": len(self._aborted),
+            "recoverStartTime": 0,
+            "recoverEndTime": 0,
+        }
+
+    def transaction_stats(self, txn_id: TxnId) -> dict[str, object]:
+        """Pulsar's ``TransactionInBufferStats``: where the transaction's entries start
+        (while it is open) and whether it aborted."""
+        start = self._open.get(txn_id)
+        return {"startPosition": str(start) if start else None, "aborted": txn_id in self._aborted}
 
     def aborted_transactions(self) -> list[TxnId]:
         return list(self._aborted)
@@ -283,6 +306,7 @@ class TransactionBuffer:
         properties = self._ledger.properties
         properties[SNAPSHOT_PROPERTY] = json.dumps(snapshot, separators=(",", ":"))
         await self._ledger.set_properties(properties)
+        self._snapshot_ms = int(time.time() * 1000)
         self.used = True
         self._changes -= changes
 

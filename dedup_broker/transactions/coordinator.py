@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Protocol
 
 from dedup_broker.errors import RetriableError
@@ -51,6 +52,18 @@ def _wall_ms() -> int:
     return int(time.time() * 1000)
 
 
+@dataclass
+class CoordinatorCounts:
+    """Totals since this broker recovered the coordinator (Pulsar's ``pulsar_txn_*``)."""
+
+    created: int = 0
+    committed: int = 0
+    aborted: int = 0
+    timed_out: int = 0
+    appended: int = 0
+    """Records written to the log."""
+
+
 class TransactionCoordinator:
     def __init__(
         self,
@@ -63,6 +76,8 @@ class TransactionCoordinator:
         self._ender = ender
         self._clock_ms = clock_ms
         self._writes = asyncio.Lock()
+        self.counts = CoordinatorCounts()
+        self.recovered_at_ms = clock_ms()
 
     @property
     def coordinator_id(self) -> int:
@@ -73,14 +88,15 @@ class TransactionCoordinator:
         async with self._writes:
             await self._log.reserve_ids()
             meta = self._state.open(self._clock_ms(), timeout_ms, owner)
-            await self._log.write(meta)
+            await self._write(meta)
+            self.counts.created += 1
             return meta.txn_id
 
     async def add_partitions(self, txn_id: TxnId, partitions: Iterable[str]) -> None:
         async with self._writes:
             meta = self._state.add_partitions(txn_id, partitions, self._clock_ms())
             if meta is not None:
-                await self._log.write(meta)
+                await self._write(meta)
 
     async def add_subscriptions(
         self, txn_id: TxnId, subscriptions: Iterable[tuple[str, str]]
@@ -88,7 +104,7 @@ class TransactionCoordinator:
         async with self._writes:
             meta = self._state.add_subscriptions(txn_id, subscriptions, self._clock_ms())
             if meta is not None:
-                await self._log.write(meta)
+                await self._write(meta)
 
     async def end_txn(self, txn_id: TxnId, action: TxnAction) -> TransactionMeta:
         """END_TXN: returns once the transaction ended that way (a retry of an ended one
@@ -96,7 +112,7 @@ class TransactionCoordinator:
         async with self._writes:
             meta = self._state.end(txn_id, action, self._clock_ms())
             if meta is not None:
-                await self._log.write(meta)
+                await self._write(meta)
         deadline = time.monotonic() + ENDING_PATIENCE_SECONDS
         while True:
             try:
@@ -114,6 +130,17 @@ class TransactionCoordinator:
     def live(self) -> list[TransactionMeta]:
         return self._state.live()
 
+    def stats(self) -> dict[str, object]:
+        """Pulsar's ``TransactionCoordinatorStats``."""
+        return {
+            "state": "Ready",
+            "leastSigBits": self._state.last_sequence,
+            "lowWaterMark": self._state.low_watermark,
+            "ongoingTxnSize": len(self._state.live()),
+            "recoverStartTime": self.recovered_at_ms,
+            "recoverEndTime": self.recovered_at_ms,
+        }
+
     # --- housekeeping -----------------------------------------------------------------
     async def abort_timed_out(self) -> list[TxnId]:
         """Abort every open transaction past its timeout; the ones aborted."""
@@ -124,6 +151,7 @@ class TransactionCoordinator:
             except InvalidTxnStatusError:
                 continue  # its client committed it meanwhile
             aborted.append(txn_id)
+            self.counts.timed_out += 1
         return aborted
 
     async def resume_endings(self) -> None:
@@ -149,8 +177,16 @@ class TransactionCoordinator:
             meta = self._state.get(txn_id)
             if not meta.ended:
                 meta = self._state.finished(txn_id, self._clock_ms())
-                await self._log.write(meta)
+                await self._write(meta)
+                if meta.status == TxnStatus.COMMITTED:
+                    self.counts.committed += 1
+                else:
+                    self.counts.aborted += 1
             return meta
+
+    async def _write(self, meta: TransactionMeta) -> None:
+        await self._log.write(meta)
+        self.counts.appended += 1
 
     async def close(self) -> None:
         async with self._writes:

@@ -259,6 +259,11 @@ class CoordinatorState:
         return list(self._live.values())
 
     @property
+    def last_sequence(self) -> int:
+        """The sequence of the last id handed out (or skipped over), -1 if none."""
+        return self._next - 1
+
+    @property
     def low_watermark(self) -> int:
         """Every transaction of this coordinator with a sequence at or below this one has
         ended (Pulsar's ``txnid_least_bits_of_low_watermark``)."""

@@ -15,6 +15,8 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from dedup_broker.cluster.service import Cluster, NotOwnerError
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain_base.names import TopicName
@@ -24,6 +26,7 @@ from dedup_broker.transactions.buffer import DISABLED_MESSAGE, TransactionsDisab
 from dedup_broker.transactions.coordinator import TransactionCoordinator, TransactionEnder
 from dedup_broker.transactions.coordinator_log import CoordinatorLog, log_ledger_name
 from dedup_broker.transactions.errors import CoordinatorNotReadyError
+from dedup_broker.transactions.metrics import CoordinatorMetrics
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +42,7 @@ class TransactionCoordinators:
         storage: StorageService,
         cluster: Cluster | None,
         ender: TransactionEnder,
+        registry: CollectorRegistry | None = None,
         clock_ms: Callable[[], int] | None = None,
     ) -> None:
         self.config = config
@@ -50,6 +54,8 @@ class TransactionCoordinators:
         self._loading: dict[int, asyncio.Task[TransactionCoordinator]] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._timeouts: asyncio.Task[None] | None = None
+        if registry is not None:
+            registry.register(CoordinatorMetrics(lambda: self.served))
 
     @property
     def enabled(self) -> bool:
