@@ -85,9 +85,11 @@ class JavaTransactions:
         answer = self._ask(f"new {timeout_seconds}", "txn")
         return int(answer["most"]), int(answer["least"])
 
-    def send(self, topic: str, payload: str) -> str:
-        """``payload`` (one word) in the current transaction; the message id."""
-        return str(self._ask(f"send {topic} {payload}", "sent")["messageId"])
+    def send(self, topic: str, payload: str, sequence_id: int | None = None) -> str:
+        """``payload`` (one word) in the current transaction, with ``sequence_id`` when
+        given; the message id (``-1:-1:...`` when the broker found it a duplicate)."""
+        command = f"send {topic} {payload}" + (f" {sequence_id}" if sequence_id is not None else "")
+        return str(self._ask(command, "sent")["messageId"])
 
     def send_plain(self, topic: str, payload: str) -> str:
         """``payload`` outside any transaction."""

@@ -4,13 +4,14 @@ when the transaction commits, delivered again when it aborts."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from urllib.parse import quote
 
 from dedup_broker.domain.consumer import Consumer, SubscriptionType
 from dedup_broker.domain.subscription import Subscription
 from dedup_broker.domain_base.names import TopicName
-from dedup_broker.errors import PermanentError
+from dedup_broker.errors import BrokerError, PermanentError
 from dedup_broker.lazy import LazyLock
 from dedup_broker.storage.api import Position, StorageService, WriteFence
 from dedup_broker.transactions.coordinator_state import TxnAction, TxnId
@@ -20,6 +21,8 @@ from dedup_broker.transactions.pending_acks import (
     PendingAcks,
     TransactionConflictError,
 )
+
+log = logging.getLogger(__name__)
 
 
 class CumulativeAckNotAllowedError(PermanentError):
@@ -150,7 +153,10 @@ class TopicPendingAcks:
 
     async def close(self) -> None:
         if self._log is not None:
-            await self._log.close()
+            try:
+                await self._log.close()
+            except BrokerError as exc:  # the records are stored; only the cursor lags
+                log.warning("%s: closing the pending-ack log: %s", self._topic, exc)
 
 
 async def _apply(subscription: Subscription, acks: HeldAcks) -> None:

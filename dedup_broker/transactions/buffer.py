@@ -349,10 +349,14 @@ class TransactionBuffer:
         self._changes += 1
 
     async def close(self) -> None:
-        """Store the last state (the next load replays less)."""
+        """Store the last state (the next load replays less; if it cannot be stored, for
+        instance because another broker took the topic, the next load replays more)."""
         if self._starting is not None and not self._starting.done():
             self._starting.cancel()
-        await self.snapshot()
+        try:
+            await self.snapshot()
+        except BrokerError as exc:
+            log.warning("%s: the transaction buffer's snapshot was not stored: %s", self, exc)
 
     def __repr__(self) -> str:
         return f"TransactionBuffer({self._ledger.name!r}, open={len(self._open)})"

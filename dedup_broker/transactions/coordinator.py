@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from dedup_broker.errors import RetriableError
+from dedup_broker.errors import BrokerError, RetriableError
 from dedup_broker.transactions.coordinator_log import CoordinatorLog
 from dedup_broker.transactions.coordinator_state import (
     TransactionMeta,
@@ -26,7 +26,7 @@ from dedup_broker.transactions.coordinator_state import (
     TxnId,
     TxnStatus,
 )
-from dedup_broker.transactions.errors import InvalidTxnStatusError
+from dedup_broker.transactions.errors import CoordinatorNotReadyError, InvalidTxnStatusError
 
 ENDING_PATIENCE_SECONDS = 25.0
 """How long END_TXN keeps driving an ending that meets retriable failures before it
@@ -78,6 +78,9 @@ class TransactionCoordinator:
         self._writes = asyncio.Lock()
         self.counts = CoordinatorCounts()
         self.recovered_at_ms = clock_ms()
+        self.broken: BaseException | None = None
+        """A write failed: the state may be ahead of the log; the coordinator is recovered
+        again from the log before it answers anything more."""
 
     @property
     def coordinator_id(self) -> int:
@@ -86,33 +89,55 @@ class TransactionCoordinator:
     # --- requests ---------------------------------------------------------------------
     async def new_txn(self, timeout_ms: int, owner: str | None = None) -> TxnId:
         async with self._writes:
-            await self._log.reserve_ids()
-            meta = self._state.open(self._clock_ms(), timeout_ms, owner)
-            await self._write(meta)
-            self.counts.created += 1
-            return meta.txn_id
+            self._check_usable()
+            await self._log.reserve_ids()  # rare (a block of ids): waited for in turn
+        meta = await self._change(lambda: self._state.open(self._clock_ms(), timeout_ms, owner))
+        assert meta is not None
+        self.counts.created += 1
+        return meta.txn_id
 
     async def add_partitions(self, txn_id: TxnId, partitions: Iterable[str]) -> None:
-        async with self._writes:
-            meta = self._state.add_partitions(txn_id, partitions, self._clock_ms())
-            if meta is not None:
-                await self._write(meta)
+        await self._change(lambda: self._state.add_partitions(txn_id, partitions, self._clock_ms()))
 
     async def add_subscriptions(
         self, txn_id: TxnId, subscriptions: Iterable[tuple[str, str]]
     ) -> None:
+        await self._change(
+            lambda: self._state.add_subscriptions(txn_id, subscriptions, self._clock_ms())
+        )
+
+    async def _change(self, decide: Callable[[], TransactionMeta | None]) -> TransactionMeta | None:
+        """Decide a change on the state as it stands (the changes on their way included)
+        and write it; returns once it is persisted. Changes are decided one at a time but
+        written without waiting for each other (the log keeps their order)."""
         async with self._writes:
-            meta = self._state.add_subscriptions(txn_id, subscriptions, self._clock_ms())
-            if meta is not None:
-                await self._write(meta)
+            self._check_usable()
+            meta = decide()
+            if meta is None:
+                return None
+            pending = self._log.start_write(meta)
+        try:
+            position = await pending
+        except BrokerError as exc:
+            self.broken = exc
+            raise CoordinatorNotReadyError(
+                f"transaction coordinator {self.coordinator_id} lost a write ({exc}); "
+                "it recovers from its log"
+            ) from exc
+        self._log.written(meta, position)
+        self.counts.appended += 1
+        return meta
+
+    def _check_usable(self) -> None:
+        if self.broken is not None:
+            raise CoordinatorNotReadyError(
+                f"transaction coordinator {self.coordinator_id} recovers from its log"
+            )
 
     async def end_txn(self, txn_id: TxnId, action: TxnAction) -> TransactionMeta:
         """END_TXN: returns once the transaction ended that way (a retry of an ended one
         returns at once)."""
-        async with self._writes:
-            meta = self._state.end(txn_id, action, self._clock_ms())
-            if meta is not None:
-                await self._write(meta)
+        await self._change(lambda: self._state.end(txn_id, action, self._clock_ms()))
         deadline = time.monotonic() + ENDING_PATIENCE_SECONDS
         while True:
             try:
@@ -120,7 +145,7 @@ class TransactionCoordinator:
             except RetriableError:
                 # A topic's owner is gone or moving: the outcome is decided (recorded
                 # above), so the ending is retried until the topics take it.
-                if time.monotonic() >= deadline:
+                if time.monotonic() >= deadline or self.broken is not None:
                     raise
                 await asyncio.sleep(ENDING_RETRY_SECONDS)
 
@@ -173,20 +198,20 @@ class TransactionCoordinator:
                 for topic, sub in meta.subscriptions
             ),
         )
-        async with self._writes:
-            meta = self._state.get(txn_id)
-            if not meta.ended:
-                meta = self._state.finished(txn_id, self._clock_ms())
-                await self._write(meta)
-                if meta.status == TxnStatus.COMMITTED:
-                    self.counts.committed += 1
-                else:
-                    self.counts.aborted += 1
-            return meta
-
-    async def _write(self, meta: TransactionMeta) -> None:
-        await self._log.write(meta)
-        self.counts.appended += 1
+        final = await self._change(
+            lambda: (
+                None
+                if self._state.get(txn_id).ended
+                else self._state.finished(txn_id, self._clock_ms())
+            )
+        )
+        if final is None:  # ended meanwhile (another drive of the same ending)
+            return self._state.get(txn_id)
+        if final.status == TxnStatus.COMMITTED:
+            self.counts.committed += 1
+        else:
+            self.counts.aborted += 1
+        return final
 
     async def close(self) -> None:
         async with self._writes:

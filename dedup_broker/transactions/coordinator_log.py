@@ -11,6 +11,7 @@ last reservation lies after it (a log without its reservation would hand out ids
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from dedup_broker.storage.api import ManagedCursor, ManagedLedger, Position
@@ -82,8 +83,19 @@ class CoordinatorLog:
 
     async def write(self, meta: TransactionMeta) -> None:
         """Persist ``meta``, then make it the transaction's state."""
-        position = await self._ledger.append(_META + meta.encode(), 0)
+        self.written(meta, await self.start_write(meta))
+
+    def start_write(self, meta: TransactionMeta) -> asyncio.Future[Position]:
+        """Append ``meta`` and make it the transaction's state at once, so that the next
+        change builds on it while this one is on its way; :meth:`written` once the future
+        gives the position. Appends are stored in the order they were made, and one that
+        fails fails the ones behind it: the caller then gives the state up (it is ahead of
+        the log) and recovers it from the log."""
+        appended = self._ledger.append(_META + meta.encode(), 0)
         self.state.apply(meta)
+        return appended
+
+    def written(self, meta: TransactionMeta, position: Position) -> None:
         if meta.ended:
             self._first_records.pop(meta.txn_id, None)
             self._trim()

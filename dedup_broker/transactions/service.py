@@ -75,6 +75,9 @@ class TransactionCoordinators:
                 f"(transactionCoordinatorCount={self.config.transaction_coordinator_count})"
             )
         served = self.served.get(coordinator_id)
+        if served is not None and served.broken is not None:
+            await self._close([coordinator_id])  # recovered again from its log, below
+            served = None
         if served is not None:
             self._check_owned(coordinator_id)
             return served

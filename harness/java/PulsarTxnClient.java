@@ -3,8 +3,9 @@
 // and every answer is one JSON line with an "event" field:
 //
 //   new TTL_SECONDS                    {"event":"txn","most":M,"least":L}
-//   send TOPIC PAYLOAD                 {"event":"sent","topic":"..","messageId":".."}
-//                                      (in the current transaction)
+//   send TOPIC PAYLOAD [SEQUENCE_ID]   {"event":"sent","topic":"..","messageId":".."}
+//                                      (in the current transaction; with the sequence
+//                                      id given, as an application sets it)
 //   plain TOPIC PAYLOAD                {"event":"sent",...} (no transaction)
 //   consume TOPIC SUBSCRIPTION COUNT   receives COUNT messages (a Shared subscription,
 //                                      from the earliest) and acknowledges each in
@@ -27,6 +28,7 @@ import org.apache.pulsar.client.api.Producer;
 import org.apache.pulsar.client.api.PulsarClient;
 import org.apache.pulsar.client.api.SubscriptionInitialPosition;
 import org.apache.pulsar.client.api.SubscriptionType;
+import org.apache.pulsar.client.api.TypedMessageBuilder;
 import org.apache.pulsar.client.api.transaction.Transaction;
 
 public final class PulsarTxnClient {
@@ -63,9 +65,13 @@ public final class PulsarTxnClient {
                         case "send", "plain" -> {
                             Producer<byte[]> producer = producer(client, producers, words[1]);
                             byte[] value = words[2].getBytes(StandardCharsets.UTF_8);
-                            MessageId id = words[0].equals("send")
-                                    ? producer.newMessage(txn).value(value).send()
-                                    : producer.newMessage().value(value).send();
+                            TypedMessageBuilder<byte[]> message = words[0].equals("send")
+                                    ? producer.newMessage(txn) : producer.newMessage();
+                            message.value(value);
+                            if (words.length > 3) {
+                                message.sequenceId(Long.parseLong(words[3]));
+                            }
+                            MessageId id = message.send();
                             print("{\"event\":\"sent\",\"topic\":\"" + words[1]
                                     + "\",\"messageId\":\"" + id + "\"}");
                         }

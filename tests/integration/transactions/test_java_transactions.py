@@ -185,3 +185,25 @@ def test_a_message_acknowledged_in_one_transaction_conflicts_in_another(
         assert subscribed(url, topic, "app", 1500) == []
         java.commit()
     assert subscribed(url, topic, "app", 1000) == []
+
+
+def test_deduplication_drops_a_resent_message_of_a_transaction(
+    kafka_bootstrap: str, tmp_path: Path, topic: str
+) -> None:
+    """With deduplication on, a transactional producer's sequence ids are checked like
+    any producer's (as in Pulsar): a message sent again with the same id is not stored
+    again, and the transaction holds it once."""
+    for broker in serve(
+        kafka_bootstrap,
+        tmp_path,
+        transaction_coordinator_enabled=True,
+        broker_deduplication_enabled=True,
+    ):
+        url = broker.service_url
+        with JavaTransactions(url) as java:
+            java.new()
+            assert not java.send(topic, "m0", sequence_id=0).startswith("-1:-1")
+            assert not java.send(topic, "m1", sequence_id=1).startswith("-1:-1")
+            assert java.send(topic, "m1-again", sequence_id=1).startswith("-1:-1")
+            java.commit()
+        assert visible(url, topic) == ["m0", "m1"]

@@ -11,7 +11,11 @@ from dedup_broker.errors import ServiceNotReadyError
 from dedup_broker.transactions.coordinator import TransactionCoordinator
 from dedup_broker.transactions.coordinator_log import LOG_CURSOR, CoordinatorLog, log_ledger_name
 from dedup_broker.transactions.coordinator_state import ID_BLOCK, TxnAction, TxnId, TxnStatus
-from dedup_broker.transactions.errors import InvalidTxnStatusError, TransactionNotFoundError
+from dedup_broker.transactions.errors import (
+    CoordinatorNotReadyError,
+    InvalidTxnStatusError,
+    TransactionNotFoundError,
+)
 from harness.memory_storage import MemoryStorage
 
 LOG = log_ledger_name(0)
@@ -177,3 +181,47 @@ async def test_the_log_cursor_moves_past_records_no_longer_needed() -> None:
     assert [m.txn_id for m in recovered.live()] == [live]
     with pytest.raises(TransactionNotFoundError):
         recovered.get(first)  # trimmed: its END_TXN retries are long over
+
+
+async def test_changes_are_written_without_waiting_for_each_other() -> None:
+    """A transaction's commit does not hold back the next one's opening: both records
+    are on their way at once, and each request is answered once its own is stored."""
+    storage, ender = MemoryStorage(), RecordingEnder()
+    coordinator = await start(storage, ender)
+    first = await coordinator.new_txn(timeout_ms=60_000)  # the id block reserved
+    ledger = storage.ledger(LOG)
+    ledger.hold_appends = True
+    ending = asyncio.ensure_future(coordinator.end_txn(first, TxnAction.COMMIT))
+    opening = asyncio.ensure_future(coordinator.new_txn(timeout_ms=60_000))
+    await asyncio.sleep(0.01)
+    assert len(ledger.pending_appends) == 2  # COMMITTING and the next NEW, together
+    assert not ending.done() and not opening.done()
+    ledger.hold_appends = False
+    for pending in ledger.pending_appends:
+        pending.acknowledge()
+    second = await opening
+    assert (await ending).status == TxnStatus.COMMITTED
+    assert coordinator.get(second).status == TxnStatus.OPEN
+
+
+async def test_a_lost_write_makes_the_coordinator_recover_from_its_log() -> None:
+    """A record that failed to be stored leaves the state ahead of the log: the
+    coordinator refuses (retriable) until it is recovered, and what it then knows is
+    what was stored."""
+    storage, ender = MemoryStorage(), RecordingEnder()
+    coordinator = await start(storage, ender)
+    kept = await coordinator.new_txn(timeout_ms=60_000)
+    ledger = storage.ledger(LOG)
+    ledger.hold_appends = True
+    lost = asyncio.ensure_future(coordinator.add_partitions(kept, ["out-0"]))
+    await asyncio.sleep(0.01)
+    ledger.pending_appends[0].fail()
+    with pytest.raises(CoordinatorNotReadyError):
+        await lost
+    assert coordinator.broken is not None
+    with pytest.raises(CoordinatorNotReadyError):
+        await coordinator.new_txn(timeout_ms=60_000)
+    ledger.hold_appends = False
+    await coordinator.close()
+    recovered = await start(storage.restarted(), ender)
+    assert recovered.get(kept).partitions == ()  # the lost record is not there
