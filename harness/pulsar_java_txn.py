@@ -95,10 +95,14 @@ class JavaTransactions:
         """``payload`` outside any transaction."""
         return str(self._ask(f"plain {topic} {payload}", "sent")["messageId"])
 
-    def consume(self, topic: str, subscription: str, count: int) -> list[str]:
-        """``count`` messages, each acknowledged in the current transaction."""
+    def consume(
+        self, topic: str, subscription: str, count: int, cumulative: bool = False
+    ) -> list[str]:
+        """``count`` messages, each acknowledged in the current transaction (Shared), or
+        the last one cumulatively (``cumulative``: a Failover subscription)."""
         assert self.process.stdin is not None
-        self.process.stdin.write(f"consume {topic} {subscription} {count}\n")
+        verb = "consume-cumulative" if cumulative else "consume"
+        self.process.stdin.write(f"{verb} {topic} {subscription} {count}\n")
         self.process.stdin.flush()
         return [str(self._expect("received", 90.0)["value"]) for _ in range(count)]
 

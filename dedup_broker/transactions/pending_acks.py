@@ -86,6 +86,7 @@ class PendingAcks:
         self.held: dict[TxnId, HeldAcks] = {}
         self._holder: dict[Position, TxnId] = {}
         self._cumulative_holder: TxnId | None = None
+        self._cumulative_up_to: Position | None = None
 
     def check(self, txn_id: TxnId, acks: HeldAcks, acknowledged: set[Position]) -> None:
         """Raise ``TransactionConflictError`` unless ``txn_id`` may hold ``acks``
@@ -111,6 +112,7 @@ class PendingAcks:
             self._holder[position] = txn_id
         if acks.cumulative is not None:
             self._cumulative_holder = txn_id
+            self._cumulative_up_to = self.held[txn_id].cumulative
 
     def release(self, txn_id: TxnId) -> HeldAcks | None:
         """What ``txn_id`` held, no longer held."""
@@ -121,12 +123,14 @@ class PendingAcks:
             if self._holder.get(position) == txn_id:
                 del self._holder[position]
         if self._cumulative_holder == txn_id:
-            self._cumulative_holder = None
+            self._cumulative_holder = self._cumulative_up_to = None
         return acks
 
     def holds(self, position: Position) -> bool:
-        """Acknowledged in an open transaction: not delivered again meanwhile."""
-        return position in self._holder
+        """Acknowledged in an open transaction (one by one, or up to a cumulative
+        acknowledgement's position): not delivered again meanwhile."""
+        up_to = self._cumulative_up_to
+        return position in self._holder or (up_to is not None and position <= up_to)
 
 
 class PendingAckLog:

@@ -7,6 +7,9 @@
 //                                      (in the current transaction; with the sequence
 //                                      id given, as an application sets it)
 //   plain TOPIC PAYLOAD                {"event":"sent",...} (no transaction)
+//   consume-cumulative TOPIC SUBSCRIPTION COUNT   the same on a Failover subscription,
+//                                      acknowledging the last one cumulatively in the
+//                                      current transaction
 //   consume TOPIC SUBSCRIPTION COUNT   receives COUNT messages (a Shared subscription,
 //                                      from the earliest) and acknowledges each in
 //                                      the current transaction:
@@ -75,27 +78,36 @@ public final class PulsarTxnClient {
                             print("{\"event\":\"sent\",\"topic\":\"" + words[1]
                                     + "\",\"messageId\":\"" + id + "\"}");
                         }
-                        case "consume" -> {
+                        case "consume", "consume-cumulative" -> {
+                            boolean cumulative = words[0].equals("consume-cumulative");
                             String key = words[1] + " " + words[2];
                             Consumer<byte[]> consumer = consumers.get(key);
                             if (consumer == null) {
                                 consumer = client.newConsumer().topic(words[1])
                                         .subscriptionName(words[2])
-                                        .subscriptionType(SubscriptionType.Shared)
+                                        .subscriptionType(cumulative ? SubscriptionType.Failover
+                                                : SubscriptionType.Shared)
                                         .subscriptionInitialPosition(
                                                 SubscriptionInitialPosition.Earliest)
                                         .subscribe();
                                 consumers.put(key, consumer);
                             }
+                            MessageId last = null;
                             for (int i = 0; i < Integer.parseInt(words[3]); i++) {
                                 Message<byte[]> message = consumer.receive(30, TimeUnit.SECONDS);
                                 if (message == null) {
                                     throw new IllegalStateException("no message within 30 s");
                                 }
-                                consumer.acknowledgeAsync(message.getMessageId(), txn).get();
+                                last = message.getMessageId();
+                                if (!cumulative) {
+                                    consumer.acknowledgeAsync(last, txn).get();
+                                }
                                 print("{\"event\":\"received\",\"value\":\""
                                         + new String(message.getValue(), StandardCharsets.UTF_8)
-                                        + "\",\"messageId\":\"" + message.getMessageId() + "\"}");
+                                        + "\",\"messageId\":\"" + last + "\"}");
+                            }
+                            if (cumulative && last != null) {
+                                consumer.acknowledgeCumulativeAsync(last, txn).get();
                             }
                         }
                         case "commit" -> {

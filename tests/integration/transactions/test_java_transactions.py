@@ -207,3 +207,26 @@ def test_deduplication_drops_a_resent_message_of_a_transaction(
             assert java.send(topic, "m1-again", sequence_id=1).startswith("-1:-1")
             java.commit()
         assert visible(url, topic) == ["m0", "m1"]
+
+
+def test_a_cumulative_acknowledgement_in_a_transaction(
+    txn_broker: BrokerProcess, topic: str
+) -> None:
+    """On a Failover subscription: aborted, everything comes again; committed, the
+    subscription stands after the last message (also after kill -9 of the broker)."""
+    url = txn_broker.service_url
+    with JavaTransactions(url) as java:
+        for i in range(4):
+            java.send_plain(topic, f"in{i}")
+        java.new()
+        assert java.consume(topic, "app", 3, cumulative=True) == ["in0", "in1", "in2"]
+        java.abort()
+    with JavaTransactions(url) as java:
+        java.new()
+        assert java.consume(topic, "app", 3, cumulative=True) == ["in0", "in1", "in2"]
+        java.commit()
+    txn_broker.restart(kill=True)
+    with JavaTransactions(url) as java:
+        java.new()
+        assert java.consume(topic, "app", 1, cumulative=True) == ["in3"]
+        java.commit()
