@@ -54,7 +54,7 @@ class TransactionCoordinators:
         self._loading: dict[int, asyncio.Task[TransactionCoordinator]] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._timeouts: asyncio.Task[None] | None = None
-        if registry is not None:
+        if registry is not None and config.transaction_coordinator_enabled:
             registry.register(CoordinatorMetrics(lambda: self.served))
 
     @property
