@@ -28,11 +28,12 @@ verify: $(STAMP)
 	$(PY) -m verify --profile $${VERIFY_PROFILE:-short}
 
 ## The checker's long profile (2 hours), many more kill -9 cycles of the cluster chaos
-## test, and the zombie test repeated.
+## test, the zombie test repeated, and transactions through 30 broker kills.
 soak: $(STAMP)
 	$(PY) -m verify --profile long
 	CLUSTER_CHAOS_CYCLES=$${CLUSTER_CHAOS_CYCLES:-200} $(PY) -m pytest -q -s tests/chaos/test_cluster_chaos.py
 	for i in 1 2 3 4 5; do $(PY) -m pytest -q tests/integration/cluster/test_zombie.py || exit 1; done
+	TXN_CHAOS_INPUTS=$${TXN_CHAOS_INPUTS:-50000} TXN_CHAOS_KILLS=$${TXN_CHAOS_KILLS:-30} $(PY) -m pytest -q -s -o timeout=7200 tests/chaos/test_transactions_chaos.py
 
 test-integration: $(STAMP)
 	$(PY) -m pytest -q tests/integration tests/chaos

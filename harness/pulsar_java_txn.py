@@ -106,6 +106,29 @@ class JavaTransactions:
         self.process.stdin.flush()
         return [str(self._expect("received", 90.0)["value"]) for _ in range(count)]
 
+    def start_pipeline(self, source: str, sink: str, batch: int) -> None:
+        """Consume-process-produce from ``source`` to ``sink`` in transactions of up to
+        ``batch`` messages, in the background of the client, until ``source`` stays
+        empty for 15 s (:meth:`wait_pipeline`)."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(f"pipeline {source} {sink} {batch}\n")
+        self.process.stdin.flush()
+
+    def wait_pipeline(self, timeout: float) -> tuple[int, int]:
+        """Until the pipeline ends: (messages committed, steps failed) as it counted."""
+        committed = failed = 0
+        while True:
+            line = self._lines.get(timeout=timeout)
+            if line is None:
+                raise DevServerError("the Java client exited during the pipeline")
+            answer = json.loads(line)
+            if answer["event"] == "pipelined":
+                return committed, failed
+            if "committed" in answer:
+                committed += int(answer["committed"])
+            else:
+                failed += 1
+
     def commit(self) -> None:
         self._ask("commit", "ended")
 

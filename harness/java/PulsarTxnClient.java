@@ -14,6 +14,9 @@
 //                                      from the earliest) and acknowledges each in
 //                                      the current transaction:
 //                                      {"event":"received","value":"..","messageId":".."}
+//   pipeline IN OUT BATCH              consume-process-produce in transactions until IN
+//                                      stays empty for 15 s (see pipeline()), then
+//                                      {"event":"pipelined"}
 //   commit | abort                     {"event":"ended","action":"commit"|"abort"}
 //   quit                               {"event":"done"}, then the process exits
 //
@@ -110,6 +113,8 @@ public final class PulsarTxnClient {
                                 consumer.acknowledgeCumulativeAsync(last, txn).get();
                             }
                         }
+                        case "pipeline" -> pipeline(client, words[1], words[2],
+                                Integer.parseInt(words[3]));
                         case "commit" -> {
                             txn.commit().get();
                             print("{\"event\":\"ended\",\"action\":\"commit\"}");
@@ -130,6 +135,60 @@ public final class PulsarTxnClient {
         }
         print("{\"event\":\"done\"}");
         System.exit(0);
+    }
+
+    /**
+     * Consume-process-produce until the input stays empty for 15 s: up to BATCH messages
+     * of IN, each sent to OUT as "out-<value>" and acknowledged, in one transaction,
+     * committed; on any failure (a broker killed meanwhile) the transaction is aborted,
+     * if it still can be, and the step tried again. Prints one "step" event per commit
+     * and per failure.
+     */
+    static void pipeline(PulsarClient client, String in, String out, int batch)
+            throws Exception {
+        Consumer<byte[]> consumer = client.newConsumer().topic(in).subscriptionName("pipeline")
+                .subscriptionType(SubscriptionType.Failover)
+                .subscriptionInitialPosition(SubscriptionInitialPosition.Earliest).subscribe();
+        Producer<byte[]> producer = client.newProducer().topic(out)
+                .sendTimeout(0, TimeUnit.SECONDS).enableBatching(false).create();
+        long idleSince = System.currentTimeMillis();
+        while (System.currentTimeMillis() - idleSince < 15_000) {
+            Transaction txn = null;
+            int taken = 0;
+            try {
+                txn = client.newTransaction().withTransactionTimeout(60, TimeUnit.SECONDS)
+                        .build().get(30, TimeUnit.SECONDS);
+                for (; taken < batch; taken++) {
+                    Message<byte[]> message = consumer.receive(1, TimeUnit.SECONDS);
+                    if (message == null) {
+                        break;
+                    }
+                    String value = new String(message.getValue(), StandardCharsets.UTF_8);
+                    producer.newMessage(txn).value(("out-" + value).getBytes(
+                            StandardCharsets.UTF_8)).sendAsync();
+                    consumer.acknowledgeAsync(message.getMessageId(), txn).get(30,
+                            TimeUnit.SECONDS);
+                }
+                txn.commit().get(60, TimeUnit.SECONDS);
+                if (taken > 0) {
+                    idleSince = System.currentTimeMillis();
+                    print("{\"event\":\"step\",\"committed\":" + taken + "}");
+                }
+            } catch (Exception e) {
+                print("{\"event\":\"step\",\"failed\":\"" + escape(String.valueOf(e)) + "\"}");
+                if (txn != null) {
+                    try {
+                        txn.abort().get(30, TimeUnit.SECONDS);
+                    } catch (Exception ignored) {
+                        // committed after all, or its coordinator ends it
+                    }
+                }
+                consumer.redeliverUnacknowledgedMessages();
+                Thread.sleep(500);
+                idleSince = System.currentTimeMillis();
+            }
+        }
+        print("{\"event\":\"pipelined\"}");
     }
 
     static Producer<byte[]> producer(PulsarClient client, Map<String, Producer<byte[]>> producers,

@@ -5,56 +5,14 @@ after a commit or an abort, a transaction left to time out, and a broker that re
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pulsar
 import pytest
 
 from harness.broker_process import BrokerProcess
 from harness.pulsar_java_txn import JavaTransactionError, JavaTransactions
 from tests.integration.conftest import serve
-
-
-@pytest.fixture
-def txn_broker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[BrokerProcess]:
-    yield from serve(kafka_bootstrap, tmp_path, transaction_coordinator_enabled=True)
-
-
-def visible(service_url: str, topic: str) -> list[str]:
-    """Every message a new reader of ``topic`` receives, in order."""
-    client = pulsar.Client(service_url, operation_timeout_seconds=30)
-    try:
-        reader = client.create_reader(topic, pulsar.MessageId.earliest)
-        out = []
-        while reader.has_message_available():
-            out.append(reader.read_next(10_000).data().decode())
-        return out
-    finally:
-        client.close()
-
-
-def subscribed(service_url: str, topic: str, subscription: str, wait_ms: int) -> list[str]:
-    """What a (Shared) consumer of the subscription receives before ``wait_ms`` pass
-    without a message."""
-    client = pulsar.Client(service_url, operation_timeout_seconds=30)
-    try:
-        consumer = client.subscribe(
-            topic,
-            subscription,
-            consumer_type=pulsar.ConsumerType.Shared,
-            initial_position=pulsar.InitialPosition.Earliest,
-        )
-        out = []
-        while True:
-            try:
-                message = consumer.receive(wait_ms)
-            except pulsar.Timeout:
-                return out
-            out.append(message.data().decode())
-            consumer.acknowledge(message)
-    finally:
-        client.close()
+from tests.integration.transactions.conftest import subscribed, visible
 
 
 def test_commit_shows_every_message_at_once_across_two_topics(

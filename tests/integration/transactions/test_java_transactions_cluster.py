@@ -21,7 +21,7 @@ from harness.cluster_processes import ClusterProcesses
 from harness.pulsar_java_txn import JavaTransactions
 from harness.pulsar_tools import run_pulsar_admin_batch, write_client_conf
 from tests.integration.cluster.conftest import owner_of
-from tests.integration.transactions.test_java_transactions import subscribed, visible
+from tests.integration.transactions.conftest import subscribed, visible
 
 COORDINATOR = "persistent://pulsar/system/transaction_coordinator_assign-partition-0"
 
