@@ -108,8 +108,8 @@ class JavaTransactions:
 
     def start_pipeline(self, source: str, sink: str, batch: int) -> None:
         """Consume-process-produce from ``source`` to ``sink`` in transactions of up to
-        ``batch`` messages, in the background of the client, until ``source`` stays
-        empty for 15 s (:meth:`wait_pipeline`)."""
+        ``batch`` messages (each with a timeout of 10 s), in the background of the
+        client, until ``source`` stays empty for 25 s (:meth:`wait_pipeline`)."""
         assert self.process.stdin is not None
         self.process.stdin.write(f"pipeline {source} {sink} {batch}\n")
         self.process.stdin.flush()

@@ -15,7 +15,7 @@
 //                                      the current transaction:
 //                                      {"event":"received","value":"..","messageId":".."}
 //   pipeline IN OUT BATCH              consume-process-produce in transactions until IN
-//                                      stays empty for 15 s (see pipeline()), then
+//                                      stays empty for 25 s (see pipeline()), then
 //                                      {"event":"pipelined"}
 //   commit | abort                     {"event":"ended","action":"commit"|"abort"}
 //   quit                               {"event":"done"}, then the process exits
@@ -138,7 +138,7 @@ public final class PulsarTxnClient {
     }
 
     /**
-     * Consume-process-produce until the input stays empty for 15 s: up to BATCH messages
+     * Consume-process-produce until the input stays empty for 25 s: up to BATCH messages
      * of IN, each sent to OUT as "out-<value>" and acknowledged, in one transaction,
      * committed; on any failure (a broker killed meanwhile) the transaction is aborted,
      * if it still can be, and the step tried again. Prints one "step" event per commit
@@ -152,11 +152,14 @@ public final class PulsarTxnClient {
         Producer<byte[]> producer = client.newProducer().topic(out)
                 .sendTimeout(0, TimeUnit.SECONDS).enableBatching(false).create();
         long idleSince = System.currentTimeMillis();
-        while (System.currentTimeMillis() - idleSince < 15_000) {
+        // Idle for longer than a transaction's timeout: a transaction this client could
+        // neither commit nor abort (its coordinator was down) is aborted by the
+        // coordinator meanwhile, and its messages come again.
+        while (System.currentTimeMillis() - idleSince < 25_000) {
             Transaction txn = null;
             int taken = 0;
             try {
-                txn = client.newTransaction().withTransactionTimeout(60, TimeUnit.SECONDS)
+                txn = client.newTransaction().withTransactionTimeout(10, TimeUnit.SECONDS)
                         .build().get(30, TimeUnit.SECONDS);
                 for (; taken < batch; taken++) {
                     Message<byte[]> message = consumer.receive(1, TimeUnit.SECONDS);

@@ -1,4 +1,3 @@
 """Chaos tests reuse the broker fixtures of the integration suite."""
 
 from tests.integration.conftest import broker, client, make_broker, topic  # noqa: F401
-from tests.integration.transactions.conftest import txn_broker  # noqa: F401

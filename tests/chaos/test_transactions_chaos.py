@@ -1,25 +1,45 @@
 """Exactly-once consume-process-produce through broker crashes: the Java client moves
 messages from one topic to another in transactions while the broker is killed with
 kill -9 and restarted; every input appears in the output exactly once.
-``TXN_CHAOS_INPUTS`` and ``TXN_CHAOS_KILLS`` set its size (``make soak`` runs more)."""
+
+Deduplication is on, as exactly-once needs it in Pulsar too: a producer that lost its
+connection sends again what was not acknowledged, and without deduplication a message
+stored before the crash would be stored twice in the same transaction.
+``TXN_CHAOS_INPUTS`` and ``TXN_CHAOS_KILLS`` set the size (``make soak`` runs more)."""
 
 from __future__ import annotations
 
 import os
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 from harness.broker_process import BrokerProcess
 from harness.pulsar_java_txn import JavaTransactions
+from tests.integration.conftest import serve
 from tests.integration.transactions.conftest import visible
 
 INPUTS = int(os.environ.get("TXN_CHAOS_INPUTS", "2000"))
 KILLS = int(os.environ.get("TXN_CHAOS_KILLS", "2"))
 
 
+@pytest.fixture
+def exactly_once_broker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[BrokerProcess]:
+    yield from serve(
+        kafka_bootstrap,
+        tmp_path,
+        transaction_coordinator_enabled=True,
+        broker_deduplication_enabled=True,
+    )
+
+
 def test_every_input_reaches_the_output_once_through_kill_9(
-    txn_broker: BrokerProcess, topic: str
+    exactly_once_broker: BrokerProcess, topic: str
 ) -> None:
+    txn_broker = exactly_once_broker
     url, sink = txn_broker.service_url, topic + "-out"
     with JavaTransactions(url) as java:
         for i in range(INPUTS):

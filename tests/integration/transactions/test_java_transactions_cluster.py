@@ -177,3 +177,24 @@ def _printed(output: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError:
         return text
+
+
+def test_a_transaction_left_open_on_a_cluster_is_aborted_after_its_timeout(
+    cluster: ClusterProcesses,
+) -> None:
+    """Its client dies: the coordinator, on one broker, aborts it once its timeout
+    passes, on the topic another broker serves; what came after it becomes visible."""
+    coordinator = owner_of(cluster, COORDINATOR)
+    sink = served_by_other_brokers(cluster, [coordinator])
+    url = cluster.service_url
+    with JavaTransactions(url) as java:
+        java.new(timeout_seconds=3)
+        java.send(sink, "lost")
+        java.kill()
+    with JavaTransactions(url) as java:
+        java.send_plain(sink, "later")
+    assert visible(url, sink) == []  # held behind the open transaction
+    deadline = time.monotonic() + 30
+    while visible(url, sink) != ["later"]:
+        assert time.monotonic() < deadline, "the open transaction was never aborted"
+        time.sleep(0.5)
