@@ -32,6 +32,7 @@ from dedup_broker.storage.api import (
     Entry,
     FetchedRecord,
     Position,
+    readable_end,
 )
 
 if TYPE_CHECKING:
@@ -142,9 +143,7 @@ class TopicCompaction:
         """One run, waited for (tests, and the trigger's background task)."""
         cursor = await self._ledger.cursors.open(COMPACTION_CURSOR, "earliest")
         topic = await self._companion_topic()
-        end = self._ledger.last_confirmed
-        if self._ledger.read_limit is not None and self._ledger.read_limit < end:
-            end = self._ledger.read_limit  # open transactions lie beyond
+        end = readable_end(self._ledger)  # open transactions lie beyond
         start = self._ledger.next_position(cursor.mark_delete_position)
         latest: dict[bytes, CompactedMessage | None] = {}
         while start <= end:

@@ -41,10 +41,12 @@ from dedup_broker.storage.values import (
     OffloadedHeader,
     OffloadInfo,
     Position,
+    ReadLimited,
     Retention,
     StoredCopy,
     is_system_cursor,
     is_valid_managed_ledger_name,
+    readable_end,
 )
 
 __all__ = [
@@ -82,6 +84,7 @@ __all__ = [
     "OffloadStore",
     "OffloadedHeader",
     "Position",
+    "ReadLimited",
     "RecordSender",
     "Retention",
     "StorageService",
@@ -92,6 +95,7 @@ __all__ = [
     "broker_record",
     "is_system_cursor",
     "is_valid_managed_ledger_name",
+    "readable_end",
     "uid_from_longs",
     "uid_to_longs",
 ]

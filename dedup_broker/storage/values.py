@@ -13,6 +13,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from dedup_broker.errors import PermanentError
 
@@ -232,3 +233,18 @@ class StoredCopy:
 class LedgerHeaderError(PermanentError):
     """Offset 0 of a ledger topic is not a readable ledger header: the topic is not a
     ledger (or not one of this broker's), however it came to be named like one."""
+
+
+class ReadLimited(Protocol):
+    @property
+    def last_confirmed(self) -> Position: ...
+
+    @property
+    def read_limit(self) -> Position | None: ...
+
+
+def readable_end(ledger: ReadLimited) -> Position:
+    """The last entry readers see: ``last_confirmed``, or the ledger's read limit (the
+    owner's max read position) when that is lower."""
+    last, limit = ledger.last_confirmed, ledger.read_limit
+    return last if limit is None or limit >= last else limit

@@ -32,7 +32,7 @@ from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import BrokerError, PermanentError
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.framing import encode_message, parse_metadata_only
-from dedup_broker.storage.api import ManagedLedger, Position
+from dedup_broker.storage.api import ManagedLedger, Position, readable_end
 from dedup_broker.transactions.coordinator_state import TxnAction, TxnId
 
 log = logging.getLogger(__name__)
@@ -161,11 +161,9 @@ class TransactionBuffer:
 
     def stats(self) -> dict[str, object]:
         """Pulsar's ``TransactionBufferStats``."""
-        limit = self.max_read_position()
-        last = self._ledger.last_confirmed
         return {
             "state": "Ready" if self._enabled else "NoSnapshot",
-            "maxReadPosition": str(last if limit is None or limit > last else limit),
+            "maxReadPosition": str(readable_end(self._ledger)),
             "lastSnapshotTimestamps": self._snapshot_ms,
             "ongoingTxnSize": len(self._open),
             "totalAbortedTransactions": len(self._aborted),
@@ -186,10 +184,7 @@ class TransactionBuffer:
         """The last entry a reader may receive: at or before the max read position, not a
         marker nor an aborted transaction's (its ledger's ``(L, -1)`` if there is none
         left in that ledger)."""
-        position = self._ledger.last_confirmed
-        limit = self._ledger.read_limit
-        if limit is not None and limit < position:
-            position = limit
+        position = readable_end(self._ledger)
         if not self.used:
             return position
         while position.entry_id >= 0:

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from dedup_broker.lazy import LazyLock
 from dedup_broker.storage import formats
+from dedup_broker.storage.api import readable_end
 from dedup_broker.storage.cursor.range_set import PositionRangeSet
 from dedup_broker.storage.cursor.writer import CursorStorage, CursorWriter
 from dedup_broker.storage.values import DEFAULT_MAX_BYTES, Entry, Position
@@ -43,12 +44,6 @@ class CursorLedger(Protocol):
     async def read_entries(
         self, start: Position, max_entries: int, max_bytes: int = DEFAULT_MAX_BYTES
     ) -> list[Entry]: ...
-
-
-def readable_end(ledger: CursorLedger) -> Position:
-    """The last entry cursors read: ``last_confirmed``, or the ledger's read limit."""
-    last, limit = ledger.last_confirmed, ledger.read_limit
-    return last if limit is None or limit >= last else limit
 
 
 _NO_BATCH_ACKS: dict[Position, tuple[int, ...]] = {}
