@@ -142,6 +142,8 @@ def _run(
             f"-Xmx{heap}",
             *(() if full_jit else ("-XX:TieredStopAtLevel=1",)),
             f"-Dorg.slf4j.simpleLogger.defaultLogLevel={log_level}",
+            # Each line starts with the milliseconds since the JVM started.
+            "-Dorg.slf4j.simpleLogger.showDateTime=true",
             "-cp",
             classpath,
             main_class,

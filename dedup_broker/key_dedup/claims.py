@@ -94,7 +94,13 @@ class GroupKeys:
             elif answer[2:] == self.owner or (
                 service.stale_owner(answer[2:])
                 and await service.store.take_over(
-                    scope.keys, key, answer, self.owner, service.pending_ttl_ms
+                    scope.keys,
+                    key,
+                    answer,
+                    self.owner,
+                    now_ms(),
+                    policy.window_ms,
+                    service.pending_ttl_ms,
                 )
             ):
                 owned.add(key)

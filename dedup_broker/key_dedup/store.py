@@ -2,25 +2,33 @@
 
 Layout, per *scope* (a topic with all its partitions, or a namespace)::
 
-    kd:{<tag>}:m          marker: present while Redis holds the scope's window
+    kd:{<tag>}:w          marker: present while Redis holds the scope's window
     kd:{<tag>}:c          hash: managed ledger -> last entry whose keys are in Redis
-    kd:{<tag>}:k:<hex>    one message key: "t:<publish ms>" (stored) or "p:<owner>" (in flight)
+    kd:{<tag>}:b:<n>      hash, one per time bucket: 16-byte key -> "t:<publish ms>"
+                          (stored) or "p:<claim ms>:<owner>" (in flight)
 
 ``<tag>`` is a digest of the scope's id inside braces: a Redis Cluster hash tag, so all
 keys of a scope live in one slot and the Lua scripts below (which touch several keys of
 one scope at once) run on any cluster; different scopes spread over the nodes. Every
 call is one script over a whole batch of keys: one round trip per batch, atomic.
 
+Keys are fields of a few bucket hashes rather than one Redis key each: a claim of a
+thousand keys is one ``HMGET`` per bucket and one ``HSET``, a confirmation one ``HSET``,
+where a Redis key per message cost Redis a command (and an expiry) per key at every step,
+three times the CPU. Bucket ``n`` holds what was written during broker time ``[n*B,
+(n+1)*B)``, ``B`` half the window (at least 10 s); a claim reads the buckets that can hold
+a key of the last window and writes the current one; whole buckets expire (or are
+unlinked by a later confirmation) once no window reaches them.
+
 Expiry is decided by the broker's clock, not Redis's: a stored key holds its publish
-time, and a claim treats it as absent once ``publish + window <= now``. Redis's own TTL
-(the window plus a margin) only frees the memory.
+time, a claim its own time, and a script treats either as absent once ``publish +
+window <= now`` (``claim + pending timeout <= now``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from binascii import hexlify
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -33,51 +41,90 @@ from redis.exceptions import RedisError
 from dedup_broker.errors import RetriableError
 
 EXPIRY_MARGIN_MS = 60_000
-"""Redis keeps keys this long past their window, covering clock differences."""
+"""Redis keeps a bucket this long past the last window that reaches it (clock
+differences between Redis and the brokers)."""
+CLOCK_SKEW_MS = 5_000
+"""Brokers' clocks are taken to agree within this: each picks buckets by its own."""
+MIN_BUCKET_MS = 10_000
 
-CLAIM = """
+_LIVE = """
+local function live(v, now, window, pending)
+  if string.sub(v, 1, 2) == 't:' then
+    if tonumber(string.sub(v, 3)) + window > now then return v, math.huge end
+    return nil, nil
+  end
+  local sep = string.find(v, ':', 3, true)
+  local at = tonumber(string.sub(v, 3, sep - 1))
+  if at + pending > now then return 'p:' .. string.sub(v, sep + 1), at end
+  return nil, nil
+end
+"""
+"""A bucket's value as the broker sees it: a stored key inside its window (it outranks
+any claim), or a claim inside the pending timeout, as ``p:<owner>`` with its time."""
+
+CLAIM = (
+    _LIVE
+    + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return false end
-local now = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-local out = {}
-for i = 2, #KEYS do
-  if not redis.call('SET', KEYS[i], ARGV[3], 'NX', 'PX', ARGV[4]) then
-    local v = redis.call('GET', KEYS[i])
-    if v and string.sub(v, 1, 2) == 't:' and tonumber(string.sub(v, 3)) + window <= now then
-      v = false
-    end
-    if v then
-      out[#out + 1] = i - 2
-      out[#out + 1] = v
-    else
-      redis.call('SET', KEYS[i], ARGV[3], 'PX', ARGV[4])
+local now, window, pending = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local first = 6
+local best, rank = {}, {}
+for b = 2, #KEYS do
+  for lo = first, #ARGV, 1000 do
+    local hi = math.min(lo + 999, #ARGV)
+    local values = redis.call('HMGET', KEYS[b], unpack(ARGV, lo, hi))
+    for j = 1, #values do
+      if values[j] then
+        local i = lo - first + j
+        local v, at = live(values[j], now, window, pending)
+        if v and (rank[i] == nil or at > rank[i]) then best[i], rank[i] = v, at end
+      end
     end
   end
 end
+local out, new = {}, {}
+for i = 1, #ARGV - first + 1 do
+  if best[i] then
+    out[#out + 1] = i - 1
+    out[#out + 1] = best[i]
+  else
+    new[#new + 1] = ARGV[first + i - 1]
+    new[#new + 1] = ARGV[4]
+    if #new >= 2000 then
+      redis.call('HSET', KEYS[2], unpack(new))
+      new = {}
+    end
+  end
+end
+if #new > 0 then redis.call('HSET', KEYS[2], unpack(new)) end
+redis.call('PEXPIREAT', KEYS[2], ARGV[5])
 return out
 """
-"""Claims every free key; answers (index, value) pairs for the keys it did not claim
-only, so a group of new keys costs a short reply. A new key costs one command (``SET
-NX``); only a key that exists is read."""
+)
+"""Claims every free key in the current bucket (``KEYS[2]``, read with the older ones);
+answers (index, value) pairs for the keys it did not claim only, so a group of new keys
+costs a short reply."""
 
 CONFIRM = """
-local now = tonumber(ARGV[1])
-local keep = tonumber(ARGV[2])
-local pairs_count = tonumber(ARGV[3])
+local pairs_count, runs = tonumber(ARGV[2]), tonumber(ARGV[3])
 local run = 4 + 2 * pairs_count
-local i = 3
-while i <= #KEYS do
-  local anchor = ARGV[run]
-  local last = i + tonumber(ARGV[run + 1]) - 1
-  local ttl = tonumber(anchor) + keep - now
-  if ttl < 1 then ttl = 1 end
-  local value = 't:' .. anchor
-  for j = i, last do
-    redis.call('SET', KEYS[j], value, 'PX', ttl)
+local field = run + 2 * runs
+local args = {}
+for r = 0, runs - 1 do
+  local value = 't:' .. ARGV[run + 2 * r]
+  for _ = 1, tonumber(ARGV[run + 2 * r + 1]) do
+    args[#args + 1] = ARGV[field]
+    args[#args + 1] = value
+    field = field + 1
+    if #args >= 2000 then
+      redis.call('HSET', KEYS[3], unpack(args))
+      args = {}
+    end
   end
-  i = last + 1
-  run = run + 2
 end
+if #args > 0 then redis.call('HSET', KEYS[3], unpack(args)) end
+redis.call('PEXPIREAT', KEYS[3], ARGV[1])
+redis.call('UNLINK', KEYS[4])
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 for j = 0, pairs_count - 1 do
   redis.call('HSET', KEYS[2], ARGV[4 + 2 * j], ARGV[5 + 2 * j])
@@ -85,26 +132,49 @@ end
 return 1
 """
 """Stores keys with their anchors, given as runs (anchor, how many keys): the keys of
-one entry share its publish time."""
+one entry share its publish time. Unlinks the bucket no window reaches any more (freed
+off Redis's main thread, where an expiring bucket of millions of keys would be freed on
+it)."""
 
 RELEASE = """
 local n = 0
-for i = 1, #KEYS do
-  if redis.call('GET', KEYS[i]) == ARGV[1] then
-    redis.call('DEL', KEYS[i])
-    n = n + 1
+for b = 1, #KEYS do
+  for lo = 2, #ARGV, 1000 do
+    local hi = math.min(lo + 999, #ARGV)
+    local values = redis.call('HMGET', KEYS[b], unpack(ARGV, lo, hi))
+    for j = 1, #values do
+      local v = values[j]
+      if v and string.sub(v, 1, 2) == 'p:' then
+        local sep = string.find(v, ':', 3, true)
+        if string.sub(v, sep + 1) == ARGV[1] then
+          redis.call('HDEL', KEYS[b], ARGV[lo + j - 1])
+          n = n + 1
+        end
+      end
+    end
   end
 end
 return n
 """
 
-TAKE_OVER = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-  return 1
+TAKE_OVER = (
+    _LIVE
+    + """
+local now, window, pending = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+for b = 1, #KEYS do
+  local value = redis.call('HGET', KEYS[b], ARGV[7])
+  if value then
+    local v = live(value, now, window, pending)
+    if v and v ~= ARGV[4] then return 0 end
+  end
 end
-return 0
+redis.call('HSET', KEYS[1], ARGV[7], ARGV[5])
+redis.call('PEXPIREAT', KEYS[1], ARGV[6])
+return 1
 """
+)
+"""Replaces a dead owner's claim (``ARGV[4]``) with ours, unless the key is stored or
+another live claim holds it."""
 
 
 class KeyStoreUnavailableError(RetriableError):
@@ -113,6 +183,10 @@ class KeyStoreUnavailableError(RetriableError):
 
 class ScopeLostError(RetriableError):
     """Redis no longer holds this scope's window (restart without persistence, FLUSHALL)."""
+
+
+def bucket_ms(window_ms: int) -> int:
+    return max(window_ms // 2, MIN_BUCKET_MS)
 
 
 @dataclass(frozen=True)
@@ -125,21 +199,36 @@ class ScopeKeys:
     def tag(self) -> str:
         return hashlib.sha256(self.scope_id.encode()).hexdigest()[:16]
 
-    @cached_property
-    def _key_prefix(self) -> bytes:
-        return f"kd:{{{self.tag}}}:k:".encode()
-
     @property
     def marker(self) -> str:
-        return f"kd:{{{self.tag}}}:m"
+        return f"kd:{{{self.tag}}}:w"
 
     @property
     def checkpoints(self) -> str:
         return f"kd:{{{self.tag}}}:c"
 
-    def key(self, digest: bytes) -> bytes:
-        """Bytes, as Redis gets them: the client passes bytes on without encoding."""
-        return self._key_prefix + hexlify(digest)
+    def bucket(self, number: int) -> str:
+        return f"kd:{{{self.tag}}}:b:{number}"
+
+    def current(self, now_ms: int, window_ms: int) -> tuple[str, int]:
+        """The bucket written now, and when Redis may drop it (ms since the epoch)."""
+        size = bucket_ms(window_ms)
+        number = now_ms // size
+        return self.bucket(number), (number + 1) * size + window_ms + (
+            CLOCK_SKEW_MS + EXPIRY_MARGIN_MS
+        )
+
+    def readable(self, now_ms: int, window_ms: int) -> list[str]:
+        """Every bucket a key of the last window may be in (by any broker's clock)."""
+        size = bucket_ms(window_ms)
+        first = (now_ms - window_ms - CLOCK_SKEW_MS) // size
+        last = (now_ms + CLOCK_SKEW_MS) // size
+        return [self.bucket(n) for n in range(first, last + 1)]
+
+    def obsolete(self, now_ms: int, window_ms: int) -> str:
+        """The bucket just before the oldest any broker still reads."""
+        size = bucket_ms(window_ms)
+        return self.bucket((now_ms - window_ms - 2 * CLOCK_SKEW_MS) // size - 1)
 
 
 def is_cluster_url(url: str) -> bool:
@@ -215,15 +304,24 @@ class KeyStore:
         """Claims every free key for ``owner``; one answer per key, in order.
 
         ``b""``: claimed now. ``b"t:<ms>"``: stored at that publish time, in the window.
-        ``b"p:..."``: another write holds it. Raises ScopeLostError when the marker is
-        gone (nothing is claimed then).
+        ``b"p:<owner>"``: a write holds it. Raises ScopeLostError when the marker is gone
+        (nothing is claimed then).
         """
         if not keys:
             return []
+        current, expire_at = scope.current(now_ms, window_ms)
+        older = [name for name in scope.readable(now_ms, window_ms) if name != current]
         result = await self._call(
             self._claim,
-            [scope.marker, *map(scope.key, keys)],
-            [now_ms, window_ms, b"p:" + owner, pending_ttl_ms],
+            [scope.marker, current, *older],
+            [
+                now_ms,
+                window_ms,
+                pending_ttl_ms,
+                b"p:%d:%s" % (now_ms, owner),
+                expire_at,
+                *keys,
+            ],
         )
         if result is None or result is False:
             raise ScopeLostError(f"Redis lost key-deduplication scope {scope.scope_id}")
@@ -251,23 +349,54 @@ class KeyStore:
                 runs[-1] += 1
             else:
                 runs += [anchor, 1]
+        current, expire_at = scope.current(now_ms, window_ms)
         result = await self._call(
             self._confirm,
-            [scope.marker, scope.checkpoints, *(scope.key(k) for k, _ in items)],
-            [now_ms, window_ms + EXPIRY_MARGIN_MS, len(checkpoints), *pairs, *runs],
+            [scope.marker, scope.checkpoints, current, scope.obsolete(now_ms, window_ms)],
+            [
+                expire_at,
+                len(checkpoints),
+                len(runs) // 2,
+                *pairs,
+                *runs,
+                *(key for key, _ in items),
+            ],
         )
         return bool(result)
 
-    async def release(self, scope: ScopeKeys, keys: Sequence[bytes], owner: bytes) -> None:
+    async def release(
+        self, scope: ScopeKeys, keys: Sequence[bytes], owner: bytes, window_ms: int
+    ) -> None:
         if keys:
-            await self._call(self._release, [scope.key(k) for k in keys], [b"p:" + owner])
+            buckets = scope.readable(int(time.time() * 1000), window_ms)
+            await self._call(self._release, buckets, [owner, *keys])
 
     async def take_over(
-        self, scope: ScopeKeys, key: bytes, old: bytes, owner: bytes, pending_ttl_ms: int
+        self,
+        scope: ScopeKeys,
+        key: bytes,
+        old: bytes,
+        owner: bytes,
+        now_ms: int,
+        window_ms: int,
+        pending_ttl_ms: int,
     ) -> bool:
-        """Replaces a dead owner's claim with ours, if it is still that claim."""
+        """Replaces a dead owner's claim with ours, if no other write or stored copy
+        holds the key."""
+        current, expire_at = scope.current(now_ms, window_ms)
+        older = [name for name in scope.readable(now_ms, window_ms) if name != current]
         done = await self._call(
-            self._take_over, [scope.key(key)], [old, b"p:" + owner, pending_ttl_ms]
+            self._take_over,
+            [current, *older],
+            [
+                now_ms,
+                window_ms,
+                pending_ttl_ms,
+                old,
+                b"p:%d:%s" % (now_ms, owner),
+                expire_at,
+                key,
+            ],
         )
         return bool(done)
 

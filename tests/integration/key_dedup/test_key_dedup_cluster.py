@@ -71,9 +71,9 @@ def test_each_event_once_with_scopes_spread_over_the_cluster(
             owners.add(owner.port)
             node = redis.Redis(port=owner.port)
             try:
-                keys = list(node.scan_iter(match=f"kd:{{{scope.tag}}}:k:*", count=1000))
-                assert len(keys) == 1_000
-                assert {cluster.keyslot(k) for k in keys} == {cluster.keyslot(scope.marker)}
+                buckets = list(node.scan_iter(match=f"kd:{{{scope.tag}}}:b:*", count=1000))
+                assert sum(node.hlen(bucket) for bucket in buckets) == 1_000
+                assert {cluster.keyslot(b) for b in buckets} == {cluster.keyslot(scope.marker)}
             finally:
                 node.close()
     finally:

@@ -25,7 +25,7 @@ def _key(n: int) -> bytes:
 
 def test_claim_answers_every_key_in_order(redis_url: str) -> None:
     scope = ScopeKeys(f"store-claim-{uuid.uuid4().hex}")
-    now = 1_000_000_000
+    now = int(time.time() * 1000)  # buckets expire at absolute times: a real clock
 
     async def scenario() -> tuple[list[bytes], list[bytes]]:
         store = KeyStore(redis_url)
@@ -65,14 +65,14 @@ def test_confirm_stores_each_key_with_its_own_anchor(redis_url: str) -> None:
             await store.close()
 
     assert asyncio.run(scenario()) is True
+    bucket, expire_at = scope.current(now, WINDOW_MS)
     direct = redis.Redis.from_url(redis_url)
     try:
         for key, anchor in items:
-            name = scope.key(key)
-            assert direct.get(name) == f"t:{anchor}".encode()
-            ttl = direct.pttl(name)
-            assert anchor + WINDOW_MS + EXPIRY_MARGIN_MS - now - 5_000 < ttl
-            assert ttl <= anchor + WINDOW_MS + EXPIRY_MARGIN_MS - now
+            assert direct.hget(bucket, key) == f"t:{anchor}".encode()
+        # The bucket outlives the last window that reaches it, by the margins.
+        assert direct.pexpiretime(bucket) == expire_at
+        assert expire_at >= now + WINDOW_MS + EXPIRY_MARGIN_MS
         assert direct.hget(scope.checkpoints, "ledger-a") == b"3:7"
     finally:
         direct.close()
@@ -92,3 +92,52 @@ def test_claim_without_the_marker_says_the_scope_is_lost(redis_url: str) -> None
             await store.close()
 
     assert asyncio.run(scenario()) is False
+
+
+def test_claims_release_take_over_and_expire(redis_url: str) -> None:
+    """A claim holds its key until released or past the pending timeout; a dead owner's
+    claim can be taken over, a stored key or a live claim of another owner cannot."""
+    scope = ScopeKeys(f"store-claims-{uuid.uuid4().hex}")
+    now = int(time.time() * 1000)
+
+    async def scenario() -> dict[str, object]:
+        store = KeyStore(redis_url)
+        try:
+            await store.set_marker(scope)
+            await store.claim(scope, [_key(1), _key(2), _key(3)], now, WINDOW_MS, b"dead", 1_000)
+            await store.confirm(scope, [(_key(3), now)], now, WINDOW_MS, {})
+            await store.release(scope, [_key(2)], b"dead", WINDOW_MS)
+            seen = await store.claim(
+                scope, [_key(1), _key(2), _key(3)], now, WINDOW_MS, b"me", 1_000
+            )
+            later = await store.claim(scope, [_key(1)], now + 1_000, WINDOW_MS, b"late", 1_000)
+            return {
+                "seen": seen,
+                "later": later,
+                "take stored": await store.take_over(
+                    scope, _key(3), b"p:dead", b"me", now, WINDOW_MS, 1_000
+                ),
+                "take live": await store.take_over(
+                    scope, _key(2), b"p:dead", b"other", now, WINDOW_MS, 1_000
+                ),
+                "take dead": await store.take_over(
+                    scope, _key(1), b"p:late", b"me", now + 1_500, WINDOW_MS, 1_000
+                ),
+                "after": await store.claim(scope, [_key(1)], now + 1_500, WINDOW_MS, b"x", 1_000),
+                "past window": await store.claim(
+                    scope, [_key(3)], now + WINDOW_MS, WINDOW_MS, b"x", 1_000
+                ),
+            }
+        finally:
+            await store.close()
+
+    outcome = asyncio.run(scenario())
+    # Released key 2 is free (claimed by "me" now); key 1 is still the dead owner's; 3 is stored.
+    assert outcome["seen"] == [b"p:dead", b"", f"t:{now}".encode()]
+    # A second later the dead owner's claim has passed its pending timeout.
+    assert outcome["later"] == [b""]
+    assert outcome["take stored"] is False
+    assert outcome["take live"] is False  # key 2 is "me"'s live claim, not "dead"'s
+    assert outcome["take dead"] is True
+    assert outcome["after"] == [b"p:me"]
+    assert outcome["past window"] == [b""]

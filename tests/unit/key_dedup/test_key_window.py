@@ -170,7 +170,7 @@ def test_in_flight_keys_tell_waiters_the_outcome() -> None:
 
 def test_scope_keys_share_one_cluster_hash_tag() -> None:
     scope = ScopeKeys("c|topic:persistent://t/n/x|content|300000")
-    names = [scope.marker, scope.checkpoints, scope.key(b"\x01" * 16).decode()]
+    names = [scope.marker, scope.checkpoints, scope.bucket(7), *scope.readable(10**12, 60_000)]
     tags = {name[name.index("{") + 1 : name.index("}")] for name in names}
     assert len(tags) == 1
     assert ScopeKeys("another").tag not in tags
