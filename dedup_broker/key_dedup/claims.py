@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from dedup_broker.key_dedup.sends import KeyDedupNotReadyError
 from dedup_broker.key_dedup.store import KeyStoreUnavailableError, ScopeLostError
@@ -67,7 +67,7 @@ class GroupKeys:
         scope, policy, states, futures = self.scope, self.policy, self.states, self.futures
         owned = self.owned
         # Other topics of the scope wait on us from now on.
-        scope.in_flight.claim_all(ask, asyncio.get_running_loop())
+        scope.in_flight.claim_all(ask)
         service = self.service
         try:
             answers = await service.store.claim(
@@ -124,3 +124,16 @@ class GroupKeys:
                 states[key] = KeyState.NEW
                 again.append(key)
         await self.claim(again)
+
+
+def repeated_keys(key_lists: list[list[bytes | None]]) -> set[bytes]:
+    """Keys found in more than one SEND of a group (set operations, not a loop per key):
+    only their writes' outcomes are fetched for the group's later SENDs."""
+    seen: set[bytes | None] = set()
+    repeated: set[bytes | None] = set()
+    for keys in key_lists:
+        unique = set(keys)
+        repeated |= seen & unique
+        seen |= unique
+    repeated.discard(None)
+    return cast(set[bytes], repeated)

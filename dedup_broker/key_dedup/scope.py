@@ -73,7 +73,8 @@ class KeyScope:
         self.kept = 0
         self.unchecked = 0
         self.cache_hits = 0
-        self._confirm: list[tuple[bytes, int]] = []
+        self._confirm: list[tuple[list[bytes], int]] = []
+        """Keys of stored entries not yet in Redis, per entry: (keys, publish time)."""
         self._checkpoints: dict[str, str] = {}
         self._held: set[str] = set()
         self._flusher: asyncio.Task[None] | None = None
@@ -149,7 +150,7 @@ class KeyScope:
         """Keys of an entry Kafka acknowledged: remembered here now, in Redis soon."""
         self.cache.add_all(keys, anchor_ms)
         self.in_flight.settle_all(keys, True)
-        self._confirm += [(key, anchor_ms) for key in keys]
+        self._confirm.append((keys, anchor_ms))
         self._track(anchor_ms, len(keys))
         if ledger not in self._held:
             self._checkpoints[ledger] = position
@@ -193,7 +194,11 @@ class KeyScope:
     async def write_now(self, items: list[tuple[bytes, int]], ledger: str, position: str) -> None:
         """Replayed keys straight to Redis (recovery path), checkpoint with them."""
         marker = await self.store.confirm(
-            self.keys, items, now_ms(), self.policy.window_ms, {ledger: position}
+            self.keys,
+            [([key], anchor) for key, anchor in items],
+            now_ms(),
+            self.policy.window_ms,
+            {ledger: position},
         )
         for key, anchor in items:
             self.cache.add(key, anchor)
@@ -226,7 +231,7 @@ class KeyScope:
             "repeatsDropped": self.dropped,
             "messagesKept": self.kept,
             "messagesUnchecked": self.unchecked,
-            "pendingConfirmations": len(self._confirm),
+            "pendingConfirmations": sum(len(keys) for keys, _ in self._confirm),
             "rebuilds": self.rebuilds,
             "policy": self.policy.to_json(),
         }

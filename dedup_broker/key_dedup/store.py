@@ -334,33 +334,31 @@ class KeyStore:
     async def confirm(
         self,
         scope: ScopeKeys,
-        items: Sequence[tuple[bytes, int]],
+        runs: Sequence[tuple[Sequence[bytes], int]],
         now_ms: int,
         window_ms: int,
         checkpoints: dict[str, str],
     ) -> bool:
-        """Stores keys of stored messages; advances checkpoints if the marker is there."""
+        """Stores keys of stored messages, given per entry as (keys, publish time);
+        advances checkpoints if the marker is there."""
         pairs: list[object] = []
         for field, value in checkpoints.items():
             pairs += [field, value]
-        runs: list[int] = []
-        for _, anchor in items:
-            if runs and runs[-2] == anchor:
-                runs[-1] += 1
+        anchors: list[int] = []
+        fields: list[bytes] = []
+        for keys, anchor in runs:
+            if not keys:
+                continue
+            if anchors and anchors[-2] == anchor:
+                anchors[-1] += len(keys)
             else:
-                runs += [anchor, 1]
+                anchors += [anchor, len(keys)]
+            fields += keys
         current, expire_at = scope.current(now_ms, window_ms)
         result = await self._call(
             self._confirm,
             [scope.marker, scope.checkpoints, current, scope.obsolete(now_ms, window_ms)],
-            [
-                expire_at,
-                len(checkpoints),
-                len(runs) // 2,
-                *pairs,
-                *runs,
-                *(key for key, _ in items),
-            ],
+            [expire_at, len(checkpoints), len(anchors) // 2, *pairs, *anchors, *fields],
         )
         return bool(result)
 

@@ -32,7 +32,7 @@ from dedup_broker.domain_base.outcomes import (
 )
 from dedup_broker.errors import BrokerError, ProtocolError, RetriableError
 from dedup_broker.key_dedup import recovery
-from dedup_broker.key_dedup.claims import GroupKeys, ScopeRebuildingError
+from dedup_broker.key_dedup.claims import GroupKeys, ScopeRebuildingError, repeated_keys
 from dedup_broker.key_dedup.sends import (
     CheckedAppends,
     KeyDedupNotReadyError,
@@ -283,9 +283,10 @@ class TopicKeyDedup:
                 self._error(p.item, exc)
             return
         used: set[bytes] = set()
+        repeated = repeated_keys(key_lists)
         try:
             for p in prepared:
-                await self._decide(claims, p, used)
+                await self._decide(claims, p, used, repeated)
         finally:
             self._release([k for k in claims.owned if k not in used])
 
@@ -319,7 +320,9 @@ class TopicKeyDedup:
             await asyncio.wait_for(both(), READY_WAIT_SECONDS)
         return self._ready.is_set() and scope.ready.is_set()
 
-    async def _decide(self, claims: GroupKeys, p: PreparedSend, used: set[bytes]) -> None:
+    async def _decide(
+        self, claims: GroupKeys, p: PreparedSend, used: set[bytes], repeated: set[bytes]
+    ) -> None:
         """One SEND: drop its repeats, append the rest, answer in the producer's order.
 
         A key held by a write of this broker still in flight is dropped at once, on the
@@ -374,9 +377,10 @@ class TopicKeyDedup:
             metadata, entry = rewrite_batch(metadata, p.messages, keep, highest)
         if self._append(item, entry, metadata, kept_keys, scope, after):
             used.update(kept_keys)
+            # A later SEND of the group repeating one waits for this write's outcome.
+            states.update(dict.fromkeys(kept_keys, KeyState.IN_FLIGHT))
             in_flight = scope.in_flight.get
-            for key in kept_keys:
-                states[key] = KeyState.IN_FLIGHT
+            for key in repeated.intersection(kept_keys):
                 future = in_flight(key)
                 if future is not None:
                     futures[key] = future

@@ -34,7 +34,7 @@ def test_claim_answers_every_key_in_order(redis_url: str) -> None:
             # Key 1 stored inside the window, key 2 stored long ago, key 3 another
             # owner's claim; 0 and 4 are new.
             await store.confirm(
-                scope, [(_key(1), now - 10), (_key(2), now - WINDOW_MS)], now, WINDOW_MS, {}
+                scope, [([_key(1)], now - 10), ([_key(2)], now - WINDOW_MS)], now, WINDOW_MS, {}
             )
             await store.claim(scope, [_key(3)], now, WINDOW_MS, b"other", 30_000)
             first = await store.claim(
@@ -55,12 +55,15 @@ def test_confirm_stores_each_key_with_its_own_anchor(redis_url: str) -> None:
     now = int(time.time() * 1000)
     anchors = [now - 5, now - 5, now - 3, now - 5, now - 1, now - 1]
     items = [(_key(n), anchor) for n, anchor in enumerate(anchors)]
+    # Per entry: two entries in a row with one publish time, an entry of two keys, an empty one.
+    runs = [([_key(0)], now - 5), ([_key(1)], now - 5), ([_key(2)], now - 3)]
+    runs += [([], now - 2), ([_key(3)], now - 5), ([_key(4), _key(5)], now - 1)]
 
     async def scenario() -> bool:
         store = KeyStore(redis_url)
         try:
             await store.set_marker(scope)
-            return await store.confirm(scope, items, now, WINDOW_MS, {"ledger-a": "3:7"})
+            return await store.confirm(scope, runs, now, WINDOW_MS, {"ledger-a": "3:7"})
         finally:
             await store.close()
 
@@ -87,7 +90,7 @@ def test_claim_without_the_marker_says_the_scope_is_lost(redis_url: str) -> None
             with pytest.raises(ScopeLostError):
                 await store.claim(scope, [_key(1)], 1, WINDOW_MS, b"me", 30_000)
             # Confirmations still store the keys, but say the window is gone.
-            return await store.confirm(scope, [(_key(1), 1)], 1, WINDOW_MS, {})
+            return await store.confirm(scope, [([_key(1)], 1)], 1, WINDOW_MS, {})
         finally:
             await store.close()
 
@@ -105,7 +108,7 @@ def test_claims_release_take_over_and_expire(redis_url: str) -> None:
         try:
             await store.set_marker(scope)
             await store.claim(scope, [_key(1), _key(2), _key(3)], now, WINDOW_MS, b"dead", 1_000)
-            await store.confirm(scope, [(_key(3), now)], now, WINDOW_MS, {})
+            await store.confirm(scope, [([_key(3)], now)], now, WINDOW_MS, {})
             await store.release(scope, [_key(2)], b"dead", WINDOW_MS)
             seen = await store.claim(
                 scope, [_key(1), _key(2), _key(3)], now, WINDOW_MS, b"me", 1_000

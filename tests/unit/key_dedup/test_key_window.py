@@ -154,18 +154,20 @@ def test_local_cache_answers_within_the_window_and_forgets_after() -> None:
 
 
 def test_in_flight_keys_tell_waiters_the_outcome() -> None:
-    async def scenario() -> tuple[bool, bool]:
+    async def scenario() -> tuple[bool, bool, bool]:
         keys = InFlightKeys()
-        loop = asyncio.get_running_loop()
-        stored = keys.claim(b"s", loop)
-        lost = keys.claim(b"l", loop)
-        assert keys.claim(b"s", loop) is stored
+        keys.claim_all([b"s", b"l", b"quiet"])
+        stored, lost = keys.get(b"s"), keys.get(b"l")
+        assert stored is not None and lost is not None
+        assert keys.get(b"s") is stored  # one outcome per write, however many ask
+        assert keys.get(b"free") is None
+        keys.claim_all([b"s"])  # claimed again while held: the same write's outcome
         keys.settle(b"s", True)
-        keys.settle(b"l", False)
-        assert len(keys) == 0
-        return await stored, await lost
+        keys.settle_all([b"l", b"quiet"], False)
+        assert len(keys) == 0 and keys.get(b"s") is None
+        return await stored, await lost, stored.done() and lost.done()
 
-    assert asyncio.run(scenario()) == (True, False)
+    assert asyncio.run(scenario()) == (True, False, True)
 
 
 def test_scope_keys_share_one_cluster_hash_tag() -> None:
