@@ -41,8 +41,9 @@ def _keys(ledger: ManagedLedger, entry: Entry, source: KeySource) -> list[bytes]
         return []
 
 
-KeyWriter = Callable[[list[tuple[bytes, int]], str, str], Awaitable[None]]
-"""Writes ``(key, anchor ms)`` pairs of one managed ledger to Redis, with its checkpoint."""
+KeyWriter = Callable[[list[tuple[list[bytes], int]], str, str], Awaitable[None]]
+"""Writes the keys of one managed ledger's entries, ``(keys, publish ms)`` per entry, to
+Redis with its checkpoint."""
 
 
 async def replay(
@@ -59,12 +60,11 @@ async def replay(
     done = str(after) if after is not None else None
     replayed = 0
     async for chunk in chunks(ledger, start, last):
-        items: list[tuple[bytes, int]] = []
-        for entry in chunk:
-            if entry.timestamp_ms + policy.window_ms > started:
-                items.extend(
-                    (k, entry.timestamp_ms) for k in _keys(ledger, entry, policy.key_source)
-                )
+        items = [
+            (_keys(ledger, entry, policy.key_source), entry.timestamp_ms)
+            for entry in chunk
+            if entry.timestamp_ms + policy.window_ms > started
+        ]
         done = str(chunk[-1].position)
         await write(items, ledger.name, done)
         replayed += len(chunk)

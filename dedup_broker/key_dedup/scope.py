@@ -191,19 +191,18 @@ class KeyScope:
         if not marker and self.state == "Ready":
             self.lost()
 
-    async def write_now(self, items: list[tuple[bytes, int]], ledger: str, position: str) -> None:
-        """Replayed keys straight to Redis (recovery path), checkpoint with them."""
+    async def write_now(
+        self, items: list[tuple[list[bytes], int]], ledger: str, position: str
+    ) -> None:
+        """Replayed keys, per entry, straight to Redis (recovery path), checkpoint with
+        them."""
         marker = await self.store.confirm(
-            self.keys,
-            [([key], anchor) for key, anchor in items],
-            now_ms(),
-            self.policy.window_ms,
-            {ledger: position},
+            self.keys, items, now_ms(), self.policy.window_ms, {ledger: position}
         )
-        for key, anchor in items:
-            self.cache.add(key, anchor)
-        if items:
-            self._track(max(a for _, a in items), len(items))
+        for keys, anchor in items:
+            self.cache.add_all(keys, anchor)
+        if items:  # one mark per write, not per entry: a window replays many entries
+            self._track(max(a for _, a in items), sum(len(keys) for keys, _ in items))
         if not marker and self.state == "Ready":
             self.lost()
 

@@ -218,6 +218,13 @@ class ScopeKeys:
             CLOCK_SKEW_MS + EXPIRY_MARGIN_MS
         )
 
+    def claimable(self, now_ms: int, window_ms: int) -> tuple[list[str], int]:
+        """The current bucket first, then the others a key may be in; and when Redis may
+        drop the current one: what a claim reads and writes."""
+        current, expire_at = self.current(now_ms, window_ms)
+        others = [name for name in self.readable(now_ms, window_ms) if name != current]
+        return [current, *others], expire_at
+
     def readable(self, now_ms: int, window_ms: int) -> list[str]:
         """Every bucket a key of the last window may be in (by any broker's clock)."""
         size = bucket_ms(window_ms)
@@ -309,11 +316,10 @@ class KeyStore:
         """
         if not keys:
             return []
-        current, expire_at = scope.current(now_ms, window_ms)
-        older = [name for name in scope.readable(now_ms, window_ms) if name != current]
+        buckets, expire_at = scope.claimable(now_ms, window_ms)
         result = await self._call(
             self._claim,
-            [scope.marker, current, *older],
+            [scope.marker, *buckets],
             [
                 now_ms,
                 window_ms,
@@ -363,11 +369,10 @@ class KeyStore:
         return bool(result)
 
     async def release(
-        self, scope: ScopeKeys, keys: Sequence[bytes], owner: bytes, window_ms: int
+        self, scope: ScopeKeys, keys: Sequence[bytes], owner: bytes, now_ms: int, window_ms: int
     ) -> None:
         if keys:
-            buckets = scope.readable(int(time.time() * 1000), window_ms)
-            await self._call(self._release, buckets, [owner, *keys])
+            await self._call(self._release, scope.readable(now_ms, window_ms), [owner, *keys])
 
     async def take_over(
         self,
@@ -381,11 +386,10 @@ class KeyStore:
     ) -> bool:
         """Replaces a dead owner's claim with ours, if no other write or stored copy
         holds the key."""
-        current, expire_at = scope.current(now_ms, window_ms)
-        older = [name for name in scope.readable(now_ms, window_ms) if name != current]
+        buckets, expire_at = scope.claimable(now_ms, window_ms)
         done = await self._call(
             self._take_over,
-            [current, *older],
+            buckets,
             [
                 now_ms,
                 window_ms,

@@ -436,7 +436,7 @@ class TopicKeyDedup:
 
         async def release() -> None:
             try:
-                await store.release(scope.keys, keys, self.owner, scope.policy.window_ms)
+                await store.release(scope.keys, keys, self.owner, now_ms(), scope.policy.window_ms)
             except KeyStoreUnavailableError as exc:
                 log.debug("release of %d claim(s) failed (they expire): %s", len(keys), exc)
 

@@ -109,7 +109,7 @@ def test_claims_release_take_over_and_expire(redis_url: str) -> None:
             await store.set_marker(scope)
             await store.claim(scope, [_key(1), _key(2), _key(3)], now, WINDOW_MS, b"dead", 1_000)
             await store.confirm(scope, [([_key(3)], now)], now, WINDOW_MS, {})
-            await store.release(scope, [_key(2)], b"dead", WINDOW_MS)
+            await store.release(scope, [_key(2)], b"dead", now, WINDOW_MS)
             seen = await store.claim(
                 scope, [_key(1), _key(2), _key(3)], now, WINDOW_MS, b"me", 1_000
             )

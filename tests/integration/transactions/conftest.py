@@ -4,6 +4,7 @@ readers and subscriptions of a topic receive."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pulsar
 import pytest
 
 from harness.broker_process import BrokerProcess
+from harness.pulsar_java_txn import JavaTransactions
 from tests.integration.conftest import serve
 from tests.integration.storage.conftest import admin, make_config
 
@@ -56,3 +58,20 @@ def subscribed(service_url: str, topic: str, subscription: str, wait_ms: int) ->
             consumer.acknowledge(message)
     finally:
         client.close()
+
+
+def abandon_then_see_it_aborted(service_url: str, topic: str) -> None:
+    """A client dies with its transaction open on ``topic`` ("lost"); a plain message
+    after it ("later") stays held until the coordinator aborts the transaction at its
+    3-second timeout, then only that one is visible (within 30 s)."""
+    with JavaTransactions(service_url) as java:
+        java.new(timeout_seconds=3)
+        java.send(topic, "lost")
+        java.kill()  # the application dies with its transaction open
+    with JavaTransactions(service_url) as java:
+        java.send_plain(topic, "later")
+    assert visible(service_url, topic) == []  # held behind the open transaction
+    deadline = time.monotonic() + 30
+    while visible(service_url, topic) != ["later"]:
+        assert time.monotonic() < deadline, "the open transaction was never aborted"
+        time.sleep(0.5)

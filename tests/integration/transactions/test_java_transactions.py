@@ -4,7 +4,6 @@ after a commit or an abort, a transaction left to time out, and a broker that re
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,11 @@ import pytest
 from harness.broker_process import BrokerProcess
 from harness.pulsar_java_txn import JavaTransactionError, JavaTransactions
 from tests.integration.conftest import serve
-from tests.integration.transactions.conftest import subscribed, visible
+from tests.integration.transactions.conftest import (
+    abandon_then_see_it_aborted,
+    subscribed,
+    visible,
+)
 
 
 def test_commit_shows_every_message_at_once_across_two_topics(
@@ -61,17 +64,7 @@ def test_a_transaction_left_open_is_aborted_after_its_timeout(
     txn_broker: BrokerProcess, topic: str
 ) -> None:
     url = txn_broker.service_url
-    with JavaTransactions(url) as java:
-        java.new(timeout_seconds=3)
-        java.send(topic, "lost")
-        java.kill()  # the application dies with its transaction open
-    with JavaTransactions(url) as java:
-        java.send_plain(topic, "later")
-    assert visible(url, topic) == []  # held behind the open transaction
-    deadline = time.monotonic() + 30
-    while visible(url, topic) != ["later"]:
-        assert time.monotonic() < deadline, "the open transaction was never aborted"
-        time.sleep(0.5)
+    abandon_then_see_it_aborted(url, topic)
 
 
 def test_a_broker_killed_mid_transaction_keeps_it_whole(

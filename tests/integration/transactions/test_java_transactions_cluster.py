@@ -21,7 +21,11 @@ from harness.cluster_processes import ClusterProcesses
 from harness.pulsar_java_txn import JavaTransactions
 from harness.pulsar_tools import run_pulsar_admin_batch, write_client_conf
 from tests.integration.cluster.conftest import owner_of
-from tests.integration.transactions.conftest import subscribed, visible
+from tests.integration.transactions.conftest import (
+    abandon_then_see_it_aborted,
+    subscribed,
+    visible,
+)
 
 COORDINATOR = "persistent://pulsar/system/transaction_coordinator_assign-partition-0"
 
@@ -187,14 +191,4 @@ def test_a_transaction_left_open_on_a_cluster_is_aborted_after_its_timeout(
     coordinator = owner_of(cluster, COORDINATOR)
     sink = served_by_other_brokers(cluster, [coordinator])
     url = cluster.service_url
-    with JavaTransactions(url) as java:
-        java.new(timeout_seconds=3)
-        java.send(sink, "lost")
-        java.kill()
-    with JavaTransactions(url) as java:
-        java.send_plain(sink, "later")
-    assert visible(url, sink) == []  # held behind the open transaction
-    deadline = time.monotonic() + 30
-    while visible(url, sink) != ["later"]:
-        assert time.monotonic() < deadline, "the open transaction was never aborted"
-        time.sleep(0.5)
+    abandon_then_see_it_aborted(url, sink)
