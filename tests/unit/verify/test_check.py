@@ -77,6 +77,15 @@ def test_a_chunked_message_the_client_dropped_may_come_late_and_only_that_one(
     assert excused.notes == ["1 late after the client dropped their partly received chunks"]
     other = check_path(LIVE, acked(4, 5, 6, 7), range(8), delivered(5, 7, 6), (), {5})
     assert other.out_of_order == 1
+    # Never brought back during the run: the next consumer of the subscription gets it,
+    # once; twice, or an id the client did not drop, is still a duplicate and a loss.
+    late = check_path(LIVE, acked(4, 5, 6, 7), range(8), delivered(4, 6, 7), delivered(5), {5})
+    assert (late.lost, late.duplicated, late.ok) == (0, 0, True)
+    assert late.notes == ["1 dropped by the client, received after the run once"]
+    twice = check_path(LIVE, acked(4, 5, 6, 7), range(8), delivered(4, 6, 7), delivered(5, 5), {5})
+    assert (twice.lost, twice.duplicated) == (1, 2)
+    undropped = check_path(LIVE, acked(4, 5, 6, 7), range(8), delivered(4, 6, 7), delivered(5))
+    assert (undropped.lost, undropped.duplicated) == (1, 1)
 
 
 def test_send_errors_the_client_dropped_its_connection_for_are_counted_by_kind(
