@@ -7,8 +7,13 @@ from bench.publish import DIRECT, KEY_WINDOW, KEYED_OFF, Row, targets
 
 
 def _row(system: str, msgs_per_s: float, cpu_s: float, p50: float, p99: float) -> Row:
+    """A row whose three fixed-rate runs have medians ``p50`` and ``p99``, the other two
+    runs one below and one far above them."""
     saturated = Measurement(1_000_000, msgs_per_s, 0.0, 0.0, server_cpu={"server": cpu_s})
-    paced = Measurement(500_000, msgs_per_s / 2, p50, p99)
+    paced = tuple(
+        Measurement(500_000, msgs_per_s / 2, p50 + shift, p99 + 100 * shift)
+        for shift in (1.0, 0.0, -0.5)
+    )
     return Row(system, 1024, 1, saturated, paced, msgs_per_s / 2)
 
 
@@ -38,3 +43,13 @@ def test_each_target_is_judged_against_its_anchor_from_the_same_rows() -> None:
 def test_a_system_left_out_leaves_out_its_comparisons() -> None:
     rows = [_row("broker, dedup off", 100_000, 5.0, 6.5, 12.0)]
     assert targets(rows).splitlines()[1:] == []
+
+
+def test_latency_is_the_median_of_the_fixed_rate_runs() -> None:
+    saturated = Measurement(1_000_000, 200_000, 0.0, 0.0)
+    runs = tuple(
+        Measurement(1_000_000, 100_000, p50, p99) for p50, p99 in ((5, 96), (4, 12), (6, 15))
+    )
+    row = Row("broker, dedup on", 100, 1, saturated, runs, 100_000)
+    assert (row.p50_ms, row.p99_ms) == (5, 15)
+    assert Row("broker, dedup on", 100, 1, saturated, (), 100_000).p99_ms is None
