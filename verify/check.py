@@ -136,7 +136,8 @@ def check_path(
             result.notes.append(
                 f"{excused} late after the client dropped their partly received chunks"
             )
-    unacked = sum(1 for i in counts if i in sent_ids) - (len(acked) - result.lost)
+    received = sum(1 for i in counts if i in sent_ids) + len(kept_back)
+    unacked = received - (len(acked) - result.lost)
     if unacked > 0:
         result.notes.append(f"{unacked:,} stored without an acknowledgement")
     return result
