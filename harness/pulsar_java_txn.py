@@ -12,6 +12,7 @@ import queue
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -114,8 +115,11 @@ class JavaTransactions:
         self.process.stdin.write(f"pipeline {source} {sink} {batch}\n")
         self.process.stdin.flush()
 
-    def wait_pipeline(self, timeout: float) -> tuple[int, int]:
-        """Until the pipeline ends: (messages committed, steps failed) as it counted."""
+    def wait_pipeline(
+        self, timeout: float, on_step: Callable[[int, int], None] | None = None
+    ) -> tuple[int, int]:
+        """Until the pipeline ends: (messages committed, steps failed) as it counted;
+        ``on_step`` hears both totals after every step."""
         committed = failed = 0
         while True:
             line = self._lines.get(timeout=timeout)
@@ -128,6 +132,8 @@ class JavaTransactions:
                 committed += int(answer["committed"])
             else:
                 failed += 1
+            if on_step is not None:
+                on_step(committed, failed)
 
     def commit(self) -> None:
         self._ask("commit", "ended")
