@@ -424,7 +424,12 @@ def _size(size: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.publish", description=__doc__)
-    parser.add_argument("--messages", type=int, default=1_000_000, help="per saturation run")
+    parser.add_argument(
+        "--messages",
+        type=int,
+        default=None,
+        help="per saturation run (default 1,000,000; 200,000 with --quick)",
+    )
     parser.add_argument("--paced-seconds", type=float, default=10.0, help="per fixed-rate run")
     parser.add_argument(
         "--paced-runs", type=int, default=3, help="fixed-rate runs per case (medians reported)"
@@ -448,15 +453,13 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.quick:
-        plan = Plan(((SIZES[0], 1),), min(args.messages, 200_000), 0.0, 50_000)
+        messages = args.messages or 200_000
+        plan = Plan(((SIZES[0], 1),), messages, 0.0, max(messages // 4, 50_000))
     else:
+        messages = args.messages or 1_000_000
         cases = tuple((size, topics) for size in SIZES for topics in TOPIC_COUNTS)
         plan = Plan(
-            cases,
-            args.messages,
-            args.paced_seconds,
-            max(args.messages, 200_000),
-            max(args.paced_runs, 1),
+            cases, messages, args.paced_seconds, max(messages, 200_000), max(args.paced_runs, 1)
         )
     load_before = os.getloadavg()
     rows, failures = run_all(args, plan)

@@ -28,6 +28,12 @@ appender.console.layout.pattern = [%d] %p %m (%c)%n
 """
 
 KAFKA_MAIN = "kafka.Kafka"
+JVM_OPTIONS = ("-XX:+UseG1GC", "-XX:G1HeapRegionSize=16M")
+"""Of the G1 arguments Kafka's documentation calls typical, the region size matters most
+here: with a small heap G1's regions are 1 MiB, and every object of half a region or more
+(a produce request carrying a ledger's batches of several hundred KiB) is allocated
+"humongous", straight into the old generation, which starts concurrent marking cycles
+over and over (docs/benchmarks.md, "Kafka's garbage collector behind the broker")."""
 STORAGE_TOOL = "kafka.tools.StorageTool"
 
 _log = logging.getLogger(__name__)
@@ -248,6 +254,7 @@ class NativeKafka(NativeServer):
         argv = [
             java,
             f"-Xmx{self.heap}",
+            *JVM_OPTIONS,
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
             "-cp",

@@ -3,6 +3,9 @@ on the same address and data. Each test runs its own Kafka/Redis, apart from the
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +16,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from dedup_broker.devservers import NativeKafka, NativeRedis, unique_name
+from dedup_broker.devservers.distribution import find_java
 from dedup_broker.devservers.process import pid_alive, port_accepts, port_bindable
 
 Record = tuple[bytes | None, bytes | None, int | None]
@@ -41,6 +45,17 @@ def assert_gone(pid: int, ports: list[int]) -> None:
     for port in ports:
         assert not port_accepts(port)
         assert port_bindable(port)
+
+
+def g1_region_bytes(pid: int) -> int:
+    """The G1 region size the running JVM ``pid`` uses, as its own ``jcmd`` reports it."""
+    jcmd = Path(os.path.realpath(find_java())).with_name("jcmd")
+    flags = subprocess.run(
+        [str(jcmd), str(pid), "VM.flags"], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    found = re.search(r"-XX:G1HeapRegionSize=(\d+)", flags)
+    assert found is not None, flags
+    return int(found.group(1))
 
 
 def create_topic(bootstrap: str, topic: str) -> None:
@@ -90,6 +105,7 @@ def test_kafka_starts_serves_and_stops_without_leftovers(kafka: NativeKafka) -> 
     pid = kafka.pid
     assert pid is not None and pid_alive(pid)
     assert kafka.bootstrap_servers == f"127.0.0.1:{kafka.port}"
+    assert g1_region_bytes(pid) == 16 * 1024 * 1024  # no ledger batch allocated humongous
     metadata = AdminClient({"bootstrap.servers": kafka.bootstrap_servers}).list_topics(timeout=10)
     assert [f"{b.host}:{b.port}" for b in metadata.brokers.values()] == [kafka.bootstrap_servers]
     topic = unique_name("launcher")
