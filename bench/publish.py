@@ -422,6 +422,19 @@ def _size(size: int) -> str:
     return f"{size // 1024}KB" if size % 1024 == 0 else f"{size}B"
 
 
+def parse_case(text: str) -> tuple[int, int]:
+    """``"1024x4"`` -> (1024, 4): bytes per message and topics of one case."""
+    size, _, topics = text.lower().partition("x")
+    try:
+        case = int(size), int(topics)
+    except ValueError:
+        message = f"a case is SIZExTOPICS, e.g. 100x1, not {text!r}"
+        raise argparse.ArgumentTypeError(message) from None
+    if min(case) < 1:
+        raise argparse.ArgumentTypeError(f"size and topics must be positive: {text!r}")
+    return case
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.publish", description=__doc__)
     parser.add_argument(
@@ -435,6 +448,14 @@ def main() -> None:
         "--paced-runs", type=int, default=3, help="fixed-rate runs per case (medians reported)"
     )
     parser.add_argument("--quick", action="store_true", help="100 B, 1 topic, no fixed rate")
+    parser.add_argument(
+        "--case",
+        action="append",
+        default=[],
+        type=parse_case,
+        metavar="SIZExTOPICS",
+        help="run only this case (repeatable), e.g. 1024x1: bytes per message x topics",
+    )
     parser.add_argument("--no-pulsar", action="store_true", help="skip the Pulsar standalone")
     parser.add_argument(
         "--system",
@@ -457,7 +478,9 @@ def main() -> None:
         plan = Plan(((SIZES[0], 1),), messages, 0.0, max(messages // 4, 50_000))
     else:
         messages = args.messages or 1_000_000
-        cases = tuple((size, topics) for size in SIZES for topics in TOPIC_COUNTS)
+        cases = tuple(args.case) or tuple(
+            (size, topics) for size in SIZES for topics in TOPIC_COUNTS
+        )
         plan = Plan(
             cases, messages, args.paced_seconds, max(messages, 200_000), max(args.paced_runs, 1)
         )

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+
+import pytest
+
 from bench.load_tools import Measurement
-from bench.publish import DIRECT, KEY_WINDOW, KEYED_OFF, Row, targets
+from bench.publish import DIRECT, KEY_WINDOW, KEYED_OFF, Row, parse_case, targets
 
 
 def _row(system: str, msgs_per_s: float, cpu_s: float, p50: float, p99: float) -> Row:
@@ -53,3 +57,11 @@ def test_latency_is_the_median_of_the_fixed_rate_runs() -> None:
     row = Row("broker, dedup on", 100, 1, saturated, runs, 100_000)
     assert (row.p50_ms, row.p99_ms) == (5, 15)
     assert Row("broker, dedup on", 100, 1, saturated, (), 100_000).p99_ms is None
+
+
+def test_a_case_is_size_by_topics() -> None:
+    assert parse_case("1024x4") == (1024, 4)
+    assert parse_case("100X1") == (100, 1)
+    for bad in ("100", "x4", "100x0", "big x 1"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_case(bad)
