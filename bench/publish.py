@@ -475,7 +475,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         messages = args.messages or 200_000
-        plan = Plan(((SIZES[0], 1),), messages, 0.0, max(messages // 4, 50_000))
+        cases = tuple(args.case) or ((SIZES[0], 1),)
+        plan = Plan(cases, messages, 0.0, max(messages // 4, 50_000))
     else:
         messages = args.messages or 1_000_000
         cases = tuple(args.case) or tuple(
