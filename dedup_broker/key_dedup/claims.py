@@ -39,27 +39,30 @@ class GroupKeys:
     """Keys claimed by this group."""
 
     async def lookup(self, key_lists: list[list[bytes | None]]) -> None:
-        """States of the group's keys: from local memory first, the rest from one claim."""
-        states, futures = self.states, self.futures
-        now, window = now_ms(), self.policy.window_ms
-        cached, in_flight = self.scope.cache.stored, self.scope.in_flight.get
-        stored, pending, new = KeyState.STORED, KeyState.IN_FLIGHT, KeyState.NEW
-        ask: list[bytes] = []
-        for keys in key_lists:
-            for key in keys:
-                if key is None or key in states:
-                    continue
-                if cached(key, now, window):
-                    states[key] = stored
-                    continue
-                future = in_flight(key)
-                if future is not None:
-                    states[key] = pending
-                    futures[key] = future
-                    continue
-                states[key] = new
-                ask.append(key)
-        await self.claim(ask)
+        """States of the group's keys: from local memory first, the rest from one claim.
+
+        Set operations over the group, not a step per key: under a load of new keys
+        nearly every key is asked, and neither memory knows it.
+        """
+        states, futures, scope = self.states, self.futures, self.scope
+        unknown: set[bytes | None] = set().union(*key_lists)
+        unknown.discard(None)
+        unknown.difference_update(states)
+        keys = cast(set[bytes], unknown)
+        cached = scope.cache.known(keys)
+        if cached:
+            now, window, stored = now_ms(), self.policy.window_ms, scope.cache.stored
+            for key in cached:
+                if stored(key, now, window):
+                    states[key] = KeyState.STORED
+                    keys.discard(key)
+        held = scope.in_flight.held(keys)
+        for key in held:
+            states[key] = KeyState.IN_FLIGHT
+            futures[key] = scope.in_flight.get(key)  # type: ignore[assignment]
+        keys.difference_update(held)
+        states.update(dict.fromkeys(keys, KeyState.NEW))
+        await self.claim(list(keys))
 
     async def claim(self, ask: list[bytes]) -> None:
         if not ask:
@@ -70,7 +73,7 @@ class GroupKeys:
         scope.in_flight.claim_all(ask)
         service = self.service
         try:
-            answers = await service.store.claim(
+            taken = await service.store.claim(
                 scope.keys, ask, now_ms(), policy.window_ms, self.owner, service.pending_ttl_ms
             )
         except ScopeLostError:
@@ -84,10 +87,11 @@ class GroupKeys:
                 return
             scope.in_flight.settle_all(ask, False)
             raise
-        for key, answer in zip(ask, answers, strict=True):
-            if answer == b"":
-                owned.add(key)
-            elif answer.startswith(b"t:"):
+        owned.update(ask)
+        for index, answer in taken.items():
+            key = ask[index]
+            owned.discard(key)
+            if answer.startswith(b"t:"):
                 states[key] = KeyState.STORED
                 scope.cache.add(key, int(answer[2:]))
                 scope.in_flight.settle(key, True)

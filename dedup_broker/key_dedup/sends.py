@@ -64,8 +64,8 @@ class QueuedSend:
 @dataclass(eq=False)
 class PreparedSend:
     item: QueuedSend
-    messages: list[SingleMessage] | None
-    keys: list[bytes | None]
+    keys: list[bytes | None] | None
+    """One per message, in order; None when the entry's messages cannot be keyed."""
 
 
 def topic_closed() -> ManagedLedgerClosedError:

@@ -36,7 +36,10 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import AbstractConnection as AsyncConnection
+from redis.connection import HiredisRespSerializer
 from redis.exceptions import RedisError
+from redis.utils import HIREDIS_AVAILABLE
 
 from dedup_broker.errors import RetriableError
 
@@ -242,6 +245,25 @@ def is_cluster_url(url: str) -> bool:
     return url.startswith(("redis+cluster://", "rediss+cluster://"))
 
 
+def packed_by_hiredis(base: type[AsyncConnection]) -> type[AsyncConnection]:
+    """``base`` (plain, TLS or Unix socket) packing commands with hiredis.
+
+    redis-py's asyncio connections pack a command in Python, a step per argument, and a
+    claim of a group's keys is thousands of arguments; its blocking client packs with
+    hiredis when installed, as here. Without hiredis ``base`` is kept.
+    """
+    if not HIREDIS_AVAILABLE:
+        return base
+    packer = HiredisRespSerializer()
+
+    class HiredisPacked(base):  # type: ignore[valid-type,misc]
+        def pack_command(self, *args: Any) -> list[bytes]:
+            return packer.pack(*args)  # type: ignore[no-any-return]
+
+    HiredisPacked.__name__ = HiredisPacked.__qualname__ = f"HiredisPacked{base.__name__}"
+    return HiredisPacked
+
+
 class KeyStore:
     """One Redis (or Redis Cluster) client shared by all scopes of a broker."""
 
@@ -270,6 +292,8 @@ class KeyStore:
             self._client = RedisCluster.from_url(plain, **options)
         else:
             self._client = aioredis.Redis.from_url(url, **options)
+            pool = self._client.connection_pool
+            pool.connection_class = packed_by_hiredis(pool.connection_class)
         self._claim = self._client.register_script(CLAIM)
         self._confirm = self._client.register_script(CONFIRM)
         self._release = self._client.register_script(RELEASE)
@@ -307,15 +331,17 @@ class KeyStore:
         window_ms: int,
         owner: bytes,
         pending_ttl_ms: int,
-    ) -> list[bytes]:
-        """Claims every free key for ``owner``; one answer per key, in order.
+    ) -> dict[int, bytes]:
+        """Claims every free key for ``owner``; answers the others, by their index in
+        ``keys`` (a key absent from the answer is claimed now: under a load of new keys
+        the answer is empty).
 
-        ``b""``: claimed now. ``b"t:<ms>"``: stored at that publish time, in the window.
-        ``b"p:<owner>"``: a write holds it. Raises ScopeLostError when the marker is gone
-        (nothing is claimed then).
+        ``b"t:<ms>"``: stored at that publish time, in the window. ``b"p:<owner>"``: a
+        write holds it. Raises ScopeLostError when the marker is gone (nothing is claimed
+        then).
         """
         if not keys:
-            return []
+            return {}
         buckets, expire_at = scope.claimable(now_ms, window_ms)
         result = await self._call(
             self._claim,
@@ -331,11 +357,8 @@ class KeyStore:
         )
         if result is None or result is False:
             raise ScopeLostError(f"Redis lost key-deduplication scope {scope.scope_id}")
-        answers = [b""] * len(keys)
-        for at in range(0, len(result), 2):
-            value = result[at + 1]
-            answers[int(result[at])] = value if isinstance(value, bytes) else bytes(value)
-        return answers
+        values = (v if isinstance(v, bytes) else bytes(v) for v in result[1::2])
+        return dict(zip(map(int, result[::2]), values, strict=True))
 
     async def confirm(
         self,

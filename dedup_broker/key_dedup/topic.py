@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from dedup_broker.domain_base.outcomes import (
     DUPLICATE,
@@ -47,16 +47,17 @@ from dedup_broker.key_dedup.store import KeyStoreUnavailableError
 from dedup_broker.key_dedup.window import (
     KeyDedupPolicy,
     KeyState,
-    MessageVerdict,
     OnRedisUnavailable,
-    entry_messages,
-    message_keys,
+    all_new,
+    entry_keys,
     now_ms,
-    verdicts,
+    sort_entry,
 )
 from dedup_broker.lazy import LazyDeque, LazyEvent, LazyLock
 from dedup_broker.protocol import pulsar_api_pb2 as pb
+from dedup_broker.protocol.batch import split_batch
 from dedup_broker.protocol.batch_rewrite import rewrite_batch
+from dedup_broker.protocol.framing import parse_message
 from dedup_broker.storage.api import Position
 
 if TYPE_CHECKING:
@@ -76,7 +77,6 @@ loop and its keys claimed in one Redis script, so an unbounded group (a client's
 window of 1000-message batches) would hold the loop and Redis for seconds."""
 READY_WAIT_SECONDS = 5.0
 REDIS_ASK_AGAIN_SECONDS = 0.1
-_KEEP, _UNCHECKED, _WAIT = MessageVerdict.KEEP, MessageVerdict.UNCHECKED, MessageVerdict.WAIT
 
 
 def parse_position(text: str) -> Position:
@@ -254,12 +254,11 @@ class TopicKeyDedup:
                 item.finish(PublishOutcome.failed(ProducerGoneError("the producer closed")))
                 continue
             try:
-                _, messages = entry_messages(item.entry)
+                keys = entry_keys(item.entry, policy.key_source)
             except ProtocolError as exc:
                 self._error(item, exc)
                 continue
-            keys = message_keys(policy.key_source, messages) if messages else []
-            prepared.append(PreparedSend(item, messages, keys))
+            prepared.append(PreparedSend(item, keys))
         if not prepared:
             return
         accept = policy.on_redis_unavailable is OnRedisUnavailable.ACCEPT
@@ -268,7 +267,7 @@ class TopicKeyDedup:
                 self._error(p.item, KeyDedupNotReadyError("key deduplication is recovering"))
             return
         claims = GroupKeys(scope, policy, self.service, self.owner)
-        key_lists = [p.keys for p in prepared]
+        key_lists = [p.keys for p in prepared if p.keys]
         try:
             try:
                 await self._lookup(claims, key_lists)
@@ -323,68 +322,61 @@ class TopicKeyDedup:
     async def _decide(
         self, claims: GroupKeys, p: PreparedSend, used: set[bytes], repeated: set[bytes]
     ) -> None:
-        """One SEND: drop its repeats, append the rest, answer in the producer's order.
-
-        A key held by a write of this broker still in flight is dropped at once, on the
-        condition that write succeeds: the answer waits for it (and becomes a retriable
-        error if it failed), but the topic's later SENDs do not.
-        """
+        """One SEND: drop its repeats, append the rest, answer in the producer's order
+        (a repeat of a write in flight: after that write, without holding later SENDs)."""
         scope, states, futures = claims.scope, claims.states, claims.futures
         item = p.item
         if item.producer.closed:
             item.finish(PublishOutcome.failed(ProducerGoneError("the producer closed")))
             return
-        if p.messages is None:
+        keys = p.keys
+        if keys is None:
             scope.unchecked += max(item.metadata.num_messages_in_batch, 1)
             self._append(item, item.entry, item.metadata, [], scope, [])
             return
-        # A batch may carry one key twice: settle each key once.
-        settled = list(
-            dict.fromkeys(k for k in p.keys if k is not None and k in futures and futures[k].done())
-        )
-        if settled:
-            await claims.settle(settled)
-        result = verdicts(p.keys, states)
-        after: list[asyncio.Future[bool]] = []
-        keep: list[bool] = []
-        kept_keys: list[bytes] = []
-        unchecked = 0
-        for key, verdict in zip(p.keys, result, strict=True):
-            if verdict is _KEEP and key is not None:
-                keep.append(True)
-                kept_keys.append(key)
-            elif verdict is _UNCHECKED:
-                keep.append(True)
-                unchecked += 1
-            else:
-                keep.append(False)
-                if verdict is _WAIT and key is not None:
-                    future = futures.get(key)
-                    if future is None:  # held by a write another broker is making
-                        self._error(item, KeyDedupNotReadyError("an earlier copy is being written"))
-                        return
-                    after.append(future)
-        dropped = len(keep) - len(kept_keys) - unchecked
+        if futures:  # a batch may carry one key twice: settle each key once
+            settled = [k for k in futures.keys() & set(keys) if futures[k].done()]
+            if settled:
+                await claims.settle(settled)
+        if all_new(keys, states):  # the common case: the entry as sent
+            kept = cast(list[bytes], keys)
+            if self._append(item, item.entry, item.metadata, kept, scope, []):
+                self._kept(claims, kept, used, repeated)
+            return
+        sorting = sort_entry(keys, states, futures)
+        if sorting is None:  # a key held by a write another broker is making
+            self._error(item, KeyDedupNotReadyError("an earlier copy is being written"))
+            return
+        dropped, unchecked = sorting.dropped, sorting.unchecked
         scope.unchecked += unchecked
         scope.dropped += dropped
         self.service.dropped.inc(dropped)
-        if dropped == len(keep):
-            self._duplicate(item, after)
+        if dropped == len(sorting.keep):
+            self._duplicate(item, sorting.after)
             return
         entry, metadata = item.entry, item.metadata
-        if dropped:
-            highest = highest_sequence_id(item.send, p.messages)
-            metadata, entry = rewrite_batch(metadata, p.messages, keep, highest)
-        if self._append(item, entry, metadata, kept_keys, scope, after):
-            used.update(kept_keys)
-            # A later SEND of the group repeating one waits for this write's outcome.
-            states.update(dict.fromkeys(kept_keys, KeyState.IN_FLIGHT))
-            in_flight = scope.in_flight.get
+        if dropped:  # parsed again in full: only entries that lost messages are rebuilt
+            messages = split_batch(metadata, parse_message(entry).payload)
+            highest = highest_sequence_id(item.send, messages)
+            metadata, entry = rewrite_batch(metadata, messages, sorting.keep, highest)
+        if self._append(item, entry, metadata, sorting.keys, scope, sorting.after):
+            self._kept(claims, sorting.keys, used, repeated)
+            scope.kept += unchecked
+
+    def _kept(
+        self, claims: GroupKeys, kept_keys: list[bytes], used: set[bytes], repeated: set[bytes]
+    ) -> None:
+        """Keys now held by an appended write; a later SEND of the group repeating one
+        waits for that write's outcome."""
+        used.update(kept_keys)
+        claims.states.update(dict.fromkeys(kept_keys, KeyState.IN_FLIGHT))
+        if repeated:
+            in_flight, futures = claims.scope.in_flight.get, claims.futures
             for key in repeated.intersection(kept_keys):
                 future = in_flight(key)
                 if future is not None:
                     futures[key] = future
-            scope.kept += len(kept_keys) + unchecked
+        claims.scope.kept += len(kept_keys)
 
     def _append(
         self,

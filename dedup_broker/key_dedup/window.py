@@ -14,15 +14,16 @@ import asyncio
 import hashlib
 import re
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from enum import Enum
+from itertools import repeat
 from typing import Any
 
 from dedup_broker.errors import PermanentError
 from dedup_broker.protocol import pulsar_api_pb2 as pb
-from dedup_broker.protocol.batch import SingleMessage, split_batch
+from dedup_broker.protocol.batch import SingleMessage, scan_batch
 from dedup_broker.protocol.framing import parse_message
 
 KEY_BYTES = 16
@@ -173,22 +174,26 @@ def _digest(data: bytes) -> bytes:
 
 def message_key(source: KeySource, message: SingleMessage) -> bytes | None:
     """The key of one message, or None when it has none (it is then stored unchecked)."""
-    return message_keys(source, [message])[0]
+    return _keys(source, [(message.metadata, message.payload)])[0]
 
 
-def message_keys(source: KeySource, messages: list[SingleMessage]) -> list[bytes | None]:
-    """The key of every message of an entry, in order; the key source is decided once."""
+def _keys(
+    source: KeySource, records: Iterable[tuple[pb.SingleMessageMetadata, bytes | memoryview]]
+) -> list[bytes | None]:
+    """Keys of records read in one pass; the key source is decided once, not per message
+    (``records`` may reuse one metadata object: each key is made before the next step)."""
+    sha256 = hashlib.sha256
     if source.kind is KeySourceKind.CONTENT:
-        return [_digest(m.payload) for m in messages]
+        return [sha256(payload).digest()[:KEY_BYTES] for _, payload in records]
     if source.kind is KeySourceKind.PARTITION_KEY:
-        return [_partition_key(m.metadata) for m in messages]
-    return [_property_key(m.metadata, source.property_name) for m in messages]
-
-
-def _partition_key(meta: pb.SingleMessageMetadata) -> bytes | None:
-    if not meta.HasField("partition_key") or meta.null_partition_key:
-        return None
-    return _digest(b"k" + meta.partition_key.encode("utf-8"))
+        return [
+            sha256(b"k" + meta.partition_key.encode()).digest()[:KEY_BYTES]
+            if meta.HasField("partition_key") and not meta.null_partition_key
+            else None
+            for meta, _ in records
+        ]
+    name = source.property_name
+    return [_property_key(meta, name) for meta, _ in records]
 
 
 def _property_key(meta: pb.SingleMessageMetadata, name: str) -> bytes | None:
@@ -206,21 +211,18 @@ def checkable(metadata: pb.MessageMetadata) -> bool:
     return chunks <= 1
 
 
-def entry_messages(entry: bytes) -> tuple[pb.MessageMetadata, list[SingleMessage] | None]:
-    """An entry's metadata and messages; None for messages that cannot be keyed."""
+def entry_keys(entry: bytes, source: KeySource) -> list[bytes | None] | None:
+    """The key of every message of an entry, in order, without keeping its messages;
+    None when its messages cannot be keyed."""
     parsed = parse_message(entry)
     if not checkable(parsed.metadata) or parsed.metadata.HasField("marker_type"):
-        return parsed.metadata, None
-    return parsed.metadata, split_batch(parsed.metadata, parsed.payload)
+        return None
+    return _keys(source, scan_batch(parsed.metadata, parsed.payload))
 
 
 def stored_keys(entry: bytes, source: KeySource) -> list[bytes]:
     """Keys of a stored entry, as the publish path computed them when it wrote it."""
-    _, messages = entry_messages(entry)
-    if messages is None:
-        return []
-    keys = (message_key(source, m) for m in messages)
-    return [k for k in keys if k is not None]
+    return [k for k in entry_keys(entry, source) or () if k is not None]
 
 
 # --- verdicts -------------------------------------------------------------------------
@@ -240,6 +242,15 @@ class MessageVerdict(Enum):
     DROP = "drop"
     WAIT = "wait"
     UNCHECKED = "unchecked"
+
+
+def all_new(keys: list[bytes | None], states: dict[bytes, KeyState]) -> bool:
+    """True when every message has a key of its own, NEW: the entry is kept whole
+    (set operations in place of a verdict per message)."""
+    if not keys or len(set(keys)) != len(keys):
+        return False
+    found = set(map(states.get, keys))  # type: ignore[arg-type]
+    return len(found) == 1 and KeyState.NEW in found
 
 
 def verdicts(keys: list[bytes | None], states: dict[bytes, KeyState]) -> list[MessageVerdict]:
@@ -269,6 +280,51 @@ def verdicts(keys: list[bytes | None], states: dict[bytes, KeyState]) -> list[Me
     return out
 
 
+@dataclass(slots=True)
+class EntrySorting:
+    """What stays of one entry: a flag per message, the kept messages' keys, the writes
+    its answer waits for (it repeats keys they hold) and its messages without a key."""
+
+    keep: list[bool]
+    keys: list[bytes]
+    after: list[asyncio.Future[bool]]
+    unchecked: int
+
+    @property
+    def dropped(self) -> int:
+        return len(self.keep) - len(self.keys) - self.unchecked
+
+
+def sort_entry(
+    keys: list[bytes | None],
+    states: dict[bytes, KeyState],
+    futures: dict[bytes, asyncio.Future[bool]],
+) -> EntrySorting | None:
+    """Keeps and drops of one entry from its verdicts; None when a message repeats a key
+    another broker's write holds (that write's outcome cannot be awaited here).
+
+    A repeat of a key this broker's write holds is dropped at once, on the condition
+    that write succeeds: the answer waits for it (in ``after``).
+    """
+    sorting = EntrySorting([], [], [], 0)
+    keep, kept, after = sorting.keep.append, sorting.keys.append, sorting.after.append
+    for key, verdict in zip(keys, verdicts(keys, states), strict=True):
+        if key is None:
+            keep(True)
+            sorting.unchecked += 1
+        elif verdict is MessageVerdict.KEEP:
+            keep(True)
+            kept(key)
+        else:
+            keep(False)
+            if verdict is MessageVerdict.WAIT:
+                future = futures.get(key)
+                if future is None:
+                    return None
+                after(future)
+    return sorting
+
+
 # --- the broker's own memory of keys ---------------------------------------------------
 class LocalKeyCache:
     """Recently stored keys with their anchors (publish times), most recent last.
@@ -289,19 +345,23 @@ class LocalKeyCache:
         self.add_all((key,), anchor_ms)
 
     def add_all(self, keys: Iterable[bytes], anchor_ms: int) -> None:
-        """Keys of one stored entry (one anchor), the oldest evicted past capacity."""
+        """Keys of one stored entry (one anchor), the oldest evicted past capacity.
+
+        A key already here takes the new anchor in its old place: it is stored again
+        only once its window passed, so the new anchor is the later one, and a key
+        evicted early is only asked of Redis.
+        """
         if self.capacity <= 0:
             return
-        known, capacity = self._keys, self.capacity
-        for key in keys:
-            old = known.get(key)
-            if old is None:
-                known[key] = anchor_ms
-                if len(known) > capacity:
-                    known.popitem(last=False)
-            else:
-                known[key] = max(old, anchor_ms)
-                known.move_to_end(key)
+        known = self._keys
+        known.update(zip(keys, repeat(anchor_ms)))
+        excess = len(known) - self.capacity
+        if excess > 0:  # drained by map, not a step per key in Python
+            deque(map(known.popitem, repeat(False, excess)), maxlen=0)
+
+    def known(self, keys: set[bytes]) -> set[bytes]:
+        """Those of ``keys`` held here (whatever their anchors)."""
+        return self._keys.keys() & keys
 
     def stored(self, key: bytes, now_ms: int, window_ms: int) -> bool:
         anchor = self._keys.get(key)
@@ -346,21 +406,27 @@ class InFlightKeys:
             future = known[key] = asyncio.get_running_loop().create_future()
         return future
 
+    def held(self, keys: set[bytes]) -> set[bytes]:
+        """Those of ``keys`` a write of this broker holds."""
+        return self._keys.keys() & keys
+
     def claim_all(self, keys: Iterable[bytes]) -> None:
-        """Marks each of ``keys`` held by a write of this broker (outcomes via ``get``)."""
+        """Marks each of ``keys`` held by a write of this broker (outcomes via ``get``);
+        a key held already keeps its write's outcome."""
         known = self._keys
-        for key in keys:
-            if key not in known:
-                known[key] = None
+        fresh = dict.fromkeys(keys)
+        if known:
+            for key in fresh.keys() & known.keys():
+                del fresh[key]
+        known.update(fresh)
 
     def settle(self, key: bytes, stored: bool) -> None:
         self.settle_all((key,), stored)
 
     def settle_all(self, keys: Iterable[bytes], stored: bool) -> None:
-        pop = self._keys.pop
-        for key in keys:
-            future = pop(key, None)
-            if future is not None and not future.done():
+        # Most keys have no future (nobody waited): popped by map, only futures looped over.
+        for future in filter(None, map(self._keys.pop, keys, repeat(None))):
+            if not future.done():
                 future.set_result(stored)
 
     def keys(self) -> list[bytes]:

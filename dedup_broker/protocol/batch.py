@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -152,11 +152,17 @@ def _single_from_entry(metadata: pb.MessageMetadata, payload: bytes) -> SingleMe
     return SingleMessage(single, payload)
 
 
-def _parse_records(data: bytes, count: int) -> list[SingleMessage]:
-    messages: list[SingleMessage] = []
-    append = messages.append
+def _records(
+    data: bytes, count: int, into: pb.SingleMessageMetadata | None
+) -> Iterator[tuple[pb.SingleMessageMetadata, int, int]]:
+    """Each record's metadata and the span of its payload in ``data``, checked.
+
+    With ``into`` every record's metadata is parsed into that one object (valid until the
+    next step): reading keys at a batch's rate makes no object per message.
+    """
     unpack = _I32.unpack_from
     parse = pb.SingleMessageMetadata.FromString
+    parse_into = into.ParseFromString if into is not None else None
     pos = 0
     end = len(data)
     view = memoryview(data)
@@ -169,7 +175,11 @@ def _parse_records(data: bytes, count: int) -> list[SingleMessage]:
             if meta_size < 0 or pos + meta_size > end:
                 raise ProtocolError(f"batch message {index}: metadata size {meta_size} overflows")
             try:  # upb parses any buffer (the stubs say bytes): no copy of the metadata
-                single = parse(view[pos : pos + meta_size])  # type: ignore[arg-type]
+                if parse_into is None:
+                    single = parse(view[pos : pos + meta_size])  # type: ignore[arg-type]
+                else:
+                    parse_into(view[pos : pos + meta_size])  # type: ignore[arg-type]
+                    single = into  # type: ignore[assignment]
             except DecodeError as exc:
                 raise ProtocolError(f"batch message {index}: metadata does not parse") from exc
             if not single.HasField("payload_size"):
@@ -178,13 +188,47 @@ def _parse_records(data: bytes, count: int) -> list[SingleMessage]:
             size = single.payload_size
             if size < 0 or pos + size > end:
                 raise ProtocolError(f"batch message {index}: payload size {size} overflows")
-            append(SingleMessage(single, data[pos : pos + size]))
+            yield single, pos, pos + size
             pos += size
     finally:
         view.release()
     if pos != end:
         raise ProtocolError(f"batch has {end - pos} bytes after its {count} messages")
-    return messages
+
+
+def _parse_records(data: bytes, count: int) -> list[SingleMessage]:
+    return [SingleMessage(single, data[lo:hi]) for single, lo, hi in _records(data, count, None)]
+
+
+def _batch_data(metadata: pb.MessageMetadata, payload: bytes, max_uncompressed_size: int) -> bytes:
+    if metadata.encryption_keys:
+        raise ProtocolError("the payload is encrypted; its messages cannot be read")
+    return decompress(
+        metadata.compression, payload, metadata.uncompressed_size, max_uncompressed_size
+    )
+
+
+def scan_batch(
+    metadata: pb.MessageMetadata,
+    payload: bytes,
+    max_uncompressed_size: int = DEFAULT_MAX_UNCOMPRESSED_SIZE,
+) -> Iterator[tuple[pb.SingleMessageMetadata, memoryview]]:
+    """The messages of an entry as ``split_batch`` finds them, for reading only.
+
+    One metadata object is reused for every message and each payload is a view into the
+    entry: both are valid until the next message. Checks are those of ``split_batch``.
+    """
+    data = _batch_data(metadata, payload, max_uncompressed_size)
+    if not is_batch(metadata):
+        message = _single_from_entry(metadata, data)
+        yield message.metadata, memoryview(message.payload)
+        return
+    count = metadata.num_messages_in_batch
+    if count < 0:
+        raise ProtocolError(f"negative num_messages_in_batch {count}")
+    view = memoryview(data)
+    for single, lo, hi in _records(data, count, pb.SingleMessageMetadata()):
+        yield single, view[lo:hi]
 
 
 def split_batch(
@@ -199,11 +243,7 @@ def split_batch(
     like any other: their metadata says what they are. A non-batch entry yields one
     message whose metadata is derived from the entry's.
     """
-    if metadata.encryption_keys:
-        raise ProtocolError("the payload is encrypted; its messages cannot be read")
-    data = decompress(
-        metadata.compression, payload, metadata.uncompressed_size, max_uncompressed_size
-    )
+    data = _batch_data(metadata, payload, max_uncompressed_size)
     if not is_batch(metadata):
         return [_single_from_entry(metadata, data)]
     count = metadata.num_messages_in_batch

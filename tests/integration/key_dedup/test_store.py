@@ -23,11 +23,11 @@ def _key(n: int) -> bytes:
     return n.to_bytes(16, "big")
 
 
-def test_claim_answers_every_key_in_order(redis_url: str) -> None:
+def test_claim_answers_the_keys_it_did_not_take_by_index(redis_url: str) -> None:
     scope = ScopeKeys(f"store-claim-{uuid.uuid4().hex}")
     now = int(time.time() * 1000)  # buckets expire at absolute times: a real clock
 
-    async def scenario() -> tuple[list[bytes], list[bytes]]:
+    async def scenario() -> tuple[dict[int, bytes], dict[int, bytes]]:
         store = KeyStore(redis_url)
         try:
             await store.set_marker(scope)
@@ -46,8 +46,32 @@ def test_claim_answers_every_key_in_order(redis_url: str) -> None:
             await store.close()
 
     first, again = asyncio.run(scenario())
-    assert first == [b"", f"t:{now - 10}".encode(), b"", b"p:other", b""]
-    assert again == [b"p:me", b"p:me"]
+    assert first == {1: f"t:{now - 10}".encode(), 3: b"p:other"}  # 0, 2 and 4 claimed
+    assert again == {0: b"p:me", 1: b"p:me"}
+
+
+def test_a_claim_of_thousands_of_keys_packed_by_hiredis(redis_url: str) -> None:
+    """A group's claim is one command with a key per argument, packed in C."""
+    scope = ScopeKeys(f"store-many-{uuid.uuid4().hex}")
+    now = int(time.time() * 1000)
+    keys = [_key(n) for n in range(5000)]
+
+    async def scenario() -> tuple[str, dict[int, bytes], dict[int, bytes]]:
+        store = KeyStore(redis_url)
+        try:
+            await store.set_marker(scope)
+            first = await store.claim(scope, keys, now, WINDOW_MS, b"me", 30_000)
+            await store.confirm(scope, [(keys[::2], now - 1)], now, WINDOW_MS, {})
+            again = await store.claim(scope, keys[:100], now, WINDOW_MS, b"other", 30_000)
+            packer = store._client.connection_pool.connection_class.__name__
+            return packer, first, again
+        finally:
+            await store.close()
+
+    packer, first, again = asyncio.run(scenario())
+    assert packer == "HiredisPackedConnection"
+    assert first == {}
+    assert again == {n: (f"t:{now - 1}".encode() if n % 2 == 0 else b"p:me") for n in range(100)}
 
 
 def test_confirm_stores_each_key_with_its_own_anchor(redis_url: str) -> None:
@@ -136,11 +160,11 @@ def test_claims_release_take_over_and_expire(redis_url: str) -> None:
 
     outcome = asyncio.run(scenario())
     # Released key 2 is free (claimed by "me" now); key 1 is still the dead owner's; 3 is stored.
-    assert outcome["seen"] == [b"p:dead", b"", f"t:{now}".encode()]
+    assert outcome["seen"] == {0: b"p:dead", 2: f"t:{now}".encode()}
     # A second later the dead owner's claim has passed its pending timeout.
-    assert outcome["later"] == [b""]
+    assert outcome["later"] == {}
     assert outcome["take stored"] is False
     assert outcome["take live"] is False  # key 2 is "me"'s live claim, not "dead"'s
     assert outcome["take dead"] is True
-    assert outcome["after"] == [b"p:me"]
-    assert outcome["past window"] == [b""]
+    assert outcome["after"] == {0: b"p:me"}
+    assert outcome["past window"] == {}

@@ -19,9 +19,9 @@ from dedup_broker.key_dedup.window import (
     MessageVerdict,
     OnRedisUnavailable,
     Scope,
+    entry_keys,
     format_window,
     message_key,
-    message_keys,
     parse_window,
     stored_keys,
     verdicts,
@@ -110,6 +110,17 @@ def test_keys_come_from_content_partition_key_or_a_property() -> None:
     assert message_key(by_key, _message(b"", key="e1")) != message_key(by_prop, a)
 
 
+def _entry(messages: list[SingleMessage], **fields: object) -> bytes:
+    meta = pb.MessageMetadata(
+        producer_name="p",
+        sequence_id=0,
+        publish_time=1,
+        num_messages_in_batch=len(messages),
+        **fields,  # type: ignore[arg-type]
+    )
+    return encode_message(meta, build_batch([(m.metadata, m.payload) for m in messages]))
+
+
 def test_keys_of_a_whole_entry_match_the_keys_of_each_message() -> None:
     null_key = _message(b"n", key="k1")
     null_key.metadata.null_partition_key = True
@@ -119,18 +130,34 @@ def test_keys_of_a_whole_entry_match_the_keys_of_each_message() -> None:
         _message(b"other", key="k2"),
         null_key,
     ]
+    entry = _entry(messages)
     for text in ("content", "partitionKey", "property:event"):
         source = KeySource.parse(text)
-        assert message_keys(source, messages) == [message_key(source, m) for m in messages]
-    assert message_keys(KeySource.parse("partitionKey"), messages)[1::2] == [None, None]
+        assert entry_keys(entry, source) == [message_key(source, m) for m in messages]
+    assert entry_keys(entry, KeySource.parse("partitionKey"))[1::2] == [None, None]  # type: ignore[index]
+
+
+def test_a_plain_entry_is_keyed_from_its_own_metadata() -> None:
+    meta = pb.MessageMetadata(producer_name="p", sequence_id=3, publish_time=1, partition_key="k1")
+    entry = encode_message(meta, b"body")
+    assert entry_keys(entry, KeySource.parse("partitionKey")) == [
+        message_key(KeySource.parse("partitionKey"), _message(b"body", key="k1"))
+    ]
+    assert entry_keys(entry, KeySource.parse("content")) == [hashlib.sha256(b"body").digest()[:16]]
+
+
+def test_entries_that_cannot_be_keyed_have_no_keys() -> None:
+    source = KeySource.parse("content")
+    encrypted = _entry([_message(b"x")], encryption_keys=[pb.EncryptionKeys(key="k", value=b"v")])
+    chunk = _entry([_message(b"x")], num_chunks_from_msg=3, chunk_id=0)
+    assert entry_keys(encrypted, source) is None
+    assert entry_keys(chunk, source) is None
+    assert stored_keys(chunk, source) == []
 
 
 def test_stored_keys_read_a_whole_batch_entry() -> None:
     messages = [_message(f"m{i}".encode(), event=f"e{i % 2}") for i in range(3)]
-    meta = pb.MessageMetadata(
-        producer_name="p", sequence_id=0, publish_time=1, num_messages_in_batch=3
-    )
-    entry = encode_message(meta, build_batch([(m.metadata, m.payload) for m in messages]))
+    entry = _entry(messages)
     source = KeySource.parse("property:event")
     assert stored_keys(entry, source) == [message_key(source, m) for m in messages]
 

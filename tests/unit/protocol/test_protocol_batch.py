@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 
 import pytest
 
@@ -16,6 +17,7 @@ from dedup_broker.protocol.batch import (
     compress,
     decompress,
     is_batch,
+    scan_batch,
     split_batch,
 )
 
@@ -147,23 +149,53 @@ def test_unknown_codec_and_size_cap() -> None:
         decompress(pb.ZLIB, zlib.compress(b"x" * 1000), 1000, max_size=999)
 
 
-def test_truncated_and_oversized_batches() -> None:
+def _scanned(metadata: pb.MessageMetadata, payload: bytes) -> list[SingleMessage]:
+    """What ``scan_batch`` shows, copied out step by step (it reuses its objects)."""
+    out = []
+    for single, view in scan_batch(metadata, payload):
+        out.append(SingleMessage(_with_size(single, bytes(view)), bytes(view)))
+    return out
+
+
+Reader = Callable[[pb.MessageMetadata, bytes], list[SingleMessage]]
+READERS = [pytest.param(split_batch, id="split"), pytest.param(_scanned, id="scan")]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_scanning_shows_what_splitting_returns(codec: int) -> None:
+    null = _single(seq=2, key="n", null_partition_key=True)
+    records = [(_single(seq=1, key="a"), b"first"), (null, b""), (_single(seq=3), b"x" * 300)]
+    raw = build_batch(records)
+    metadata = _entry_metadata(1, 3, codec, len(raw))
+    payload = compress(codec, raw)
+    assert _scanned(metadata, payload) == split_batch(metadata, payload)
+    plain = pb.MessageMetadata(producer_name="p", sequence_id=7, publish_time=1, partition_key="k")
+    assert _scanned(plain, b"body") == split_batch(plain, b"body")
+
+
+@pytest.mark.parametrize("read", READERS)
+def test_truncated_and_oversized_batches(read: Reader) -> None:
     payload = build_batch([(_single(seq=1), b"abc"), (_single(seq=2), b"def")])
     with pytest.raises(ProtocolError, match="truncated before message 2"):
-        split_batch(_entry_metadata(1, 3), payload)
+        read(_entry_metadata(1, 3), payload)
     with pytest.raises(ProtocolError, match="bytes after its 1 messages"):
-        split_batch(_entry_metadata(1, 1), payload)
+        read(_entry_metadata(1, 1), payload)
     with pytest.raises(ProtocolError, match="payload size"):
-        split_batch(_entry_metadata(1, 2), payload[:-1])
+        read(_entry_metadata(1, 2), payload[:-1])
     with pytest.raises(ProtocolError, match="metadata size"):
-        split_batch(_entry_metadata(1, 1), struct.pack(">I", 1000) + b"x")
+        read(_entry_metadata(1, 1), struct.pack(">I", 1000) + b"x")
+    with pytest.raises(ProtocolError, match="does not parse"):
+        read(_entry_metadata(1, 1), struct.pack(">I", 2) + b"\xff\xff")
+    with pytest.raises(ProtocolError, match="lacks payload_size"):
+        read(_entry_metadata(1, 1), struct.pack(">I", 0))
 
 
-def test_encrypted_batch_cannot_be_split() -> None:
+@pytest.mark.parametrize("read", READERS)
+def test_encrypted_batch_cannot_be_split(read: Reader) -> None:
     metadata = _entry_metadata(1, 2)
     metadata.encryption_keys.add(key="k", value=b"v")
     with pytest.raises(ProtocolError, match="encrypted"):
-        split_batch(metadata, b"opaque")
+        read(metadata, b"opaque")
     assert batch_sequence_range(metadata, b"opaque") == (1, 2)
 
 
