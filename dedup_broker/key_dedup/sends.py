@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from dedup_broker.domain_base.outcomes import PublishOutcome, PublishResult, PublishStatus
 from dedup_broker.errors import ManagedLedgerClosedError, RetriableError
 from dedup_broker.protocol import pulsar_api_pb2 as pb
-from dedup_broker.protocol.batch import SingleMessage
+from dedup_broker.protocol.batch import batch_sequence_range
 from dedup_broker.protocol.commands import as_signed64
 
 if TYPE_CHECKING:
@@ -104,10 +104,11 @@ def complete_after(
         future.add_done_callback(one_done)
 
 
-def highest_sequence_id(send: pb.CommandSend, messages: list[SingleMessage]) -> int | None:
+def highest_sequence_id(
+    send: pb.CommandSend, metadata: pb.MessageMetadata, payload: bytes
+) -> int | None:
     """The highest sequence id the SEND covers, kept by the rewritten entry."""
     lowest = as_signed64(send.sequence_id)
     if send.HasField("highest_sequence_id") and as_signed64(send.highest_sequence_id) >= lowest:
         return as_signed64(send.highest_sequence_id)
-    ids = [m.metadata.sequence_id for m in messages if m.metadata.HasField("sequence_id")]
-    return max([lowest, *ids]) if ids else lowest + len(messages) - 1
+    return max(lowest, batch_sequence_range(metadata, payload)[1])

@@ -55,7 +55,6 @@ from dedup_broker.key_dedup.window import (
 )
 from dedup_broker.lazy import LazyDeque, LazyEvent, LazyLock
 from dedup_broker.protocol import pulsar_api_pb2 as pb
-from dedup_broker.protocol.batch import split_batch
 from dedup_broker.protocol.batch_rewrite import rewrite_batch
 from dedup_broker.protocol.framing import parse_message
 from dedup_broker.storage.api import Position
@@ -355,10 +354,10 @@ class TopicKeyDedup:
             self._duplicate(item, sorting.after)
             return
         entry, metadata = item.entry, item.metadata
-        if dropped:  # parsed again in full: only entries that lost messages are rebuilt
-            messages = split_batch(metadata, parse_message(entry).payload)
-            highest = highest_sequence_id(item.send, messages)
-            metadata, entry = rewrite_batch(metadata, messages, sorting.keep, highest)
+        if dropped:  # the kept messages' records, as sent
+            payload = parse_message(entry).payload
+            highest = highest_sequence_id(item.send, metadata, payload)
+            metadata, entry = rewrite_batch(metadata, payload, sorting.keep, highest)
         if self._append(item, entry, metadata, sorting.keys, scope, sorting.after):
             self._kept(claims, sorting.keys, used, repeated)
             scope.kept += unchecked

@@ -252,6 +252,32 @@ def split_batch(
     return _parse_records(data, count)
 
 
+def kept_records(
+    metadata: pb.MessageMetadata,
+    payload: bytes,
+    keep: list[bool],
+    max_uncompressed_size: int = DEFAULT_MAX_UNCOMPRESSED_SIZE,
+) -> bytes:
+    """The uncompressed batch payload of the kept messages, in order: each record's bytes
+    as the producer wrote them (records lie end to end, so no metadata is parsed again
+    into a new object nor written out again)."""
+    if not is_batch(metadata):
+        raise ProtocolError("only a batch entry has messages to keep")
+    data = _batch_data(metadata, payload, max_uncompressed_size)
+    count = metadata.num_messages_in_batch
+    if len(keep) != count:
+        raise ValueError(f"one keep flag per message is required ({len(keep)} for {count})")
+    parts: list[bytes] = []
+    start = 0
+    for kept, (_, _, end) in zip(
+        keep, _records(data, count, pb.SingleMessageMetadata()), strict=True
+    ):
+        if kept:
+            parts.append(data[start:end])
+        start = end
+    return b"".join(parts)
+
+
 def batch_sequence_range(metadata: pb.MessageMetadata, payload: bytes) -> tuple[int, int]:
     """(lowest, highest) sequence id covered by one SEND, for deduplication.
 
@@ -269,10 +295,9 @@ def batch_sequence_range(metadata: pb.MessageMetadata, payload: bytes) -> tuple[
     if metadata.encryption_keys:
         return lowest, fallback
     try:
-        messages = split_batch(metadata, payload)
+        ids = [m.sequence_id for m, _ in scan_batch(metadata, payload) if m.HasField("sequence_id")]
     except UnsupportedCompressionError:
         return lowest, fallback
-    ids = [m.metadata.sequence_id for m in messages if m.metadata.HasField("sequence_id")]
     if ids:
         return lowest, max(max(ids), lowest)
     return lowest, fallback

@@ -9,30 +9,27 @@ payload and the checksum change.
 from __future__ import annotations
 
 from dedup_broker.protocol import pulsar_api_pb2 as pb
-from dedup_broker.protocol.batch import SingleMessage, build_batch, compress
+from dedup_broker.protocol.batch import compress, kept_records
 from dedup_broker.protocol.framing import encode_message
 
 
 def rewrite_batch(
     metadata: pb.MessageMetadata,
-    messages: list[SingleMessage],
+    payload: bytes,
     keep: list[bool],
     highest_sequence_id: int | None,
 ) -> tuple[pb.MessageMetadata, bytes]:
     """The metadata and message block of a batch holding the kept messages, in order.
 
+    ``payload`` is the entry's payload as sent, ``keep`` one flag per message.
     ``highest_sequence_id`` (the range the SEND covered) is written into the metadata,
     so the entry still covers the same sequence ids when its messages are fewer.
     """
-    if len(keep) != len(messages):
-        raise ValueError("one keep flag per message is required")
-    kept = [(m.metadata, m.payload) for m, k in zip(messages, keep, strict=True) if k]
-    raw = build_batch(kept)
+    raw = kept_records(metadata, payload, keep)
     new = pb.MessageMetadata()
     new.CopyFrom(metadata)
-    new.num_messages_in_batch = len(kept)
+    new.num_messages_in_batch = sum(keep)
     new.uncompressed_size = len(raw)
     if highest_sequence_id is not None and highest_sequence_id >= 0:
         new.highest_sequence_id = highest_sequence_id
-    payload = compress(metadata.compression, raw)
-    return new, encode_message(new, payload)
+    return new, encode_message(new, compress(metadata.compression, raw))
