@@ -34,12 +34,11 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+import hiredis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import AbstractConnection as AsyncConnection
-from redis.connection import HiredisRespSerializer
 from redis.exceptions import RedisError
-from redis.utils import HIREDIS_AVAILABLE
 
 from dedup_broker.errors import RetriableError
 
@@ -249,16 +248,19 @@ def packed_by_hiredis(base: type[AsyncConnection]) -> type[AsyncConnection]:
     """``base`` (plain, TLS or Unix socket) packing commands with hiredis.
 
     redis-py's asyncio connections pack a command in Python, a step per argument, and a
-    claim of a group's keys is thousands of arguments; its blocking client packs with
-    hiredis when installed, as here. Without hiredis ``base`` is kept.
+    claim of a group's keys is thousands of arguments; hiredis (``redis[hiredis]``)
+    packs them in C.
     """
-    if not HIREDIS_AVAILABLE:
-        return base
-    packer = HiredisRespSerializer()
+    pack = hiredis.pack_command
 
     class HiredisPacked(base):  # type: ignore[valid-type,misc]
         def pack_command(self, *args: Any) -> list[bytes]:
-            return packer.pack(*args)  # type: ignore[no-any-return]
+            name = args[0]  # "SCRIPT LOAD" and the like are two words for Redis
+            if isinstance(name, str):
+                name = name.encode()
+            if b" " in name:
+                return [pack((*name.split(), *args[1:]))]
+            return [pack(args)]
 
     HiredisPacked.__name__ = HiredisPacked.__qualname__ = f"HiredisPacked{base.__name__}"
     return HiredisPacked

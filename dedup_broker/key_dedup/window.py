@@ -14,7 +14,6 @@ import asyncio
 import hashlib
 import re
 import time
-from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -327,54 +326,60 @@ def sort_entry(
 
 # --- the broker's own memory of keys ---------------------------------------------------
 class LocalKeyCache:
-    """Recently stored keys with their anchors (publish times), most recent last.
+    """Recently stored keys with their anchors (publish times), in two generations.
 
     Only keys of stored messages enter it, so a hit is always a true repeat while the
-    window lasts: most repeats are answered without asking Redis.
+    window lasts: most repeats are answered without asking Redis. New keys go to the
+    young generation; once it holds half the capacity it becomes the old one and the
+    old one is forgotten whole: a stored entry's keys enter with one dict update, with
+    no bookkeeping per key (a key stored again young keeps its latest anchor).
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._keys: OrderedDict[bytes, int] = OrderedDict()
+        self._half = max(capacity // 2, 1)
+        self._young: dict[bytes, int] = {}
+        self._old: dict[bytes, int] = {}
         self.hits = 0
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self._young) + len(self._old)
 
     def add(self, key: bytes, anchor_ms: int) -> None:
         self.add_all((key,), anchor_ms)
 
     def add_all(self, keys: Iterable[bytes], anchor_ms: int) -> None:
-        """Keys of one stored entry (one anchor), the oldest evicted past capacity.
-
-        A key already here takes the new anchor in its old place: it is stored again
-        only once its window passed, so the new anchor is the later one, and a key
-        evicted early is only asked of Redis.
-        """
+        """Keys of one stored entry (one anchor)."""
         if self.capacity <= 0:
             return
-        known = self._keys
-        known.update(zip(keys, repeat(anchor_ms)))
-        excess = len(known) - self.capacity
-        if excess > 0:  # drained by map, not a step per key in Python
-            deque(map(known.popitem, repeat(False, excess)), maxlen=0)
+        young = self._young
+        young.update(zip(keys, repeat(anchor_ms)))
+        if len(young) >= self._half:
+            self._old, self._young = young, {}
 
     def known(self, keys: set[bytes]) -> set[bytes]:
         """Those of ``keys`` held here (whatever their anchors)."""
-        return self._keys.keys() & keys
+        found = self._young.keys() & keys
+        if self._old:
+            found |= self._old.keys() & keys
+        return found
 
     def stored(self, key: bytes, now_ms: int, window_ms: int) -> bool:
-        anchor = self._keys.get(key)
+        anchor = self._young.get(key)
         if anchor is None:
-            return False
+            anchor = self._old.get(key)
+            if anchor is None:
+                return False
         if anchor + window_ms <= now_ms:
-            del self._keys[key]
+            self._young.pop(key, None)
+            self._old.pop(key, None)
             return False
         self.hits += 1
         return True
 
     def clear(self) -> None:
-        self._keys.clear()
+        self._young.clear()
+        self._old.clear()
 
 
 class InFlightKeys:

@@ -169,15 +169,27 @@ def test_verdicts_keep_new_drop_stored_and_repeats_inside_the_entry() -> None:
 
 
 def test_local_cache_answers_within_the_window_and_forgets_after() -> None:
-    cache = LocalKeyCache(capacity=2)
+    cache = LocalKeyCache(capacity=4)
     cache.add(b"x", 1_000)
     assert cache.stored(b"x", 1_999, window_ms=1_000)
     assert not cache.stored(b"x", 2_000, window_ms=1_000)  # exactly at the window's end
-    cache.add(b"a", 0)
-    cache.add(b"b", 0)
-    cache.add(b"c", 0)
-    assert len(cache) == 2
-    assert not cache.stored(b"a", 1, 10)
+    for key in (b"a", b"b", b"c", b"d", b"e"):
+        cache.add(key, 0)
+    assert len(cache) <= 4
+    assert not cache.stored(b"a", 1, 10) and not cache.stored(b"b", 1, 10)  # the oldest
+    assert all(cache.stored(key, 1, 10) for key in (b"c", b"d", b"e"))
+
+
+def test_local_cache_keeps_about_its_capacity_and_the_latest_anchor() -> None:
+    cache = LocalKeyCache(capacity=1_000)
+    for entry in range(50):
+        cache.add_all([f"{entry}-{n}".encode() for n in range(100)], entry)
+    assert 500 <= len(cache) <= 1_000
+    assert cache.stored(b"49-99", 49, window_ms=1) and not cache.stored(b"0-0", 0, 10**6)
+    cache.add_all([b"49-0"], 60)  # stored again (its window passed): the later anchor
+    assert cache.stored(b"49-0", 69, window_ms=10)
+    assert cache.known({b"49-0", b"49-1", b"0-0"}) == {b"49-0", b"49-1"}
+    assert LocalKeyCache(capacity=0).known({b"x"}) == set()
 
 
 def test_in_flight_keys_tell_waiters_the_outcome() -> None:
