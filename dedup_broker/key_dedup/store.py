@@ -84,21 +84,24 @@ for b = 2, #KEYS do
     end
   end
 end
-local out, new = {}, {}
+local out, new, o, n = {}, {}, 0, 0
+local claim = ARGV[4]
 for i = 1, #ARGV - first + 1 do
   if best[i] then
-    out[#out + 1] = i - 1
-    out[#out + 1] = best[i]
+    out[o + 1] = i - 1
+    out[o + 2] = best[i]
+    o = o + 2
   else
-    new[#new + 1] = ARGV[first + i - 1]
-    new[#new + 1] = ARGV[4]
-    if #new >= 2000 then
-      redis.call('HSET', KEYS[2], unpack(new))
-      new = {}
+    new[n + 1] = ARGV[first + i - 1]
+    new[n + 2] = claim
+    n = n + 2
+    if n >= 2000 then
+      redis.call('HSET', KEYS[2], unpack(new, 1, n))
+      n = 0
     end
   end
 end
-if #new > 0 then redis.call('HSET', KEYS[2], unpack(new)) end
+if n > 0 then redis.call('HSET', KEYS[2], unpack(new, 1, n)) end
 redis.call('PEXPIREAT', KEYS[2], ARGV[5])
 return out
 """
@@ -111,20 +114,21 @@ CONFIRM = """
 local pairs_count, runs = tonumber(ARGV[2]), tonumber(ARGV[3])
 local run = 4 + 2 * pairs_count
 local field = run + 2 * runs
-local args = {}
+local args, n = {}, 0
 for r = 0, runs - 1 do
   local value = 't:' .. ARGV[run + 2 * r]
   for _ = 1, tonumber(ARGV[run + 2 * r + 1]) do
-    args[#args + 1] = ARGV[field]
-    args[#args + 1] = value
+    args[n + 1] = ARGV[field]
+    args[n + 2] = value
+    n = n + 2
     field = field + 1
-    if #args >= 2000 then
-      redis.call('HSET', KEYS[3], unpack(args))
-      args = {}
+    if n >= 2000 then
+      redis.call('HSET', KEYS[3], unpack(args, 1, n))
+      n = 0
     end
   end
 end
-if #args > 0 then redis.call('HSET', KEYS[3], unpack(args)) end
+if n > 0 then redis.call('HSET', KEYS[3], unpack(args, 1, n)) end
 redis.call('PEXPIREAT', KEYS[3], ARGV[1])
 redis.call('UNLINK', KEYS[4])
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end

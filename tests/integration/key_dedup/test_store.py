@@ -62,7 +62,8 @@ def test_a_claim_of_thousands_of_keys_packed_by_hiredis(redis_url: str) -> None:
             await store.set_marker(scope)
             first = await store.claim(scope, keys, now, WINDOW_MS, b"me", 30_000)
             await store.confirm(scope, [(keys[::2], now - 1)], now, WINDOW_MS, {})
-            again = await store.claim(scope, keys[:100], now, WINDOW_MS, b"other", 30_000)
+            ends = keys[:100] + keys[-100:]  # the first and the last of the script's chunks
+            again = await store.claim(scope, ends, now, WINDOW_MS, b"other", 30_000)
             packer = store._client.connection_pool.connection_class.__name__
             return packer, first, again
         finally:
@@ -71,7 +72,10 @@ def test_a_claim_of_thousands_of_keys_packed_by_hiredis(redis_url: str) -> None:
     packer, first, again = asyncio.run(scenario())
     assert packer == "HiredisPackedConnection"
     assert first == {}
-    assert again == {n: (f"t:{now - 1}".encode() if n % 2 == 0 else b"p:me") for n in range(100)}
+    assert again == {
+        i: (f"t:{now - 1}".encode() if n % 2 == 0 else b"p:me")
+        for i, n in enumerate([*range(100), *range(4900, 5000)])
+    }
 
 
 def test_confirm_stores_each_key_with_its_own_anchor(redis_url: str) -> None:
