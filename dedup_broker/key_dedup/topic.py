@@ -286,7 +286,7 @@ class TopicKeyDedup:
             for p in prepared:
                 await self._decide(claims, p, used, repeated)
         finally:
-            self._release([k for k in claims.owned if k not in used])
+            self._release(list(claims.owned - used))
 
     async def _lookup(self, claims: GroupKeys, key_lists: list[list[bytes | None]]) -> None:
         """The group's key states. A Redis that cannot be reached is asked again for up to
