@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from dedup_broker.domain_base.outcomes import (
     DUPLICATE,
@@ -48,7 +48,6 @@ from dedup_broker.key_dedup.window import (
     KeyDedupPolicy,
     KeyState,
     OnRedisUnavailable,
-    all_new,
     entry_keys,
     now_ms,
     sort_entry,
@@ -337,11 +336,6 @@ class TopicKeyDedup:
             settled = [k for k in futures.keys() & set(keys) if futures[k].done()]
             if settled:
                 await claims.settle(settled)
-        if all_new(keys, states):  # the common case: the entry as sent
-            kept = cast(list[bytes], keys)
-            if self._append(item, item.entry, item.metadata, kept, scope, []):
-                self._kept(claims, kept, used, repeated)
-            return
         sorting = sort_entry(keys, states, futures)
         if sorting is None:  # a key held by a write another broker is making
             self._error(item, KeyDedupNotReadyError("an earlier copy is being written"))

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from enum import Enum
 from itertools import repeat
-from typing import Any
+from typing import Any, cast
 
 from dedup_broker.errors import PermanentError
 from dedup_broker.protocol import pulsar_api_pb2 as pb
@@ -243,7 +243,7 @@ class MessageVerdict(Enum):
     UNCHECKED = "unchecked"
 
 
-def all_new(keys: list[bytes | None], states: dict[bytes, KeyState]) -> bool:
+def _all_new(keys: list[bytes | None], states: dict[bytes, KeyState]) -> bool:
     """True when every message has a key of its own, NEW: the entry is kept whole
     (set operations in place of a verdict per message)."""
     if not keys or len(set(keys)) != len(keys):
@@ -303,8 +303,11 @@ def sort_entry(
     another broker's write holds (that write's outcome cannot be awaited here).
 
     A repeat of a key this broker's write holds is dropped at once, on the condition
-    that write succeeds: the answer waits for it (in ``after``).
+    that write succeeds: the answer waits for it (in ``after``). An entry whose keys are
+    all new and distinct, the common case, is kept whole without a verdict per message.
     """
+    if _all_new(keys, states):
+        return EntrySorting([True] * len(keys), cast(list[bytes], keys), [], 0)
     sorting = EntrySorting([], [], [], 0)
     keep, kept, after = sorting.keep.append, sorting.keys.append, sorting.after.append
     for key, verdict in zip(keys, verdicts(keys, states), strict=True):
