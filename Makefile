@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv test test-unit test-integration verify soak lint format typecheck layers check proto bench demo run \
+.PHONY: venv test test-unit test-integration verify soak lint format typecheck layers check proto bench bench-main-job demo run \
         kafka-up kafka-down redis-up redis-down clean
 
 $(STAMP): pyproject.toml
@@ -82,6 +82,12 @@ bench: $(STAMP)
 	$(PY) -m bench.memory
 	$(PY) -m bench.deletion_worker
 	$(PY) -m bench.many_topics
+
+# The main job's figures alone: the publish path (throughput, server CPU, p50/p99,
+# key-window) and the Spark connectors, each next to its anchor from the same run.
+bench-main-job: $(STAMP)
+	$(PY) -m bench.publish
+	$(PY) -m bench
 
 kafka-up: $(STAMP)
 	$(PY) -m dedup_broker.app.cli dev kafka-up

@@ -113,6 +113,22 @@ def run(bootstrap: str, rows: int, size: int, partitions: int = 2, official: boo
     print(f"\nSpark local[{partitions}], {rows} rows of {size} bytes ({connector}), best of {RUNS}")
     _table(f"sinks, {partitions} Spark partitions", rows, sink_seconds)
     _table("sources, one topic partition (one Spark task)", rows, source_seconds)
+    print("\n" + targets(sink_seconds, source_seconds))
+
+
+def targets(sinks: list[tuple[str, float]], sources: list[tuple[str, float]]) -> str:
+    """Each connector's writes and reads next to Spark's own Kafka connector's from the same
+    run (the target: at least as fast), replays left out (they send nothing)."""
+    lines = ["targets (this run; at least 1.00 x Spark's Kafka connector):"]
+    for kind, seconds in (("sink", sinks), ("source", sources)):
+        (_, anchor), *paths = seconds
+        for label, took in paths:
+            if "replay" in label:
+                continue
+            ratio = anchor / took
+            verdict = "met" if ratio >= 1.0 else "not met"
+            lines.append(f"  {kind}: {label}: {ratio:.2f} x Spark's Kafka {kind}: {verdict}")
+    return "\n".join(lines)
 
 
 def _best(measure: Callable[..., float], warm_up: tuple[Any, ...], timed: tuple[Any, ...]) -> float:
