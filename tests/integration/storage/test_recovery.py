@@ -6,11 +6,13 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    NewTopic,
 )
 
 from dedup_broker.errors import (
@@ -24,20 +26,57 @@ from dedup_broker.storage.service.kafka_storage import KafkaStorage
 from tests.integration.storage.helpers import ConfigFactory, land_records, run, wait_until
 
 
-def seal(admin: AdminClient, topic: str) -> None:
-    """Make Kafka refuse further writes to ``topic`` (as a recovering broker does)."""
-    entry = ConfigEntry("max.message.bytes", "0", incremental_operation=AlterConfigOpType.SET)
+def _set_max_message_bytes(admin: AdminClient, topic: str, value: str) -> None:
+    entry = ConfigEntry("max.message.bytes", value, incremental_operation=AlterConfigOpType.SET)
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
     for future in admin.incremental_alter_configs([resource]).values():
         future.result()
-    # The controller has committed the change; wait until the broker applies it.
-    described = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    for _ in range(200):
-        configs = admin.describe_configs([described])[described].result()
-        if configs["max.message.bytes"].value == "0":
-            return
+
+
+def _refuses_writes(producer: Producer, topic: str) -> bool:
+    outcome: list[KafkaError | None] = []
+    producer.produce(topic, b"probe", on_delivery=lambda err, _msg: outcome.append(err))
+    producer.flush(30)
+    assert outcome, f"no delivery report for a probe of {topic}"
+    error = outcome[0]
+    if error is None:
+        return False
+    assert error.code() == KafkaError.MSG_SIZE_TOO_LARGE, error
+    return True
+
+
+def _poll(condition: Callable[[], bool], what: str, timeout_s: float = 20) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
-    raise AssertionError(f"Kafka never applied max.message.bytes=0 to {topic}")
+
+
+def seal(admin: AdminClient, bootstrap: str, topic: str, probe: str) -> None:
+    """Make Kafka refuse further writes to ``topic`` (as a recovering broker does), and
+    return only once its broker applies the refusal.
+
+    The controller commits a config change before the broker applies it, and the broker's
+    answer to a describe can show the new value a moment before its log uses it. A probe
+    topic sealed after ``topic`` comes later in Kafka's metadata log, so once a write to it
+    is refused the broker has applied the earlier seal too; probing ``topic`` itself would
+    add a record to the ledger when the seal is not applied yet.
+    """
+    for future in admin.create_topics([NewTopic(probe, 1, 1)]).values():
+        future.result()
+    _set_max_message_bytes(admin, topic, "0")
+    described = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    _poll(
+        lambda: (
+            admin.describe_configs([described])[described].result()["max.message.bytes"].value
+            == "0"
+        ),
+        f"Kafka to show max.message.bytes=0 on {topic}",
+    )
+    _set_max_message_bytes(admin, probe, "0")
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "retries": 0})
+    _poll(lambda: _refuses_writes(producer, probe), f"Kafka to refuse writes to {probe}")
 
 
 def test_reopen_after_an_unclean_stop(make_config: ConfigFactory) -> None:
@@ -252,7 +291,11 @@ def test_a_failed_write_fails_everything_in_flight_in_order(
             resolved: list[tuple[Position, Position]] = []
             ml.on_write_failure_resolved = lambda told, true: resolved.append((told, true))
             kept = [await ml.append(b"kept", 0) for _ in range(2)]
-            await asyncio.to_thread(seal, admin, storage.ledger_store.topic(kept[0].ledger_id))
+            ledger_topic = storage.ledger_store.topic(kept[0].ledger_id)
+            probe = f"{config.cluster_name}.seal-probe"
+            await asyncio.to_thread(
+                seal, admin, config.kafka_bootstrap_servers, ledger_topic, probe
+            )
             futures = [ml.append(f"lost{i}".encode(), 0) for i in range(20)]
             order: list[tuple[int, str]] = []
 
