@@ -246,7 +246,8 @@ class KafkaAdmin:
         raise storage_error(f"describe topic {topic}", refusal)
 
     async def list_topics(self) -> list[str]:
-        """Every topic of the Kafka cluster, sorted."""
+        """Every topic of the Kafka cluster, sorted, as the answering broker knows them (its
+        copy of the metadata can miss a topic created a moment ago: see topic_exists)."""
         try:
             return await asyncio.to_thread(self._all_topics)
         except KafkaException as exc:
