@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 
 from confluent_kafka import KafkaError, Producer
@@ -24,10 +23,11 @@ from dedup_broker.storage import formats
 from dedup_broker.storage.api import ManagedLedger, Position
 from dedup_broker.storage.service.kafka_storage import KafkaStorage
 from tests.integration.storage.helpers import ConfigFactory, land_records, run, wait_until
+from tests.integration.system_topics import deletion_helpers
 
 
-def _set_max_message_bytes(admin: AdminClient, topic: str, value: str) -> None:
-    entry = ConfigEntry("max.message.bytes", value, incremental_operation=AlterConfigOpType.SET)
+def _set_sealed(admin: AdminClient, topic: str) -> None:
+    entry = ConfigEntry("max.message.bytes", "0", incremental_operation=AlterConfigOpType.SET)
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
     for future in admin.incremental_alter_configs([resource]).values():
         future.result()
@@ -45,38 +45,32 @@ def _refuses_writes(producer: Producer, topic: str) -> bool:
     return True
 
 
-def _poll(condition: Callable[[], bool], what: str, timeout_s: float = 20) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def seal(admin: AdminClient, bootstrap: str, topic: str, probe: str) -> None:
     """Make Kafka refuse further writes to ``topic`` (as a recovering broker does), and
     return only once its broker applies the refusal.
 
     The controller commits a config change before the broker applies it, and the broker's
     answer to a describe can show the new value a moment before its log uses it. A probe
-    topic sealed after ``topic`` comes later in Kafka's metadata log, so once a write to it
-    is refused the broker has applied the earlier seal too; probing ``topic`` itself would
-    add a record to the ledger when the seal is not applied yet.
+    topic sealed once the broker shows ``topic``'s seal comes in a later metadata update,
+    so once a write to it is refused the broker has applied the earlier seal too; probing
+    ``topic`` itself would add a record to the ledger when the seal is not applied yet.
     """
     for future in admin.create_topics([NewTopic(probe, 1, 1)]).values():
         future.result()
-    _set_max_message_bytes(admin, topic, "0")
+    _set_sealed(admin, topic)
     described = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    _poll(
+    deletion_helpers.wait_until(
         lambda: (
             admin.describe_configs([described])[described].result()["max.message.bytes"].value
             == "0"
         ),
-        f"Kafka to show max.message.bytes=0 on {topic}",
+        what=f"Kafka to show max.message.bytes=0 on {topic}",
     )
-    _set_max_message_bytes(admin, probe, "0")
+    _set_sealed(admin, probe)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "retries": 0})
-    _poll(lambda: _refuses_writes(producer, probe), f"Kafka to refuse writes to {probe}")
+    deletion_helpers.wait_until(
+        lambda: _refuses_writes(producer, probe), what=f"Kafka to refuse writes to {probe}"
+    )
 
 
 def test_reopen_after_an_unclean_stop(make_config: ConfigFactory) -> None:
