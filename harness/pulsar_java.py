@@ -162,18 +162,42 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _events(*args: str, timeout: float) -> list[dict[str, Any]]:
-    result = run_java_client(*args, timeout=timeout)
+def driver_events(
+    result: subprocess.CompletedProcess[str], what: str, args: tuple[str, ...]
+) -> list[dict[str, Any]]:
+    """What a client driver printed, one dict a line; raises DevServerError unless it
+    exited 0 and ended with ``done``."""
     try:
         events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     except json.JSONDecodeError as exc:
-        raise DevServerError(f"the Java client printed a bad line: {exc}") from exc
+        raise DevServerError(f"the {what} printed a bad line: {exc}") from exc
     if result.returncode != 0 or not events or events[-1] != {"event": "done"}:
         raise DevServerError(
-            f"the Java client {' '.join(args[:3])} failed (exit {result.returncode}):\n"
+            f"the {what} {' '.join(args[:3])} failed (exit {result.returncode}):\n"
             f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
         )
     return events
+
+
+def received_messages(events: list[dict[str, Any]]) -> list[ReceivedMessage]:
+    """The ``received`` events a driver's consumer printed."""
+    return [
+        ReceivedMessage(
+            key=e["key"],
+            size=int(e["size"]),
+            sha256=str(e["sha256"]),
+            value=e.get("value"),
+            sequence_id=int(e["sequenceId"]),
+            producer_name=str(e["producerName"]),
+            message_id=str(e["messageId"]),
+        )
+        for e in events
+        if e["event"] == "received"
+    ]
+
+
+def _events(*args: str, timeout: float) -> list[dict[str, Any]]:
+    return driver_events(run_java_client(*args, timeout=timeout), "Java client", args)
 
 
 def java_produce(
@@ -235,19 +259,7 @@ def java_consume(
         f"type={subscription_type}",
         timeout=timeout,
     )
-    messages = [
-        ReceivedMessage(
-            key=e["key"],
-            size=int(e["size"]),
-            sha256=str(e["sha256"]),
-            value=e.get("value"),
-            sequence_id=int(e["sequenceId"]),
-            producer_name=str(e["producerName"]),
-            message_id=str(e["messageId"]),
-        )
-        for e in events
-        if e["event"] == "received"
-    ]
+    messages = received_messages(events)
     timeouts = [e for e in events if e["event"] == "timeout"]
     return Consumed(messages, bool(timeouts), any(e.get("endOfTopic") for e in timeouts))
 

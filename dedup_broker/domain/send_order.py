@@ -6,10 +6,10 @@ Unknown. Pulsar answers Unknown with a send error at once, and the official clie
 answer any send error but a checksum mismatch by dropping the connection, with every
 producer and consumer on it: acknowledgements flushed into it are lost, and a client
 resending after a reconnect, while the earlier copies wait for a Kafka that is down,
-drops its connection every 100 ms. So the SEND waits instead, looking again every
-``LOOK_AGAIN_S``, and is answered by its real outcome (a duplicate once the copy is
-stored, written once it is known lost); only after ``WAIT_LIMIT_S`` does the client hear
-Unknown's error.
+drops its connection every 100 ms. So the SEND waits instead, looking again when a write
+of the topic ends (or after ``LOOK_AGAIN_S``), and is answered by its real outcome (a
+duplicate once the copy is stored, written once it is known lost); only after
+``WAIT_LIMIT_S`` does the client hear Unknown's error.
 
 The producer's later SENDs wait behind it: written before it, one would raise the
 persisted sequence id past it, and its resend would pass for a duplicate. For the same
@@ -37,11 +37,36 @@ WAIT_LIMIT_S = 10.0
 
 PublishNow = Callable[[], PublishResult]
 """One attempt at a SEND: its verdict and, when admitted, its write."""
+WriteEnd = Callable[[], "asyncio.Future[None]"]
+"""A future resolved when the topic's next write ends."""
 
 
-def publish_in_turn(producer: Producer, publish: PublishNow) -> PublishResult:
+class WriteEnds:
+    """Tells the SENDs that wait for an earlier copy that a write of the topic ended, so
+    they look again at once (a key-based batch waits so for the batch before it)."""
+
+    __slots__ = ("_next",)
+
+    def __init__(self) -> None:
+        self._next: asyncio.Future[None] | None = None
+
+    def next(self) -> asyncio.Future[None]:
+        if self._next is None:
+            self._next = asyncio.get_running_loop().create_future()
+        return self._next
+
+    def ended(self) -> None:
+        ends, self._next = self._next, None
+        if ends is not None and not ends.done():
+            ends.set_result(None)
+
+
+def publish_in_turn(
+    producer: Producer, publish: PublishNow, write_end: WriteEnd | None = None
+) -> PublishResult:
     """``publish`` at once, unless an earlier SEND of ``producer`` still waits; a SEND
-    whose verdict is Unknown waits for its earlier copy (see the module)."""
+    whose verdict is Unknown waits for its earlier copy (see the module), looking again
+    when ``write_end`` says a write ended."""
     ahead = producer.turn
     first: PublishResult | None = None
     if ahead is None:
@@ -53,7 +78,9 @@ def publish_in_turn(producer: Producer, publish: PublishNow) -> PublishResult:
     producer.turn = turn
     turn.add_done_callback(lambda done: _turn_passed(producer, done))
     outcome: PublishResult = loop.create_future()
-    task = loop.create_task(_wait_then_publish(producer, ahead, first, publish, turn, outcome))
+    task = loop.create_task(
+        _wait_then_publish(producer, ahead, first, publish, turn, outcome, write_end)
+    )
     _waiting.add(task)
     task.add_done_callback(_waiting.discard)
     return outcome
@@ -83,6 +110,7 @@ async def _wait_then_publish(
     publish: PublishNow,
     turn: Turn,
     outcome: PublishResult,
+    write_end: WriteEnd | None,
 ) -> None:
     try:
         failed_ahead = await ahead if ahead is not None else None
@@ -97,7 +125,10 @@ async def _wait_then_publish(
                     refusal = EarlierSendFailedError(producer.write_failed)
                     result = settled(PublishOutcome.failed(refusal))
                     break
-                await asyncio.sleep(LOOK_AGAIN_S)
+                if write_end is None:
+                    await asyncio.sleep(LOOK_AGAIN_S)
+                else:
+                    await asyncio.wait([write_end()], timeout=LOOK_AGAIN_S)
                 result = publish()
     finally:
         turn.set_result(_why_failed(result))

@@ -25,7 +25,7 @@ from dedup_broker.domain.consumer import (
 from dedup_broker.domain.ledger_limits import LedgerLimits
 from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.producer_access import TOPIC_EPOCH_PROPERTY, ProducerHost
-from dedup_broker.domain.send_order import publish_in_turn
+from dedup_broker.domain.send_order import WriteEnds, publish_in_turn
 from dedup_broker.domain.subscription import Subscription, trigger_all
 from dedup_broker.domain.subscription_errors import (
     ConsumerStillConnectedError,
@@ -87,6 +87,7 @@ class Topic(ProducerHost):
         "_compaction",
         "_companions",
         "_last_entry_batch",
+        "_write_ends",
         "bytes_in",
         "dedup",
         "made_key_dedup",
@@ -129,6 +130,7 @@ class Topic(ProducerHost):
         """Made on first use: a compaction, a compacted read, its stats."""
         self._appends_in_flight = 0
         self._appends_settled = LazyEvent(True)
+        self._write_ends = WriteEnds()
         self.terminated_at = terminated_position(ledger.properties)
 
     @classmethod
@@ -231,7 +233,7 @@ class Topic(ProducerHost):
                 return key_dedup.submit(producer, send, entry, metadata)
             return self.append_checked(producer, send, entry, metadata)
 
-        return publish_in_turn(producer, now)
+        return publish_in_turn(producer, now, self._write_ends.next)
 
     def _write_failure_resolved(self, told: Position, truth: Position) -> None:
         """A failed write's outcome is known: both deduplications settle what was in doubt."""
@@ -253,8 +255,6 @@ class Topic(ProducerHost):
                 self.name, send, TopicTerminatedError(f"Topic {self.name} is terminated")
             )
         txn_id = sent_in(send)
-        in_batch = batch_size(metadata)
-        count = max(in_batch, 1)
         started = time.monotonic()
         if timestamp is None:
             timestamp = metadata.publish_time or int(time.time() * 1000)
@@ -270,6 +270,11 @@ class Topic(ProducerHost):
             if verdict is Verdict.DUP:
                 return settled(PublishOutcome.duplicate(admission.stored_at))
             return settled(UNKNOWN)
+        if admission.rewritten is not None:  # a resend in part: only its new messages
+            self.services.metrics.dedup_verdicts.labels(verdict=Verdict.PARTLY_DUP.value).inc()
+            metadata, entry = admission.rewritten
+        in_batch = batch_size(metadata)
+        count = max(in_batch, 1)
         appended = self.transactions.append(txn_id, entry, timestamp)
         result: PublishResult = asyncio.get_running_loop().create_future()
         producer.pending_sends += 1
@@ -277,6 +282,12 @@ class Topic(ProducerHost):
         self._appends_settled.clear()
 
         def written(done: asyncio.Future[Position]) -> None:
+            try:
+                record(done)
+            finally:
+                self._write_ends.ended()
+
+        def record(done: asyncio.Future[Position]) -> None:
             producer.pending_sends -= 1
             self._appends_in_flight -= 1
             if self._appends_in_flight == 0:

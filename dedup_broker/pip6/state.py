@@ -1,12 +1,9 @@
-"""PIP-6 message deduplication for one topic: per-producer sequence-id high-water marks.
+"""PIP-6 message deduplication for one topic: its lifecycle, snapshots and recovery.
 
-Two maps ``producer_name -> sequence_id``: *pushed* is raised when a SEND is admitted
-(before its Kafka write) so that a resend racing the original is caught while it is in
-flight, and kept as its differences from *persisted*, raised when Kafka acknowledged the
-write, so only what is durably stored is ever answered as a duplicate. The persisted
-map is snapshotted as the properties of the durable ``pulsar.dedup`` cursor, whose
-mark-delete position says which entries the snapshot covers; recovery replays only the
-entries after it, parsing nothing but their metadata.
+The marks themselves (pushed, persisted, holes) are ``pip6.marks``. The persisted map is
+snapshotted as the properties of the durable ``pulsar.dedup`` cursor, whose mark-delete
+position says which entries the snapshot covers; recovery replays only the entries after
+it, parsing little more than their metadata.
 """
 
 from __future__ import annotations
@@ -21,6 +18,7 @@ from dedup_broker.errors import CursorNotFoundError, ProtocolError
 from dedup_broker.lazy import LazyLock
 from dedup_broker.pip6.activity import ProducerActivity
 from dedup_broker.pip6.chunks import Chunk, ChunkProgress, ChunkVerdict
+from dedup_broker.pip6.marks import SequenceMarks
 from dedup_broker.pip6.snapshot_task import SnapshotTask
 from dedup_broker.pip6.stored import ReplayFold, StoredSequence, stored_sequence
 from dedup_broker.pip6.verdicts import DedupStatus, Verdict
@@ -50,9 +48,9 @@ REPLAY_BATCH_ENTRIES = 1_000_000
 """Entries per scan while replaying: the state is merged (and the loop free of the
 replay's thread) between scans; entries are folded as they arrive (memory stays flat)."""
 
-_NOTHING_AHEAD: dict[str, int] = {}
-"""Shared by every topic with no write admitted and not yet acknowledged (never written to)."""
-_NOTHING_ACKED: list[tuple[str, int, Position]] = []
+Acknowledged = tuple[str, int, int, tuple[int, ...] | None, Position]
+"""An entry acknowledged while recovering: producer, lowest and highest id, ids, where."""
+_NOTHING_ACKED: list[Acknowledged] = []
 """Acknowledgements kept during a recovery: shared (and empty) outside of one."""
 
 
@@ -67,14 +65,12 @@ class MessageDeduplication:
     __slots__ = (
         "_acked_while_recovering",
         "_activity",
-        "_ahead",
         "_clock",
         "_config",
         "_cursor",
         "_entries_since_snapshot",
         "_last_persisted",
         "_ledger",
-        "_persisted",
         "_recovery_ms",
         "_snapshot_clock",
         "_snapshot_position",
@@ -83,6 +79,7 @@ class MessageDeduplication:
         "_transition_lock",
         "_write_failed",
         "chunks",
+        "marks",
         "snapshot_interval_seconds",
         "status",
     )
@@ -99,11 +96,7 @@ class MessageDeduplication:
         # The quiet-topic snapshot interval; topic and namespace policies may override it.
         self.snapshot_interval_seconds = config.broker_deduplication_snapshot_interval_seconds
         self.status = DedupStatus.DISABLED
-        self._persisted: dict[str, int] = {}
-        self._ahead = _NOTHING_AHEAD
-        """PIP-6's pushed map as its differences from persisted: the producers with an
-        admitted write not yet acknowledged (pushed is persisted for all others, so an
-        idle topic keeps one map, not two)."""
+        self.marks = SequenceMarks()
         self.chunks = ChunkProgress()
         """Each producer's chunked message in progress (its chunks are stored once)."""
         self._activity = ProducerActivity(clock)
@@ -139,7 +132,7 @@ class MessageDeduplication:
                 "deduplication enabled on %s: %d producers, snapshot at %s, "
                 "%d entries replayed in %d ms",
                 self._ledger.name,
-                len(self._persisted),
+                len(self.marks.persisted),
                 self._snapshot_position,
                 self._entries_since_snapshot,
                 self._recovery_ms,
@@ -151,10 +144,10 @@ class MessageDeduplication:
         cursor = await self._ledger.cursors.open(DEDUP_CURSOR, "earliest")
         self._cursor = cursor
         now = self._clock()
-        self._persisted = {name: as_signed64(seq) for name, seq in cursor.properties.items()}
-        self._ahead = _NOTHING_AHEAD
+        persisted = {name: as_signed64(seq) for name, seq in cursor.properties.items()}
+        self.marks = SequenceMarks(persisted)
         self.chunks = ChunkProgress()
-        self._activity.reset(list(self._persisted))
+        self._activity.reset(list(persisted))
         self._write_failed = False
         snapshot = cursor.mark_delete_position
         self._snapshot_position = snapshot
@@ -162,7 +155,7 @@ class MessageDeduplication:
         self._entries_since_snapshot = 0
         self._snapshot_clock = now
         self._snapshot_wall_ms = cursor.last_persisted_ms
-        fold = ReplayFold()
+        fold = ReplayFold(dict(persisted))
         start = self._ledger.next_position(snapshot)
         while True:
             last = await self._ledger.scan_entries(start, REPLAY_BATCH_ENTRIES, fold)
@@ -172,12 +165,12 @@ class MessageDeduplication:
             start = self._ledger.next_position(last)
         # Acknowledged during the replay: normally replayed too, but the last read may
         # have been answered just before one of them landed.
-        for name, highest, position in self._acked_while_recovering:
-            self._raise_marks(name, highest, position)
+        for name, lowest, highest, ids, position in self._acked_while_recovering:
+            self._raise_marks(name, lowest, highest, ids, position)
         self._acked_while_recovering = _NOTHING_ACKED
         # No await from here to the caller setting ENABLED: any entry acknowledged
         # later reaches on_persisted while ENABLED.
-        self._ahead = _NOTHING_AHEAD
+        self.marks.reset_pushed()
 
     async def disable(self) -> None:
         """Forgets everything and deletes the dedup cursor, so it holds back no ledger."""
@@ -213,8 +206,7 @@ class MessageDeduplication:
             log.warning("final deduplication snapshot of %s failed: %s", self._ledger.name, exc)
 
     def _reset_state(self) -> None:
-        self._ahead = _NOTHING_AHEAD
-        self._persisted = {}
+        self.marks = SequenceMarks()
         self.chunks = ChunkProgress()
         self._activity.reset()
         self._write_failed = False
@@ -228,8 +220,10 @@ class MessageDeduplication:
         """The verdict for a SEND covering sequence ids ``lowest..highest``.
 
         When NOT_DUP is returned the caller must write the entry right away (the pushed
-        map already counts it). While the state is recovering or failed nothing is
-        admitted (UNKNOWN), so the client retries; while disabled everything is.
+        map already counts it); PARTLY_DUP, right away too, asks ``marks`` which of its
+        messages are new (``keep_of``) and admits them (``admit_part``). While the state
+        is recovering or failed nothing is admitted (UNKNOWN), so the client retries;
+        while disabled everything is.
         While a failed write is being resolved nothing new is admitted either: an
         admitted write would still be in flight when pushed is reset to persisted, and
         a resend of it would then pass as new.
@@ -242,18 +236,7 @@ class MessageDeduplication:
         low = as_signed64(lowest)
         high = max(as_signed64(highest), low)
         self._activity.touch(producer_name)
-        persisted = self._persisted.get(producer_name)
-        pushed = self._ahead.get(producer_name, persisted)
-        if pushed is not None and low <= pushed:
-            if persisted is not None and high <= persisted:
-                return Verdict.DUP
-            return Verdict.UNKNOWN
-        if self._write_failed:
-            return Verdict.UNKNOWN
-        if self._ahead is _NOTHING_AHEAD:
-            self._ahead = {}
-        self._ahead[producer_name] = high
-        return Verdict.NOT_DUP
+        return self.marks.check(producer_name, low, high, self._write_failed)
 
     def check_chunk(self, chunk: Chunk) -> tuple[Verdict, Position | None]:
         """The verdict for an early chunk (any but the last) of a chunked message: a
@@ -266,10 +249,10 @@ class MessageDeduplication:
             return Verdict.UNKNOWN, None
         name = chunk.producer_name
         self._activity.touch(name)
-        persisted = self._persisted.get(name)
+        persisted = self.marks.persisted.get(name)
         if persisted is not None and chunk.sequence_id <= persisted:
             return Verdict.DUP, None
-        pushed = self._ahead.get(name, persisted)
+        pushed = self.marks.pushed(name)
         if (pushed is not None and chunk.sequence_id <= pushed) or self._write_failed:
             return Verdict.UNKNOWN, None
         verdict, position = self.chunks.check(chunk)
@@ -284,15 +267,25 @@ class MessageDeduplication:
         if self.status is DedupStatus.ENABLED:
             self._count_unmarked(position)
 
-    def on_persisted(self, producer_name: str, highest: int, position: Position) -> None:
-        """Kafka acknowledged an admitted entry: raise persisted, maybe start a snapshot."""
+    def on_persisted(
+        self,
+        producer_name: str,
+        highest: int,
+        position: Position,
+        lowest: int | None = None,
+        ids: tuple[int, ...] | None = None,
+    ) -> None:
+        """Kafka acknowledged an admitted entry holding ``lowest..highest`` (``ids`` when
+        they are not exactly that run): raise persisted, maybe start a snapshot."""
         status = self.status
+        high = as_signed64(highest)
+        low = high if lowest is None else as_signed64(lowest)
         if status is DedupStatus.RECOVERING:
-            self._acked_while_recovering.append((producer_name, as_signed64(highest), position))
+            self._acked_while_recovering.append((producer_name, low, high, ids, position))
             return
         if status is not DedupStatus.ENABLED:
             return
-        self._record(producer_name, as_signed64(highest), position)
+        self._record(producer_name, low, high, ids, position)
         self._activity.touch(producer_name)
         if self.snapshot_due():
             self._snapshots.start()
@@ -317,11 +310,9 @@ class MessageDeduplication:
         if status is DedupStatus.RECOVERING:
             # The replay normally reads these too; kept in case it had just finished.
             for entry in entries:
-                stored = self._parse_entry(entry)
-                if stored is not None:
-                    self._acked_while_recovering.append(
-                        (stored.producer_name, stored.highest, entry.position)
-                    )
+                if (s := self._parse_entry(entry)) is not None:
+                    acked = (s.producer_name, s.lowest, s.highest, s.ids, entry.position)
+                    self._acked_while_recovering.append(acked)
             return
         if status is not DedupStatus.ENABLED:
             self._write_failed = False
@@ -329,30 +320,26 @@ class MessageDeduplication:
         self.chunks.failed()
         for entry in entries:
             self._record_entry(entry)
-        self._ahead = _NOTHING_AHEAD
+        self.marks.reset_pushed()
         self._write_failed = False
         if self.snapshot_due():
             self._snapshots.start()
 
     def last_sequence_id(self, producer_name: str) -> int:
         """The highest persisted sequence id of a producer, -1 if none is known."""
-        return self._persisted.get(producer_name, -1)
+        return self.marks.persisted.get(producer_name, -1)
 
-    def _record(self, producer_name: str, highest: int, position: Position) -> None:
-        self._raise_marks(producer_name, highest, position)
+    def _record(
+        self, name: str, lowest: int, highest: int, ids: tuple[int, ...] | None, position: Position
+    ) -> None:
+        self._raise_marks(name, lowest, highest, ids, position)
         self._entries_since_snapshot += 1
 
-    def _raise_marks(self, producer_name: str, highest: int, position: Position) -> None:
-        previous = self._persisted.get(producer_name)
-        if previous is None or highest > previous:
-            self._persisted[producer_name] = highest
-            self.chunks.complete(producer_name, highest)
-            # Pushed is persisted again once persisted has caught up with it.
-            ahead = self._ahead.get(producer_name)
-            if ahead is not None and ahead <= highest:
-                del self._ahead[producer_name]
-                if not self._ahead:
-                    self._ahead = _NOTHING_AHEAD
+    def _raise_marks(
+        self, name: str, lowest: int, highest: int, ids: tuple[int, ...] | None, position: Position
+    ) -> None:
+        if self.marks.record(name, lowest, highest, ids, position):
+            self.chunks.complete(name, highest)
         if self._last_persisted is None or position > self._last_persisted:
             self._last_persisted = position
 
@@ -363,8 +350,10 @@ class MessageDeduplication:
             self._warn_unreadable(Position(ledger_id, entry_id), exc)
         for chunk, ledger_id, entry_id in chunks:
             self.chunks.stored(chunk, Position(ledger_id, entry_id))
+        self.marks.replayed(fold.take_irregular(), entries)
         for name, sequence in highest.items():
-            self._raise_marks(name, sequence, last)
+            if self.marks.raise_to(name, sequence):
+                self.chunks.complete(name, sequence)
             self._activity.touch(name)
         if self._last_persisted is None or last > self._last_persisted:
             self._last_persisted = last
@@ -382,7 +371,9 @@ class MessageDeduplication:
                 self.chunks.stored(chunk, entry.position)
             self._count_unmarked(entry.position)
             return
-        self._record(stored.producer_name, stored.highest, entry.position)
+        self._record(
+            stored.producer_name, stored.lowest, stored.highest, stored.ids, entry.position
+        )
         self._activity.touch(stored.producer_name)
 
     def _count_unmarked(self, position: Position) -> None:
@@ -409,14 +400,15 @@ class MessageDeduplication:
         self._activity.connected(name)
 
     def producer_disconnected(self, name: str) -> None:
-        self._activity.disconnected(name, name in self._ahead or name in self._persisted)
+        marks = self.marks
+        self._activity.disconnected(name, marks.in_flight(name) or name in marks.persisted)
 
     def _drop_inactive(self) -> None:
         timeout = self._config.broker_deduplication_producer_inactivity_timeout_minutes * 60
         for name in self._activity.idle(timeout):
-            if name in self._ahead:
+            if self.marks.in_flight(name):
                 continue  # a write is in flight (or unresolved): keep its mark
-            self._persisted.pop(name, None)
+            self.marks.forget(name)
             self.chunks.forget(name)
             self._activity.forget(name)
             log.info("deduplication on %s forgets inactive producer %r", self._ledger.name, name)
@@ -436,16 +428,18 @@ class MessageDeduplication:
             position = self._last_persisted
             if self.status is not DedupStatus.ENABLED or cursor is None or position is None:
                 return False
-            first_chunk = self.chunks.oldest_first_position()
-            if first_chunk is not None:
-                # Never past a chunked message in progress: recovery replays its chunks.
-                position = min(position, self._ledger.previous_position(first_chunk))
+            marks, first_hole = self.marks.snapshot_view()
+            for first in (self.chunks.oldest_first_position(), first_hole):
+                if first is not None:
+                    # Never past a chunked message in progress, nor the entry that opened
+                    # a producer's oldest hole: recovery reads them again.
+                    position = min(position, self._ledger.previous_position(first))
             if self._snapshot_position is not None and position <= self._snapshot_position:
                 self._entries_since_snapshot = 0
                 return False
             counted = self._entries_since_snapshot
             limit = self._config.broker_deduplication_max_number_of_producers
-            cursor.mark_delete(position, self._activity.newest(self._persisted, limit))
+            cursor.mark_delete(position, self._activity.newest(marks, limit))
             if cursor.mark_delete_position != position:
                 # The cursor refused the move (it is ahead, or the entry is gone), so
                 # the properties did not change either: nothing was snapshotted.
@@ -491,7 +485,7 @@ class MessageDeduplication:
         snapshot = self._snapshot_position
         return {
             "status": self.status.value,
-            "producers": len(self._persisted.keys() | self._ahead.keys()),
+            "producers": len(self.marks.producer_names()),
             "lastSnapshotPosition": str(snapshot) if snapshot is not None else "-1:-1",
             "lastSnapshotTime": self._snapshot_wall_ms,
             "entriesSinceSnapshot": self._entries_since_snapshot,

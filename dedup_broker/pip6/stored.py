@@ -1,26 +1,31 @@
-"""What deduplication learns from a stored entry: its producer and sequence range.
+"""What deduplication learns from a stored entry: its producer and sequence ids.
 
 ``stored_sequence`` is the reference reading of one entry. ``ReplayFold`` is recovery's
-hot loop over up to millions of entries: it keeps only the highest sequence id of each
+hot loop over up to millions of entries: it keeps the highest sequence id of each
 producer and reads the common entry (checksummed, no marker, no chunk, no batch or a
-batch with ``highest_sequence_id``) through one reused metadata object; every other
-entry, and every entry the fast reading is not certain about, goes through
-``stored_sequence``, so both always agree.
+batch with ``highest_sequence_id`` covering exactly its messages, above the producer's
+mark) through one reused metadata object; every other entry, and every entry the fast
+reading is not certain about, goes through ``stored_sequence``, so both always agree.
+Entries that may open or close holes (``pip6.holes``) are kept, in order, for the state.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 
 from google.protobuf.message import DecodeError
 
 from dedup_broker.errors import ProtocolError
 from dedup_broker.pip6.chunks import Chunk
+from dedup_broker.pip6.marks import ReplayedEntry
 from dedup_broker.protocol import pulsar_api_pb2 as pb
-from dedup_broker.protocol.batch import batch_sequence_range, is_batch
+from dedup_broker.protocol.batch import batch_sequence_ids, is_batch
 from dedup_broker.protocol.commands import as_signed64
 from dedup_broker.protocol.framing import MAGIC_CRC32C, parse_message, parse_metadata_only
+from dedup_broker.storage.api import Position
 
 _CHECKSUMMED_HEAD = struct.Struct(">H4xi")  # magic, (crc32c), metadata size
 _HEAD_SIZE = _CHECKSUMMED_HEAD.size
@@ -35,16 +40,53 @@ class StoredSequence:
     producer_name: str
     lowest: int
     highest: int
+    ids: tuple[int, ...] | None = None
+    """Every message's id, when they are not exactly ``lowest..highest``."""
+
+
+SequenceRun = tuple[int, int, tuple[int, ...] | None]
+"""lowest, highest, and the ids when they are not exactly that run."""
+
+
+def sequence_run(
+    metadata: pb.MessageMetadata,
+    lowest: int,
+    highest: int | None,
+    payload: Callable[[], bytes],
+) -> SequenceRun:
+    """The sequence ids an entry (or a SEND) covers, as Pulsar's signed longs.
+
+    ``highest``: the id the client gave as the highest (Java clients do), if any. The
+    batch's messages are read (``payload``) only when that does not settle it: no
+    highest, or a range wider than the count of messages (key-based batching). When the
+    messages cannot be read (encrypted, a codec not installed) the ids are taken as
+    consecutive from ``lowest``, which is how clients assign them.
+    """
+    if not is_batch(metadata):
+        return lowest, lowest, None
+    count = metadata.num_messages_in_batch
+    if highest is not None and highest >= lowest and highest - lowest + 1 == count:
+        return lowest, highest, None
+    ids = batch_sequence_ids(metadata, payload())
+    top = highest if highest is not None and highest >= lowest else lowest + max(count, 1) - 1
+    if not ids:
+        return lowest, top, None
+    top = max(max(ids), lowest) if highest is None else max(max(ids), top)
+    if ids[0] == lowest and ids[-1] == top and len(ids) == top - lowest + 1 and _consecutive(ids):
+        return lowest, top, None
+    return lowest, top, tuple(ids)
+
+
+def _consecutive(ids: list[int]) -> bool:
+    return all(b - a == 1 for a, b in pairwise(ids))
 
 
 def stored_sequence(block: bytes) -> StoredSequence | None:
-    """Producer and sequence range of a stored message block; None if it does not count.
+    """Producer and sequence ids of a stored message block; None if it does not count.
 
     Broker markers carry no producer sequence. The chunks of a chunked message share
     one sequence id and the message exists only once its last chunk is stored, so
-    only that chunk counts. Batch payloads are looked at only when the metadata lacks a
-    usable ``highest_sequence_id``; ids are read as Pulsar's signed 64-bit longs.
-    Raises ProtocolError when the block does not parse.
+    only that chunk counts. Raises ProtocolError when the block does not parse.
     """
     metadata = parse_metadata_only(block)
     if metadata.HasField("marker_type"):
@@ -52,14 +94,18 @@ def stored_sequence(block: bytes) -> StoredSequence | None:
     chunks = metadata.num_chunks_from_msg if metadata.HasField("num_chunks_from_msg") else 0
     if chunks > 1 and metadata.chunk_id != chunks - 1:
         return None
-    has_highest = (
-        metadata.HasField("highest_sequence_id")
-        and metadata.highest_sequence_id >= metadata.sequence_id
+    highest = (
+        as_signed64(metadata.highest_sequence_id)
+        if metadata.HasField("highest_sequence_id")
+        else None
     )
-    payload = parse_message(block).payload if is_batch(metadata) and not has_highest else b""
-    lowest, highest = batch_sequence_range(metadata, payload)
-    low = as_signed64(lowest)
-    return StoredSequence(metadata.producer_name, low, max(as_signed64(highest), low))
+    low, high, ids = sequence_run(
+        metadata,
+        as_signed64(metadata.sequence_id),
+        highest,
+        lambda: parse_message(block).payload,
+    )
+    return StoredSequence(metadata.producer_name, low, high, ids)
 
 
 FoldedChunks = list[tuple[Chunk, int, int]]
@@ -70,20 +116,27 @@ class ReplayFold:
     """Folds replayed entries into ``producer -> highest sequence id`` (an EntryVisitor).
 
     Called by a storage scan in a worker thread; the owner takes the results on the
-    event loop between scans (:meth:`take`), never while a scan runs.
+    event loop between scans (:meth:`take`, :meth:`take_irregular`), never while a scan
+    runs.
     """
 
-    __slots__ = ("_metadata", "chunks", "entries", "highest", "unreadable")
+    __slots__ = ("_metadata", "chunks", "entries", "highest", "irregular", "marks", "unreadable")
 
-    def __init__(self) -> None:
+    def __init__(self, marks: dict[str, int] | None = None) -> None:
+        """``marks``: each producer's mark where the replay starts (the snapshot's)."""
         self._metadata = pb.MessageMetadata()
+        self.marks: dict[str, int] = marks if marks is not None else {}
+        """Each producer's mark as of the last entry folded."""
         self.highest: dict[str, int] = {}
+        """The marks raised since the last :meth:`take`."""
         self.entries = 0
         """Entries folded, counted or not (markers, early chunks, unreadable ones)."""
         self.unreadable: Unreadable = []
         """``(ledger_id, entry_id, why)`` of entries whose metadata does not parse."""
         self.chunks: FoldedChunks = []
         """``(chunk, ledger_id, entry_id)`` of every early chunk (all but a last one)."""
+        self.irregular: list[ReplayedEntry] = []
+        """Entries whose ids are not one run above their producer's mark, in order."""
 
     def take(
         self,
@@ -94,9 +147,14 @@ class ReplayFold:
         self.highest, self.entries, self.unreadable, self.chunks = {}, 0, [], []
         return taken
 
+    def take_irregular(self) -> list[ReplayedEntry]:
+        taken, self.irregular = self.irregular, []
+        return taken
+
     def __call__(self, ledger_id: int, first_entry_id: int, blocks: list[bytes]) -> None:
         # One loop, no call per entry beyond the protobuf ones: it runs a million times.
         highest = self.highest
+        marks = self.marks
         metadata = self._metadata
         parse = metadata.ParseFromString
         complete = metadata.IsInitialized
@@ -104,7 +162,8 @@ class ReplayFold:
         head = _CHECKSUMMED_HEAD.unpack_from
         for entry_id, block in enumerate(blocks, first_entry_id):
             name: str | None = None
-            sequence = 0
+            low = sequence = 0
+            ids: tuple[int, ...] | None = None
             if len(block) >= _HEAD_SIZE:
                 magic, size = head(block)
                 if magic == MAGIC_CRC32C and 0 <= size <= len(block) - _HEAD_SIZE:
@@ -119,13 +178,15 @@ class ReplayFold:
                         low = low - _WRAP if low >= _SIGN_BIT else low
                         if not has("num_messages_in_batch"):
                             name, sequence = metadata.producer_name, low
-                        elif (
-                            has("highest_sequence_id")
-                            and metadata.highest_sequence_id >= metadata.sequence_id
-                        ):
+                        elif has("highest_sequence_id"):
                             top = metadata.highest_sequence_id
                             top = top - _WRAP if top >= _SIGN_BIT else top
-                            name, sequence = metadata.producer_name, max(top, low)
+                            if top >= low and top - low + 1 == metadata.num_messages_in_batch:
+                                name, sequence = metadata.producer_name, top
+                        if name is not None:
+                            mark = marks.get(name)
+                            if mark is not None and low <= mark:
+                                name = None  # it may close holes: its ids are read below
             if name is None:
                 try:
                     stored = stored_sequence(block)
@@ -137,8 +198,17 @@ class ReplayFold:
                     if chunk is not None:
                         self.chunks.append((chunk, ledger_id, entry_id))
                     continue
-                name, sequence = stored.producer_name, stored.highest
-            previous = highest.get(name)
-            if previous is None or sequence > previous:
+                name, low, sequence, ids = (
+                    stored.producer_name,
+                    stored.lowest,
+                    stored.highest,
+                    stored.ids,
+                )
+            mark = marks.get(name)
+            if ids is not None or (mark is not None and low <= mark):
+                position = Position(ledger_id, entry_id)
+                self.irregular.append(ReplayedEntry(name, low, sequence, ids, mark, position))
+            if mark is None or sequence > mark:
+                marks[name] = sequence
                 highest[name] = sequence
         self.entries += len(blocks)

@@ -9,18 +9,20 @@ failed Kafka write.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dedup_broker.errors import BrokerError
+from dedup_broker.errors import BrokerError, PermanentError, ProtocolError
 from dedup_broker.lazy import LazyLock
 from dedup_broker.pip6.chunks import Chunk
 from dedup_broker.pip6.policy import deduplication_enabled, snapshot_interval_seconds
 from dedup_broker.pip6.state import MessageDeduplication
+from dedup_broker.pip6.stored import sequence_run
 from dedup_broker.pip6.verdicts import DedupStatus, Verdict
 from dedup_broker.protocol import pulsar_api_pb2 as pb
-from dedup_broker.protocol.batch import batch_sequence_range
+from dedup_broker.protocol.batch_rewrite import rewrite_batch
 from dedup_broker.protocol.commands import as_signed64
 from dedup_broker.protocol.framing import parse_message
 
@@ -37,13 +39,23 @@ log = logging.getLogger(__name__)
 FAILURE_READ_CHUNK = 500
 
 
+class BatchNotSplittableError(PermanentError):
+    """A batch is partly stored already, and its messages cannot be told apart (an
+    encrypted payload): storing it whole would store some twice, so it is refused."""
+
+
 @dataclass(frozen=True, slots=True)
 class Admission:
     """A SEND's verdict and what its write is recorded as once stored."""
 
     verdict: Verdict
     producer_name: str
+    lowest: int
     highest: int
+    ids: tuple[int, ...] | None = None
+    """The ids written, when they are not exactly ``lowest..highest``."""
+    rewritten: tuple[pb.MessageMetadata, bytes] | None = None
+    """Admitted in part: the entry to write instead, holding only the new messages."""
     chunk: Chunk | None = None
     """An early chunk of a chunked message (recorded as a chunk, not as a mark)."""
     stored_at: Position | None = None
@@ -107,18 +119,76 @@ class TopicDeduplication:
         name = metadata.producer_name
         lowest = as_signed64(send.sequence_id)
         if state is None:
-            return Admission(Verdict.NOT_DUP, name, lowest)
+            return Admission(Verdict.NOT_DUP, name, lowest, lowest)
         chunk = Chunk.of(metadata)
         if chunk is not None and not chunk.is_last:
             verdict, stored_at = state.check_chunk(chunk)
-            return Admission(verdict, "", lowest, chunk, stored_at)
-        highest = lowest
-        if send.HasField("highest_sequence_id") and as_signed64(send.highest_sequence_id) >= lowest:
-            highest = as_signed64(send.highest_sequence_id)
-        elif metadata.HasField("num_messages_in_batch"):
-            parsed = parse_message(entry)
-            highest = max(lowest, batch_sequence_range(parsed.metadata, parsed.payload)[1])
-        return Admission(state.check(name, lowest, highest), name, highest)
+            return Admission(verdict, "", lowest, lowest, chunk=chunk, stored_at=stored_at)
+        low, high, ids, exact = self._sequence(send, entry, metadata, lowest)
+        verdict = state.check(name, low, high)
+        if verdict is Verdict.NOT_DUP:
+            if not exact:  # the gaps of a batch wider than its messages become holes
+                with contextlib.suppress(ProtocolError):
+                    ids = _read_ids(metadata, entry, low, high)
+            return Admission(verdict, name, low, high, ids)
+        if verdict is not Verdict.PARTLY_DUP:
+            return Admission(verdict, name, low, high, ids)
+        if not exact:
+            try:
+                ids = _read_ids(metadata, entry, low, high)
+            except ProtocolError as exc:
+                raise BatchNotSplittableError(f"the batch cannot be read: {exc}") from exc
+        every = list(ids) if ids is not None else list(range(low, high + 1))
+        return self._admit_part(state, name, metadata, entry, every)
+
+    @staticmethod
+    def _admit_part(
+        state: MessageDeduplication,
+        name: str,
+        metadata: pb.MessageMetadata,
+        entry: bytes,
+        ids: list[int],
+    ) -> Admission:
+        """A SEND partly stored already: only its new messages are written."""
+        low, high = min(ids), max(ids)
+        keep = state.marks.keep_of(name, ids)
+        if not any(keep):
+            return Admission(Verdict.DUP, name, low, high)
+        if all(keep):
+            state.marks.admit_part(name, high)
+            run = None if ids == list(range(low, high + 1)) else tuple(ids)
+            return Admission(Verdict.NOT_DUP, name, low, high, run)
+        kept = [i for i, new in zip(ids, keep, strict=True) if new]
+        first, last = min(kept), max(kept)
+        try:
+            rewritten = rewrite_batch(metadata, parse_message(entry).payload, keep, last, first)
+        except ProtocolError as exc:
+            raise BatchNotSplittableError(
+                f"a batch of producer {name!r} holds messages stored already and new ones, "
+                f"and cannot be split to store only the new ones: {exc}"
+            ) from exc
+        state.marks.admit_part(name, last)
+        run = None if kept == list(range(first, last + 1)) else tuple(kept)
+        return Admission(Verdict.NOT_DUP, name, first, last, run, rewritten)
+
+    @staticmethod
+    def _sequence(
+        send: pb.CommandSend, entry: bytes, metadata: pb.MessageMetadata, lowest: int
+    ) -> tuple[int, int, tuple[int, ...] | None, bool]:
+        """The SEND's lowest and highest id, its ids when they are not that run, and
+        whether that is certain; a batch's messages are read only when the client gave
+        no highest id (C++-based clients), the rest is read after the verdict if needed."""
+        if not metadata.HasField("num_messages_in_batch"):
+            return lowest, lowest, None, True
+        given: int | None = None
+        if send.HasField("highest_sequence_id"):
+            given = as_signed64(send.highest_sequence_id)
+        elif metadata.HasField("highest_sequence_id"):
+            given = as_signed64(metadata.highest_sequence_id)
+        if given is None or given < lowest:
+            run = sequence_run(metadata, lowest, None, lambda: parse_message(entry).payload)
+            return (*run, True)
+        return lowest, given, None, given - lowest + 1 == metadata.num_messages_in_batch
 
     def persisted(self, admission: Admission, position: Position) -> None:
         if self.state is None:
@@ -126,7 +196,13 @@ class TopicDeduplication:
         if admission.chunk is not None:
             self.state.on_chunk_persisted(admission.chunk, position)
         elif admission.producer_name:
-            self.state.on_persisted(admission.producer_name, admission.highest, position)
+            self.state.on_persisted(
+                admission.producer_name,
+                admission.highest,
+                position,
+                admission.lowest,
+                admission.ids,
+            )
 
     def write_failed(self) -> None:
         if self.state is not None:
@@ -194,3 +270,10 @@ class TopicDeduplication:
             asyncio.get_running_loop().call_later(
                 1.0, lambda: self.write_failure_resolved(told, truth)
             )
+
+
+def _read_ids(
+    metadata: pb.MessageMetadata, entry: bytes, low: int, high: int
+) -> tuple[int, ...] | None:
+    """The batch's ids when they are not exactly ``low..high``."""
+    return sequence_run(metadata, low, high, lambda: parse_message(entry).payload)[2]

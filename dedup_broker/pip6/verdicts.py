@@ -12,6 +12,9 @@ class Verdict(Enum):
     """New: write it."""
     DUP = "Dup"
     """Already durably stored: write nothing, answer a receipt with message id -1:-1."""
+    PARTLY_DUP = "PartlyDup"
+    """Some of the SEND's messages are stored already, some are not (a producer resending
+    from a checkpoint): write only the new ones, answer one receipt."""
     UNKNOWN = "Unknown"
     """May or may not end up stored (in flight, or a write failed): write nothing and
     answer SEND_ERROR, so the client reconnects, learns the last persisted sequence id

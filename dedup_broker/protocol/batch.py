@@ -23,6 +23,7 @@ from google.protobuf.message import DecodeError
 
 from dedup_broker.errors import ProtocolError, UnsupportedCompressionError
 from dedup_broker.protocol import pulsar_api_pb2 as pb
+from dedup_broker.protocol.commands import as_signed64
 
 #: Refuse to inflate a payload beyond this, whatever its metadata claims.
 DEFAULT_MAX_UNCOMPRESSED_SIZE = 64 * 1024 * 1024
@@ -301,6 +302,27 @@ def batch_sequence_range(metadata: pb.MessageMetadata, payload: bytes) -> tuple[
     if ids:
         return lowest, max(max(ids), lowest)
     return lowest, fallback
+
+
+def batch_sequence_ids(metadata: pb.MessageMetadata, payload: bytes) -> list[int] | None:
+    """Each message's sequence id, in the batch's order, as Pulsar's signed longs; None
+    when the messages cannot be read (encrypted, or a codec that is not installed).
+
+    Clients write every message's own id into its batch metadata; a message without one
+    is taken to follow the entry's ``sequence_id`` by its index, as clients number them.
+    """
+    lowest = metadata.sequence_id
+    if not is_batch(metadata):
+        return [as_signed64(lowest)]
+    if metadata.encryption_keys:
+        return None
+    try:
+        return [
+            as_signed64(single.sequence_id if single.HasField("sequence_id") else lowest + index)
+            for index, (single, _) in enumerate(scan_batch(metadata, payload))
+        ]
+    except UnsupportedCompressionError:
+        return None
 
 
 def build_batch(messages: list[tuple[pb.SingleMessageMetadata, bytes]]) -> bytes:

@@ -22,6 +22,7 @@ from dedup_broker.domain.subscription_errors import (
 )
 from dedup_broker.domain.termination import TopicTerminatedError
 from dedup_broker.domain_base.outcomes import PublishOutcome, PublishStatus
+from dedup_broker.pip6.topic_dedup import BatchNotSplittableError
 from dedup_broker.protocol import commands
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.txn_commands import TRANSACTION_REQUESTS, txn_response
@@ -96,7 +97,7 @@ def send_error_code(exc: BaseException | None) -> pb.ServerError:
         return pb.UnknownError
     if isinstance(exc, TopicTerminatedError):
         return pb.TopicTerminatedError
-    if isinstance(exc, (TransactionEndedError, TransactionsDisabledError)):
+    if isinstance(exc, (TransactionEndedError, TransactionsDisabledError, BatchNotSplittableError)):
         return pb.NotAllowedError  # the client fails the message instead of resending it
     return pb.PersistenceError
 

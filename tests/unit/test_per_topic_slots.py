@@ -7,11 +7,13 @@ import pytest
 
 from dedup_broker.compaction.topic import TopicCompaction
 from dedup_broker.domain.redeliveries import Redeliveries
+from dedup_broker.domain.send_order import WriteEnds
 from dedup_broker.domain.subscription import Subscription
 from dedup_broker.domain.topic import Topic
 from dedup_broker.key_dedup.topic import TopicKeyDedup
 from dedup_broker.lazy import LazyDeque, LazyEvent, LazyLock
 from dedup_broker.pip6.activity import ProducerActivity
+from dedup_broker.pip6.marks import SequenceMarks
 from dedup_broker.pip6.snapshot_task import SnapshotTask
 from dedup_broker.pip6.state import MessageDeduplication
 from dedup_broker.pip6.topic_dedup import TopicDeduplication
@@ -49,6 +51,7 @@ PER_TOPIC = [
     MessageDeduplication,
     PositionRangeSet,
     ProducerActivity,
+    SequenceMarks,
     Redeliveries,
     SnapshotTask,
     Subscription,
@@ -57,6 +60,7 @@ PER_TOPIC = [
     TopicKeyDedup,
     Topic,
     WriteRecovery,
+    WriteEnds,
 ]
 
 

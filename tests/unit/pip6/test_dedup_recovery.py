@@ -38,7 +38,10 @@ def test_stored_sequence_of_each_kind_of_entry() -> None:
     assert stored_sequence(message("p", 4)) == StoredSequence("p", 4, 4)
     with_highest = message("p", 10, num_messages_in_batch=5, highest_sequence_id=14)
     assert stored_sequence(with_highest) == StoredSequence("p", 10, 14)
-    assert stored_sequence(batch_without_highest("q", [20, 21, 25])) == StoredSequence("q", 20, 25)
+    assert stored_sequence(batch_without_highest("q", [20, 21, 25])) == StoredSequence(
+        "q", 20, 25, (20, 21, 25)
+    )
+    assert stored_sequence(batch_without_highest("q", [20, 21, 22])) == StoredSequence("q", 20, 22)
     assert stored_sequence(message("p", 2**64 - 2)) == StoredSequence("p", -2, -2)
     assert stored_sequence(message("p", 9, marker_type=1)) is None
     first_chunk = message("p", 3, uuid="p-3", num_chunks_from_msg=2, chunk_id=0)
@@ -86,7 +89,7 @@ async def test_recovery_loads_the_snapshot_and_replays_only_what_follows() -> No
         Verdict.DUP,
         Verdict.DUP,
         Verdict.DUP,
-        Verdict.UNKNOWN,
+        Verdict.PARTLY_DUP,  # 3 and 4 stored, 5 and 6 new
         Verdict.NOT_DUP,
         Verdict.NOT_DUP,
         Verdict.NOT_DUP,

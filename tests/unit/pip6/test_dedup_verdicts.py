@@ -13,6 +13,7 @@ from dedup_broker.pip6.state import DedupStatus, MessageDeduplication, Verdict
 from dedup_broker.storage.values import Entry, Position
 
 NOT_DUP, DUP, UNKNOWN = Verdict.NOT_DUP, Verdict.DUP, Verdict.UNKNOWN
+PARTLY_DUP = Verdict.PARTLY_DUP
 
 
 async def enabled(**settings: Any) -> MessageDeduplication:
@@ -70,8 +71,8 @@ async def test_batches_check_the_lowest_and_record_the_highest() -> None:
     assert dedup.last_sequence_id("p") == 9
     assert dedup.check("p", 0, 9) is DUP
     assert dedup.check("p", 3, 3) is DUP
-    # Partly stored, partly new: cannot be answered either way.
-    assert dedup.check("p", 5, 12) is UNKNOWN
+    # Partly stored, partly new, nothing in flight: the caller writes only the new ones.
+    assert dedup.check("p", 5, 12) is PARTLY_DUP
     assert dedup.check("p", 10, 19) is NOT_DUP
     assert dedup.check("p", 20, 20) is NOT_DUP
     assert dedup.check("p", 15, 15) is UNKNOWN

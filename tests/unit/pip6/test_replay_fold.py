@@ -36,6 +36,7 @@ BLOCKS = [
     message("b", 10, num_messages_in_batch=5, highest_sequence_id=14),
     message("b", 20, num_messages_in_batch=3, highest_sequence_id=19),  # not a real batch
     message("c", 2**63 + 5, num_messages_in_batch=2, highest_sequence_id=2**63 + 6),
+    # A highest below the lowest is no use: the batch is read (not a real one: unreadable).
     message("c", 1, num_messages_in_batch=2, highest_sequence_id=2**64 - 1),
     cpp_batch("d", [30, 31, 35]),
     message("e", 7, marker_type=1),
@@ -88,7 +89,7 @@ def test_the_fold_agrees_with_the_reference_reading() -> None:
     highest, entries, unreadable, chunks = fold.take()
     expected, broken = reference(blocks)
     assert highest == expected
-    assert highest["c"] == 1 and highest["b"] == 14 and highest["d"] == 35
+    assert highest["c"] == -(2**63) + 6 and highest["b"] == 14 and highest["d"] == 35
     assert "e" not in highest and highest["f"] == 3 and highest[""] == 1
     assert entries == len(blocks)
     assert [(lid, eid) for lid, eid, _ in unreadable] == [(7 if i < 5 else 8, i) for i in broken]

@@ -1,0 +1,227 @@
+"""Each producer's sequence-id marks on one topic: what is stored, what is being written,
+and the holes below the marks (``pip6.holes``).
+
+Two maps ``producer_name -> sequence_id``: *pushed* is raised when a SEND is admitted
+(before its Kafka write) so that a resend racing the original is caught while it is in
+flight, and is kept as its differences from *persisted*, raised when Kafka acknowledged
+the write, so only what is durably stored is ever answered as a duplicate.
+
+A SEND is judged message by message: the ids at or below persisted (and in no hole) are
+stored already, the others are new. A SEND that is all one or the other is a duplicate or
+new as a whole; a SEND that is both (a producer restarted from a checkpoint, its batch
+holding ids it had stored and ids it had not) is *partly* a duplicate, and only its new
+messages are written. Nothing is judged against a write still in flight: such a SEND
+waits for it (Unknown).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dedup_broker.pip6.holes import HOLE_MEMORY_ENTRIES, Holes, Opening
+from dedup_broker.pip6.verdicts import Verdict
+from dedup_broker.storage.api import Position
+
+_NOTHING_AHEAD: dict[str, int] = {}
+"""Shared by every topic with no write admitted and not yet acknowledged."""
+_NO_HOLES: dict[str, Holes] = {}
+"""Shared by every topic whose producers have no holes (most)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayedEntry:
+    """An entry a replay read that may open or close holes: its ids are not one run
+    above the producer's mark at that point."""
+
+    producer_name: str
+    lowest: int
+    highest: int
+    ids: tuple[int, ...] | None
+    """The entry's ids when they are not exactly ``lowest..highest``."""
+    mark_before: int | None
+    position: Position
+
+
+class SequenceMarks:
+    """Persisted and pushed marks and holes of every producer of one topic.
+
+    Nothing here yields: a check and the admission it makes are atomic on the loop.
+    """
+
+    __slots__ = ("_ahead", "_holes", "_serial", "persisted")
+
+    def __init__(self, persisted: dict[str, int] | None = None) -> None:
+        self.persisted: dict[str, int] = persisted if persisted is not None else {}
+        self._ahead = _NOTHING_AHEAD
+        """Pushed, for the producers with an admitted write not yet acknowledged (pushed
+        is persisted for all others, so an idle topic keeps one map, not two)."""
+        self._holes = _NO_HOLES
+        self._serial = 0
+        """Entries recorded so far (holes are forgotten by this count)."""
+
+    # --- verdicts -------------------------------------------------------------------
+    def check(self, name: str, low: int, high: int, failed: bool) -> Verdict:
+        """The verdict for a SEND covering ``low..high``; NOT_DUP admits it (pushed is
+        raised), PARTLY_DUP asks the caller for its ids (:meth:`admit_part`).
+
+        ``failed``: a write failed and its outcome is not known yet: nothing new is
+        admitted (a write admitted now could still be in flight when pushed is reset).
+        """
+        persisted = self.persisted.get(name)
+        ahead = self._ahead.get(name)
+        pushed = persisted if ahead is None else ahead
+        if pushed is None or low > pushed:
+            if failed:
+                return Verdict.UNKNOWN
+            self._admit(name, high)
+            return Verdict.NOT_DUP
+        if persisted is not None and high <= persisted and not self._in_hole(name, low, high):
+            return Verdict.DUP
+        if ahead is not None or failed:
+            return Verdict.UNKNOWN
+        return Verdict.PARTLY_DUP
+
+    def keep_of(self, name: str, ids: list[int]) -> list[bool]:
+        """After PARTLY_DUP, with the SEND's ids in its order: which messages are new."""
+        persisted = self.persisted[name]
+        holes = self._holes.get(name)
+        return [i > persisted or (holes is not None and i in holes) for i in ids]
+
+    def admit_part(self, name: str, highest_kept: int) -> None:
+        """The new messages of a PARTLY_DUP SEND are being written."""
+        self._admit(name, max(self.persisted[name], highest_kept))
+
+    def _admit(self, name: str, pushed: int) -> None:
+        if self._ahead is _NOTHING_AHEAD:
+            self._ahead = {}
+        self._ahead[name] = pushed
+
+    def _in_hole(self, name: str, low: int, high: int) -> bool:
+        holes = self._holes.get(name)
+        return holes is not None and holes.intersects(low, high)
+
+    def pushed(self, name: str) -> int | None:
+        """The highest id admitted (written or being written), None if none is known."""
+        return self._ahead.get(name, self.persisted.get(name))
+
+    def in_flight(self, name: str) -> bool:
+        return name in self._ahead
+
+    def reset_pushed(self) -> None:
+        """Nothing is in flight any more (a failed write was resolved)."""
+        self._ahead = _NOTHING_AHEAD
+
+    # --- what was stored ----------------------------------------------------------
+    def record(
+        self, name: str, low: int, high: int, ids: tuple[int, ...] | None, position: Position
+    ) -> bool:
+        """An entry of ``name`` is stored; True when it raised the producer's mark."""
+        self._serial += 1
+        previous = self.persisted.get(name)
+        self._update_holes(name, low, high, ids, previous, position)
+        raised = previous is None or high > previous
+        if raised:
+            self.persisted[name] = high
+        self.settle(name)
+        return raised
+
+    def settle(self, name: str) -> None:
+        """Pushed is persisted again once persisted has caught up with it."""
+        ahead = self._ahead.get(name)
+        persisted = self.persisted.get(name)
+        if ahead is not None and persisted is not None and ahead <= persisted:
+            del self._ahead[name]
+            if not self._ahead:
+                self._ahead = _NOTHING_AHEAD
+
+    def raise_to(self, name: str, sequence: int) -> bool:
+        """A replay read ``sequence`` of ``name`` stored; True when it raised the mark."""
+        previous = self.persisted.get(name)
+        if previous is not None and sequence <= previous:
+            return False
+        self.persisted[name] = sequence
+        return True
+
+    def replayed(self, entries: list[ReplayedEntry], count: int) -> None:
+        """A replay's irregular entries, in order, out of ``count`` entries read (the
+        marks themselves are raised by the caller)."""
+        for entry in entries:
+            self._update_holes(
+                entry.producer_name,
+                entry.lowest,
+                entry.highest,
+                entry.ids,
+                entry.mark_before,
+                entry.position,
+            )
+        self._serial += count
+
+    def _update_holes(
+        self,
+        name: str,
+        low: int,
+        high: int,
+        ids: tuple[int, ...] | None,
+        before: int | None,
+        position: Position,
+    ) -> None:
+        holes = self._holes.get(name)
+        if holes is not None and before is not None and low <= before:
+            holes.fill(ids if ids is not None else range(low, high + 1))
+            if not holes:
+                del self._holes[name]
+        if ids is not None and len(ids) > 1 and (before is None or high > before):
+            if holes is None:
+                holes = Holes()
+            holes.open(before, sorted(ids), Opening(position, before, self._serial))
+            if holes:
+                if self._holes is _NO_HOLES:
+                    self._holes = {}
+                self._holes[name] = holes
+
+    # --- snapshots and housekeeping -------------------------------------------------
+    def snapshot_view(self) -> tuple[dict[str, int], Position | None]:
+        """The marks to store and the entry a snapshot must not pass (None: any).
+
+        A producer with holes is stored with its mark before the entry that opened the
+        oldest of them, and the snapshot stays before that entry, so that the replay
+        reads the entry again with that mark and opens the same holes.
+        """
+        self.forget_old_holes()
+        if not self._holes:
+            return self.persisted, None
+        marks = dict(self.persisted)
+        pin: Position | None = None
+        for name, holes in self._holes.items():
+            opening = holes.oldest()
+            if opening is None:
+                continue
+            if opening.mark_before is None:
+                marks.pop(name, None)
+            else:
+                marks[name] = opening.mark_before
+            if pin is None or opening.position < pin:
+                pin = opening.position
+        return marks, pin
+
+    def forget_old_holes(self) -> None:
+        if not self._holes:
+            return
+        for name in list(self._holes):
+            holes = self._holes[name]
+            holes.forget_before(self._serial - HOLE_MEMORY_ENTRIES)
+            if not holes:
+                del self._holes[name]
+
+    def forget(self, name: str) -> None:
+        """An inactive producer: its marks and holes go."""
+        self.persisted.pop(name, None)
+        if name in self._holes:
+            del self._holes[name]
+
+    def holes_of(self, name: str) -> list[tuple[int, int]]:
+        holes = self._holes.get(name)
+        return holes.ranges() if holes is not None else []
+
+    def producer_names(self) -> set[str]:
+        return self.persisted.keys() | self._ahead.keys()

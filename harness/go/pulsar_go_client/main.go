@@ -1,0 +1,282 @@
+// Command pulsar_go_client drives the official Pulsar Go client against the broker for
+// the test suite, so that unmodified Go applications are proven to work. Every line it
+// prints on stdout is one JSON object with an "event" field; the client's own log goes
+// to stderr.
+//
+//	produce URL TOPIC COUNT [name=N] [batching=none|default|key] [chunking=true]
+//	        [size=BYTES] [keys=K] [first=F] [sendTimeoutMs=MS] [maxMessages=M]
+//	        [delayMs=D] [TLS and token options]
+//	    sends COUNT messages with sequence ids F..F+COUNT-1 (SendAsync, then Flush, so
+//	    that a run of ids can share a batch): "m-<id>", or BYTES bytes of payload(id);
+//	    with keys=K the key "k<id % K>". Prints {"event":"producer","lastSequenceId":N},
+//	    then in id order {"event":"sent","sequenceId":..,"messageId":".."} or
+//	    {"event":"failed","sequenceId":..,"error":".."}.
+//	consume URL TOPIC SUBSCRIPTION COUNT [timeoutMs=MS] [type=Exclusive|Shared|
+//	        Failover|Key_Shared] [TLS and token options]
+//	    receives up to COUNT messages from the earliest position, acknowledging each;
+//	    prints {"event":"received",...} per message and {"event":"timeout","after":N}
+//	    when none came for timeoutMs.
+//
+// Both end with {"event":"done"}. TLS and token options: tlsTrustCerts=PATH,
+// tlsAllowInsecure=true, tlsValidateHostname=true, token=JWT.
+//
+// A message id is "ledger:entry:partition:batchIndex" (batch index 0 for a message sent
+// alone), or the client's "ledger:entry:partition;ledger:entry:partition" (first and last
+// chunk) for a chunked message. "lastSequenceId" is what LastSequenceID() says when the
+// producer was created: -1, since the Go client does not take it from the broker's answer.
+// The Go client exposes neither a received message's sequence id nor whether it had a
+// key: "sequenceId" is always -1 and an empty key is printed as null.
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	pulsarlog "github.com/apache/pulsar-client-go/pulsar/log"
+)
+
+const valueLimit = 256
+
+var out = json.NewEncoder(os.Stdout)
+
+func emit(event map[string]any) {
+	if err := out.Encode(event); err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "error:", err)
+	os.Exit(1)
+}
+
+// payload is "m-<index>", or exactly size bytes: "m-<index> " then letters from index on.
+func payload(index int64, size int) []byte {
+	head := []byte("m-" + strconv.FormatInt(index, 10))
+	if size <= len(head) {
+		return head
+	}
+	body := make([]byte, size)
+	for i := range body {
+		body[i] = byte('a' + (index+int64(i))%26)
+	}
+	copy(body, head)
+	body[len(head)] = ' '
+	return body
+}
+
+func formatID(id pulsar.MessageID) string {
+	if text := id.String(); strings.Contains(text, ";") {
+		return text
+	}
+	return fmt.Sprintf("%d:%d:%d:%d", id.LedgerID(), id.EntryID(), id.PartitionIdx(), id.BatchIdx())
+}
+
+type options map[string]string
+
+func (o options) text(name, fallback string) string {
+	if value, ok := o[name]; ok {
+		return value
+	}
+	return fallback
+}
+
+func (o options) number(name string, fallback int64) int64 {
+	value, err := strconv.ParseInt(o.text(name, strconv.FormatInt(fallback, 10)), 10, 64)
+	if err != nil {
+		fail(fmt.Errorf("option %s: %w", name, err))
+	}
+	return value
+}
+
+func (o options) flag(name string) bool {
+	return o.text(name, "false") == "true"
+}
+
+func main() {
+	if len(os.Args) < 5 {
+		fail(fmt.Errorf("usage: produce URL TOPIC COUNT ... | consume URL TOPIC SUBSCRIPTION COUNT ..."))
+	}
+	opts := options{}
+	for _, arg := range os.Args[2:] {
+		if name, value, ok := strings.Cut(arg, "="); ok && name != "" {
+			opts[name] = value
+		}
+	}
+	clientOptions := pulsar.ClientOptions{
+		URL:                        os.Args[2],
+		OperationTimeout:           30 * time.Second,
+		ConnectionTimeout:          10 * time.Second,
+		TLSTrustCertsFilePath:      opts.text("tlsTrustCerts", ""),
+		TLSAllowInsecureConnection: opts.flag("tlsAllowInsecure"),
+		TLSValidateHostname:        opts.flag("tlsValidateHostname"),
+		Logger: pulsarlog.NewLoggerWithSlog(slog.New(slog.NewTextHandler(os.Stderr,
+			&slog.HandlerOptions{Level: slog.LevelWarn}))),
+	}
+	if token, ok := opts["token"]; ok {
+		clientOptions.Authentication = pulsar.NewAuthenticationToken(token)
+	}
+	client, err := pulsar.NewClient(clientOptions)
+	if err != nil {
+		fail(err)
+	}
+	switch os.Args[1] {
+	case "produce":
+		count, err := strconv.Atoi(os.Args[4])
+		if err != nil {
+			fail(err)
+		}
+		produce(client, os.Args[3], count, opts)
+	case "consume":
+		if len(os.Args) < 6 {
+			fail(fmt.Errorf("consume URL TOPIC SUBSCRIPTION COUNT"))
+		}
+		count, err := strconv.Atoi(os.Args[5])
+		if err != nil {
+			fail(err)
+		}
+		consume(client, os.Args[3], os.Args[4], count, opts)
+	default:
+		fail(fmt.Errorf("unknown mode %q", os.Args[1]))
+	}
+	client.Close()
+	emit(map[string]any{"event": "done"})
+	os.Exit(0)
+}
+
+func producerOptions(topic string, opts options) pulsar.ProducerOptions {
+	result := pulsar.ProducerOptions{
+		Topic:                   topic,
+		Name:                    opts.text("name", ""),
+		SendTimeout:             -1,
+		BatchingMaxPublishDelay: time.Duration(opts.number("delayMs", 50)) * time.Millisecond,
+		BatchingMaxMessages:     uint(opts.number("maxMessages", 1000)),
+	}
+	if ms := opts.number("sendTimeoutMs", 0); ms > 0 {
+		result.SendTimeout = time.Duration(ms) * time.Millisecond
+	}
+	switch batching := opts.text("batching", "none"); batching {
+	case "none":
+		result.DisableBatching = true
+	case "default":
+	case "key":
+		result.BatcherBuilderType = pulsar.KeyBasedBatchBuilder
+	default:
+		fail(fmt.Errorf("batching %q", batching))
+	}
+	if opts.flag("chunking") {
+		result.DisableBatching = true
+		result.EnableChunking = true
+	}
+	return result
+}
+
+type outcome struct {
+	id  pulsar.MessageID
+	err error
+}
+
+func produce(client pulsar.Client, topic string, count int, opts options) {
+	producer, err := client.CreateProducer(producerOptions(topic, opts))
+	if err != nil {
+		fail(err)
+	}
+	defer producer.Close()
+	emit(map[string]any{"event": "producer", "lastSequenceId": producer.LastSequenceID()})
+	first, size, keys := opts.number("first", 0), int(opts.number("size", 0)), opts.number("keys", 0)
+	outcomes := make([]outcome, count)
+	var pending sync.WaitGroup
+	for n := range count {
+		sequenceID := first + int64(n)
+		message := &pulsar.ProducerMessage{Payload: payload(sequenceID, size), SequenceID: &sequenceID}
+		if keys > 0 {
+			message.Key = "k" + strconv.FormatInt(sequenceID%keys, 10)
+		}
+		pending.Add(1)
+		producer.SendAsync(context.Background(), message,
+			func(id pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
+				outcomes[n] = outcome{id, err}
+				pending.Done()
+			})
+	}
+	if err := producer.FlushWithCtx(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, "flush:", err)
+	}
+	pending.Wait()
+	for n, result := range outcomes {
+		sequenceID := first + int64(n)
+		if result.err != nil {
+			emit(map[string]any{"event": "failed", "sequenceId": sequenceID, "error": result.err.Error()})
+		} else {
+			emit(map[string]any{"event": "sent", "sequenceId": sequenceID, "messageId": formatID(result.id)})
+		}
+	}
+}
+
+var subscriptionTypes = map[string]pulsar.SubscriptionType{
+	"Exclusive":  pulsar.Exclusive,
+	"Shared":     pulsar.Shared,
+	"Failover":   pulsar.Failover,
+	"Key_Shared": pulsar.KeyShared,
+}
+
+func consume(client pulsar.Client, topic, subscription string, count int, opts options) {
+	kind, ok := subscriptionTypes[opts.text("type", "Exclusive")]
+	if !ok {
+		fail(fmt.Errorf("subscription type %q", opts["type"]))
+	}
+	consumer, err := client.Subscribe(pulsar.ConsumerOptions{
+		Topic:                       topic,
+		SubscriptionName:            subscription,
+		Type:                        kind,
+		SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest,
+	})
+	if err != nil {
+		fail(err)
+	}
+	defer consumer.Close()
+	wait := time.Duration(opts.number("timeoutMs", 30000)) * time.Millisecond
+	for n := range count {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		message, err := consumer.Receive(ctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				fail(err)
+			}
+			emit(map[string]any{"event": "timeout", "after": n})
+			return
+		}
+		data := message.Payload()
+		digest := sha256.Sum256(data)
+		event := map[string]any{
+			"event":        "received",
+			"key":          nil,
+			"size":         len(data),
+			"sha256":       hex.EncodeToString(digest[:]),
+			"sequenceId":   -1,
+			"producerName": message.ProducerName(),
+			"messageId":    formatID(message.ID()),
+		}
+		if key := message.Key(); key != "" {
+			event["key"] = key
+		}
+		if len(data) <= valueLimit {
+			event["value"] = string(data)
+		}
+		emit(event)
+		if err := consumer.Ack(message); err != nil {
+			fail(err)
+		}
+	}
+}

@@ -1,0 +1,204 @@
+"""The official Pulsar Go client (``github.com/apache/pulsar-client-go``), for
+compatibility runs.
+
+Go services talk to Pulsar through this client, which implements the protocol on its own
+(its batching, lookups, TLS and send receipts are not the Java client's), so the suite
+proves the broker against it too. ``ensure_go_client()`` builds ``go/pulsar_go_client``,
+a small driver that produces and consumes and prints one JSON object per line, with
+modules from the Go module proxy; ``go_produce()`` and ``go_consume()`` run it and return
+what ``harness.pulsar_java`` returns; ``run_go_client()`` runs it with raw arguments.
+
+What the driver prints differs from the Java driver's in four ways, all from the Go
+client's API: ``Produced.last_sequence_id`` is always -1 (``LastSequenceID()`` ignores
+the broker's answer to the new producer and counts only this producer's receipts); a
+message id is ``ledger:entry:partition:batchIndex`` (batch index 0 for a
+message sent alone; a chunked message's is ``<first chunk>;<last chunk>`` with three
+fields each, as the Java client prints it); a received message's ``sequence_id`` is
+always -1 (the client does not expose it); and an empty key reads as no key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from dedup_broker.devservers.distribution import cache_root
+from dedup_broker.errors import DevServerError
+from harness.pulsar_java import (
+    Batching,
+    Consumed,
+    Produced,
+    SentMessage,
+    driver_events,
+    received_messages,
+)
+
+SOURCE_DIR = Path(__file__).parent / "go" / "pulsar_go_client"
+SOURCES = ("go.mod", "go.sum", "main.go")
+BINARY_PREFIX = "pulsar-go-client-"
+
+
+def _source_digest() -> str:
+    digest = hashlib.sha256()
+    for name in SOURCES:
+        digest.update(name.encode() + b"\0" + (SOURCE_DIR / name).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _build_environment() -> dict[str, str]:
+    """``GOTOOLCHAIN=local``: the module needs no newer Go than the machine's, and the go
+    command must not fetch a toolchain; ``-mod=readonly``: the build uses the committed
+    go.sum and never rewrites the sources."""
+    env = dict(os.environ)
+    env["GOTOOLCHAIN"] = "local"
+    env["GOFLAGS"] = "-mod=readonly -buildvcs=false"
+    return env
+
+
+def ensure_go_client() -> Path:
+    """The driver's binary in the cache, built again only when its sources changed (their
+    hash is in the name); older builds are removed."""
+    folder = cache_root() / "pulsar-go-client"
+    binary = folder / f"{BINARY_PREFIX}{_source_digest()}"
+    if binary.is_file():
+        return binary
+    go = shutil.which("go") or next(
+        (p for p in ("/usr/local/go/bin/go", "/usr/lib/go/bin/go") if Path(p).is_file()), None
+    )
+    if go is None:
+        raise DevServerError("the Pulsar Go client needs the go command (Go 1.24+), not found")
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = folder / f".{binary.name}.{os.getpid()}"
+    try:
+        result = subprocess.run(
+            [go, "build", "-o", str(partial), "."],
+            cwd=SOURCE_DIR,
+            env=_build_environment(),
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        partial.unlink(missing_ok=True)
+        raise DevServerError(f"building the Pulsar Go client failed: {exc}") from exc
+    if result.returncode != 0:
+        partial.unlink(missing_ok=True)
+        raise DevServerError(
+            f"building the Pulsar Go client failed (go build exit {result.returncode}):\n"
+            f"{result.stdout[-2000:]}{result.stderr[-5000:]}"
+        )
+    os.replace(partial, binary)
+    for old in folder.glob(f"{BINARY_PREFIX}*"):
+        if old != binary:
+            old.unlink(missing_ok=True)
+    return binary
+
+
+def run_go_client(*args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
+    """Runs the driver (``produce ...`` / ``consume ...``); output is returned, not checked."""
+    return subprocess.run(
+        [str(ensure_go_client()), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def go_events(*args: str, timeout: float = 180.0) -> list[dict[str, Any]]:
+    """What the driver printed, one dict a line; raises DevServerError unless it exited
+    0 and ended with ``done``."""
+    return driver_events(run_go_client(*args, timeout=timeout), "Go client", args)
+
+
+def _tls_args(
+    tls_trust_certs: Path | str | None,
+    tls_allow_insecure: bool,
+    tls_validate_hostname: bool,
+    token: str | None,
+) -> list[str]:
+    args = [] if tls_trust_certs is None else [f"tlsTrustCerts={tls_trust_certs}"]
+    args += ["tlsAllowInsecure=true"] if tls_allow_insecure else []
+    args += ["tlsValidateHostname=true"] if tls_validate_hostname else []
+    return args + ([] if token is None else [f"token={token}"])
+
+
+def go_produce(
+    service_url: str,
+    topic: str,
+    count: int,
+    *,
+    name: str | None = None,
+    batching: Batching = "none",
+    chunking: bool = False,
+    size: int = 0,
+    keys: int = 0,
+    first: int = 0,
+    send_timeout_ms: int = 0,
+    max_messages: int = 1000,
+    delay_ms: int = 50,
+    tls_trust_certs: Path | str | None = None,
+    tls_allow_insecure: bool = False,
+    tls_validate_hostname: bool = False,
+    token: str | None = None,
+    timeout: float = 180.0,
+) -> Produced:
+    """Sends ``java_payload(i, size)`` with sequence id ``i`` for ``i`` in
+    ``first..first+count-1`` (key ``k<i % keys>`` when ``keys``), all asynchronously then
+    flushed; raises DevServerError when the driver fails or any send failed (``go_events``
+    shows failures one by one). ``resent`` is always empty."""
+    args = ["produce", service_url, topic, str(count), f"batching={batching}"]
+    args += [f"size={size}", f"keys={keys}", f"first={first}", f"chunking={str(chunking).lower()}"]
+    args += [f"sendTimeoutMs={send_timeout_ms}", f"maxMessages={max_messages}"]
+    args += [f"delayMs={delay_ms}"]
+    if name is not None:
+        args.append(f"name={name}")
+    args += _tls_args(tls_trust_certs, tls_allow_insecure, tls_validate_hostname, token)
+    events = go_events(*args, timeout=timeout)
+    producer = [e for e in events if e["event"] == "producer"]
+    failed = [e for e in events if e["event"] == "failed"]
+    if len(producer) != 1 or failed:
+        raise DevServerError(f"the Go producer failed: {producer + failed}")
+    sent = [
+        SentMessage(int(e["sequenceId"]), str(e["messageId"]))
+        for e in events
+        if e["event"] == "sent"
+    ]
+    return Produced(int(producer[0]["lastSequenceId"]), sent, [])
+
+
+def go_consume(
+    service_url: str,
+    topic: str,
+    subscription: str,
+    count: int,
+    *,
+    timeout_ms: int = 30_000,
+    subscription_type: str = "Exclusive",
+    tls_trust_certs: Path | str | None = None,
+    tls_allow_insecure: bool = False,
+    tls_validate_hostname: bool = False,
+    token: str | None = None,
+    timeout: float = 180.0,
+) -> Consumed:
+    """Receives up to ``count`` messages from the earliest position, acknowledging each;
+    stops early when none arrives for ``timeout_ms``."""
+    events = go_events(
+        "consume",
+        service_url,
+        topic,
+        subscription,
+        str(count),
+        f"timeoutMs={timeout_ms}",
+        f"type={subscription_type}",
+        *_tls_args(tls_trust_certs, tls_allow_insecure, tls_validate_hostname, token),
+        timeout=timeout,
+    )
+    return Consumed(received_messages(events), any(e["event"] == "timeout" for e in events))
