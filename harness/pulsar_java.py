@@ -210,14 +210,16 @@ def java_produce(
     chunking: bool = False,
     size: int = 0,
     keys: int = 0,
+    first: int = 0,
     resend: tuple[int, int] | None = None,
     timeout: float = 180.0,
 ) -> Produced:
-    """Sends ``java_payload(i, size)`` with sequence id ``i`` for ``i`` in ``0..count-1``
-    (key ``k<i % keys>`` when ``keys``), then ``resend`` (first, last: inclusive) again
-    from the same producer; raises DevServerError when the driver fails."""
+    """Sends ``java_payload(i, size)`` with sequence id ``i`` for ``i`` in
+    ``first..first+count-1`` (key ``k<i % keys>`` when ``keys``), then ``resend`` (first,
+    last: inclusive) again from the same producer; raises DevServerError when the driver
+    fails."""
     args = ["produce", service_url, topic, str(count), f"batching={batching}"]
-    args += [f"size={size}", f"keys={keys}", f"chunking={str(chunking).lower()}"]
+    args += [f"size={size}", f"keys={keys}", f"first={first}", f"chunking={str(chunking).lower()}"]
     if name is not None:
         args.append(f"name={name}")
     if resend is not None:

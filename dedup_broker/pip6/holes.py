@@ -98,15 +98,17 @@ class Holes:
                 highs.insert(index + 1, high)
                 openings.insert(index + 1, openings[index])
 
-    def open(self, above: int | None, ids: Sequence[int], opening: Opening) -> None:
-        """The gaps between ``ids`` (sorted, the ids of one stored entry) that lie above
-        ``above`` (the producer's mark before the entry) become holes."""
-        floor = above if above is not None else ids[0]
-        previous = ids[0]
-        for sequence_id in ids[1:]:
-            low = max(previous + 1, floor + 1)
-            if low < sequence_id:
-                self._lows.append(low)
+    def open(self, floor: int, ids: Sequence[int], opening: Opening) -> None:
+        """The ids above ``floor`` and below the highest of ``ids`` (sorted, the ids one
+        stored entry holds) that the entry does not hold become holes.
+
+        ``floor``: the producer's mark before the entry, or the start of the entry's range
+        when that is higher (a gap between two entries is not a hole).
+        """
+        previous = floor
+        for sequence_id in ids:
+            if previous + 1 < sequence_id:
+                self._lows.append(previous + 1)
                 self._highs.append(sequence_id - 1)
                 self._openings.append(opening)
             previous = max(previous, sequence_id)

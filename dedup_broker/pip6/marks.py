@@ -170,10 +170,11 @@ class SequenceMarks:
             holes.fill(ids if ids is not None else range(low, high + 1))
             if not holes:
                 del self._holes[name]
-        if ids is not None and len(ids) > 1 and (before is None or high > before):
+        if ids is not None and (before is None or high > before):
             if holes is None:
                 holes = Holes()
-            holes.open(before, sorted(ids), Opening(position, before, self._serial))
+            floor = low if before is None else max(before, low)
+            holes.open(floor, sorted(ids), Opening(position, before, self._serial))
             if holes:
                 if self._holes is _NO_HOLES:
                     self._holes = {}

@@ -57,24 +57,30 @@ def sequence_run(
     """The sequence ids an entry (or a SEND) covers, as Pulsar's signed longs.
 
     ``highest``: the id the client gave as the highest (Java clients do), if any. The
-    batch's messages are read (``payload``) only when that does not settle it: no
-    highest, or a range wider than the count of messages (key-based batching). When the
-    messages cannot be read (encrypted, a codec not installed) the ids are taken as
-    consecutive from ``lowest``, which is how clients assign them.
+    batch's messages are read (``payload``) unless ``lowest..highest`` holds exactly as
+    many ids as the batch has messages: C++-based clients give no highest, the Java
+    client's key-based batches name their last message's id as both lowest and highest,
+    and a batch PIP-6 rewrote keeps the range of the SEND but fewer messages. The range
+    starts at the lowest of ``lowest`` and the messages' ids.
+    When the messages cannot be read (encrypted, a codec not installed) the ids are
+    taken as consecutive from ``lowest``, which is how clients assign them.
     """
     if not is_batch(metadata):
         return lowest, lowest, None
     count = metadata.num_messages_in_batch
-    if highest is not None and highest >= lowest and highest - lowest + 1 == count:
+    usable = highest is not None and highest >= lowest
+    if usable and highest is not None and highest - lowest + 1 == count:
         return lowest, highest, None
     ids = batch_sequence_ids(metadata, payload())
-    top = highest if highest is not None and highest >= lowest else lowest + max(count, 1) - 1
     if not ids:
+        top = highest if usable and highest is not None else lowest + max(count, 1) - 1
         return lowest, top, None
-    top = max(max(ids), lowest) if highest is None else max(max(ids), top)
-    if ids[0] == lowest and ids[-1] == top and len(ids) == top - lowest + 1 and _consecutive(ids):
-        return lowest, top, None
-    return lowest, top, tuple(ids)
+    low, top = min(lowest, *ids), max(ids)
+    if usable and highest is not None:
+        top = max(top, highest)
+    if ids[0] == low and len(ids) == top - low + 1 and _consecutive(ids):
+        return low, top, None
+    return low, top, tuple(ids)
 
 
 def _consecutive(ids: list[int]) -> bool:

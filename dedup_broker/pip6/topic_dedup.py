@@ -9,7 +9,6 @@ failed Kafka write.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -19,7 +18,7 @@ from dedup_broker.lazy import LazyLock
 from dedup_broker.pip6.chunks import Chunk
 from dedup_broker.pip6.policy import deduplication_enabled, snapshot_interval_seconds
 from dedup_broker.pip6.state import MessageDeduplication
-from dedup_broker.pip6.stored import sequence_run
+from dedup_broker.pip6.stored import SequenceRun, sequence_run
 from dedup_broker.pip6.verdicts import DedupStatus, Verdict
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch_rewrite import rewrite_batch
@@ -124,22 +123,12 @@ class TopicDeduplication:
         if chunk is not None and not chunk.is_last:
             verdict, stored_at = state.check_chunk(chunk)
             return Admission(verdict, "", lowest, lowest, chunk=chunk, stored_at=stored_at)
-        low, high, ids, exact = self._sequence(send, entry, metadata, lowest)
+        low, high, ids = self._sequence(send, entry, metadata, lowest)
         verdict = state.check(name, low, high)
-        if verdict is Verdict.NOT_DUP:
-            if not exact:  # the gaps of a batch wider than its messages become holes
-                with contextlib.suppress(ProtocolError):
-                    ids = _read_ids(metadata, entry, low, high)
-            return Admission(verdict, name, low, high, ids)
         if verdict is not Verdict.PARTLY_DUP:
             return Admission(verdict, name, low, high, ids)
-        if not exact:
-            try:
-                ids = _read_ids(metadata, entry, low, high)
-            except ProtocolError as exc:
-                raise BatchNotSplittableError(f"the batch cannot be read: {exc}") from exc
         every = list(ids) if ids is not None else list(range(low, high + 1))
-        return self._admit_part(state, name, metadata, entry, every)
+        return self._admit_part(state, name, metadata, entry, (low, high, every))
 
     @staticmethod
     def _admit_part(
@@ -147,48 +136,41 @@ class TopicDeduplication:
         name: str,
         metadata: pb.MessageMetadata,
         entry: bytes,
-        ids: list[int],
+        run: tuple[int, int, list[int]],
     ) -> Admission:
-        """A SEND partly stored already: only its new messages are written."""
-        low, high = min(ids), max(ids)
+        """A SEND partly stored already (``run``: its range and every message's id):
+        only its new messages are written."""
+        low, high, ids = run
         keep = state.marks.keep_of(name, ids)
         if not any(keep):
             return Admission(Verdict.DUP, name, low, high)
         if all(keep):
             state.marks.admit_part(name, high)
-            run = None if ids == list(range(low, high + 1)) else tuple(ids)
-            return Admission(Verdict.NOT_DUP, name, low, high, run)
+            whole = None if ids == list(range(low, high + 1)) else tuple(ids)
+            return Admission(Verdict.NOT_DUP, name, low, high, whole)
         kept = [i for i, new in zip(ids, keep, strict=True) if new]
-        first, last = min(kept), max(kept)
-        try:
-            rewritten = rewrite_batch(metadata, parse_message(entry).payload, keep, last, first)
+        try:  # the entry keeps the SEND's range (its holes are opened from it again)
+            rewritten = rewrite_batch(metadata, parse_message(entry).payload, keep, high)
         except ProtocolError as exc:
             raise BatchNotSplittableError(
                 f"a batch of producer {name!r} holds messages stored already and new ones, "
                 f"and cannot be split to store only the new ones: {exc}"
             ) from exc
-        state.marks.admit_part(name, last)
-        run = None if kept == list(range(first, last + 1)) else tuple(kept)
-        return Admission(Verdict.NOT_DUP, name, first, last, run, rewritten)
+        state.marks.admit_part(name, max(kept))
+        return Admission(Verdict.NOT_DUP, name, low, high, tuple(kept), rewritten)
 
     @staticmethod
     def _sequence(
         send: pb.CommandSend, entry: bytes, metadata: pb.MessageMetadata, lowest: int
-    ) -> tuple[int, int, tuple[int, ...] | None, bool]:
-        """The SEND's lowest and highest id, its ids when they are not that run, and
-        whether that is certain; a batch's messages are read only when the client gave
-        no highest id (C++-based clients), the rest is read after the verdict if needed."""
-        if not metadata.HasField("num_messages_in_batch"):
-            return lowest, lowest, None, True
+    ) -> SequenceRun:
+        """The SEND's ids (``sequence_run``), the highest the client gave taken from the
+        command first, as Pulsar does."""
         given: int | None = None
         if send.HasField("highest_sequence_id"):
             given = as_signed64(send.highest_sequence_id)
         elif metadata.HasField("highest_sequence_id"):
             given = as_signed64(metadata.highest_sequence_id)
-        if given is None or given < lowest:
-            run = sequence_run(metadata, lowest, None, lambda: parse_message(entry).payload)
-            return (*run, True)
-        return lowest, given, None, given - lowest + 1 == metadata.num_messages_in_batch
+        return sequence_run(metadata, lowest, given, lambda: parse_message(entry).payload)
 
     def persisted(self, admission: Admission, position: Position) -> None:
         if self.state is None:
@@ -270,10 +252,3 @@ class TopicDeduplication:
             asyncio.get_running_loop().call_later(
                 1.0, lambda: self.write_failure_resolved(told, truth)
             )
-
-
-def _read_ids(
-    metadata: pb.MessageMetadata, entry: bytes, low: int, high: int
-) -> tuple[int, ...] | None:
-    """The batch's ids when they are not exactly ``low..high``."""
-    return sequence_run(metadata, low, high, lambda: parse_message(entry).payload)[2]

@@ -1,6 +1,7 @@
 """Rewriting a batch entry so it holds only some of its messages.
 
-Key-window deduplication drops repeats out of a batch and stores the rest. The new entry
+Key-window deduplication drops repeats out of a batch and stores the rest, and PIP-6 the
+messages of a batch that are stored already (a producer resent it in part). The new entry
 keeps the producer's metadata (producer name, sequence range, publish time, codec) so
 that PIP-6 and every consumer read it like any other batch; only the message count, the
 payload and the checksum change.
@@ -18,15 +19,13 @@ def rewrite_batch(
     payload: bytes,
     keep: list[bool],
     highest_sequence_id: int | None,
-    lowest_sequence_id: int | None = None,
 ) -> tuple[pb.MessageMetadata, bytes]:
     """The metadata and message block of a batch holding the kept messages, in order.
 
     ``payload`` is the entry's payload as sent, ``keep`` one flag per message.
-    ``highest_sequence_id`` is written into the metadata: the range the SEND covered
-    (key-window deduplication: the entry still covers the ids of the repeats it drops),
-    or with ``lowest_sequence_id`` the range of the kept messages (PIP-6 drops the
-    messages stored already, and the entry covers only the rest).
+    ``highest_sequence_id`` (the range the SEND covered) is written into the metadata,
+    so the entry still covers the same sequence ids when its messages are fewer (each
+    message keeps its own id in its own metadata).
     """
     raw = kept_records(metadata, payload, keep)
     new = pb.MessageMetadata()
@@ -35,6 +34,4 @@ def rewrite_batch(
     new.uncompressed_size = len(raw)
     if highest_sequence_id is not None and highest_sequence_id >= 0:
         new.highest_sequence_id = highest_sequence_id
-    if lowest_sequence_id is not None and lowest_sequence_id >= 0:
-        new.sequence_id = lowest_sequence_id
     return new, encode_message(new, compress(metadata.compression, raw))

@@ -3,9 +3,11 @@
 // prints is one JSON object with an "event" field, so that tests can assert exact results.
 //
 //   produce URL TOPIC COUNT [name=N] [batching=none|default|key] [chunking=true]
-//           [size=BYTES] [keys=K] [resend=FROM-TO] [sendTimeoutMs=MS]
-//       sends COUNT messages with sequence ids 0..COUNT-1: "m-<i>", or BYTES bytes of
-//       payload(i) when size is given; with keys=K message i has the key "k<i % K>";
+//           [size=BYTES] [keys=K] [first=F] [resend=FROM-TO] [sendTimeoutMs=MS]
+//       sends COUNT messages with sequence ids F..F+COUNT-1 (F: 0 unless given), all
+//       asynchronously then flushed, so that a run of ids shares batches: "m-<i>", or
+//       BYTES bytes of payload(i) when size is given; with keys=K message i has the key
+//       "k<i % K>";
 //       resend=FROM-TO then sends messages FROM..TO (inclusive) again, same ids, same
 //       producer. Prints {"event":"producer","lastSequenceId":..},
 //       {"event":"sent"|"resent","sequenceId":..,"messageId":".."} and {"event":"done"}.
@@ -116,8 +118,9 @@ public final class PulsarJavaClient {
         try (Producer<byte[]> producer = builder.create()) {
             System.out.println("{\"event\":\"producer\",\"lastSequenceId\":"
                     + producer.getLastSequenceId() + "}");
+            int first = Integer.parseInt(options.getOrDefault("first", "0"));
             List<Integer> order = new ArrayList<>();
-            for (int i = 0; i < count; i++) {
+            for (int i = first; i < first + count; i++) {
                 order.add(i);
             }
             sendAll(producer, order, size, keys, "sent");

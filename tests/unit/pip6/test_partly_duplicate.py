@@ -18,13 +18,16 @@ from harness.memory_broker import MemoryBroker, WireClient, settle
 TOPIC = "persistent://public/default/orders"
 
 
-def batch(ids: list[int], highest: bool = False, **fields: object) -> bytes:
+def batch(
+    ids: list[int], highest: bool = False, named: int | None = None, **fields: object
+) -> bytes:
     """A batch as the C++-based clients send it (each message's id in its own metadata),
-    or with ``highest_sequence_id`` as the Java client adds."""
+    or with ``highest_sequence_id`` as the Java client adds; ``named``: the batch's own
+    sequence id when it is not its first message's."""
     singles = [(pb.SingleMessageMetadata(sequence_id=i), b"m%d" % i) for i in ids]
     metadata = pb.MessageMetadata(
         producer_name="p",
-        sequence_id=ids[0],
+        sequence_id=ids[0] if named is None else named,
         publish_time=1,
         num_messages_in_batch=len(ids),
         **fields,  # type: ignore[arg-type]
@@ -34,10 +37,13 @@ def batch(ids: list[int], highest: bool = False, **fields: object) -> bytes:
     return encode_message(metadata, build_batch(singles))
 
 
-def send_batch(connection: WireClient, ids: list[int], highest: bool = False) -> None:
+def send_batch(
+    connection: WireClient, ids: list[int], highest: bool = False, named: int | None = None
+) -> None:
     top = max(ids) if highest else None
-    command = client.send(1, ids[0], num_messages=len(ids), highest_sequence_id=top)
-    connection.send(command, batch(ids, highest))
+    first = ids[0] if named is None else named
+    command = client.send(1, first, num_messages=len(ids), highest_sequence_id=top)
+    connection.send(command, batch(ids, highest, named))
 
 
 async def producer(broker: MemoryBroker) -> WireClient:
@@ -84,7 +90,9 @@ async def test_a_batch_resent_from_a_checkpoint_stores_only_its_new_messages() -
         assert again.received() == [receipt(5, 1, top)]
         entries = await stored(broker)
         assert ids_of(entries) == list(range(15))
-        assert entries[1] == (10, 14, [(i, b"m%d" % i) for i in range(10, 15)])
+        # The entry keeps the SEND's range (its highest written out); its messages are
+        # the new ones.
+        assert entries[1] == (5, 14, [(i, b"m%d" % i) for i in range(10, 15)])
         # Resent once more: every message is stored, one receipt without a position.
         send_batch(again, list(range(5, 15)), highest)
         await settle()
@@ -109,25 +117,35 @@ async def test_a_partly_resent_batch_waits_for_its_earlier_copy_in_flight() -> N
     assert ids_of(await stored(broker)) == list(range(15))
 
 
-@pytest.mark.parametrize("highest", [False, True], ids=["cpp", "java"])
-async def test_key_based_batches_are_all_stored_once(highest: bool) -> None:
+@pytest.mark.parametrize("shape", ["cpp", "java", "java-key"])
+async def test_key_based_batches_are_all_stored_once(shape: str) -> None:
     """Key-based batching sends one run of ids as a batch per key, in the order of their
-    lowest ids; each later batch fills holes of the earlier ones."""
+    lowest ids; each later batch fills holes of the earlier ones. The C++-based clients
+    name a batch by its first message's id, the Java client's key-based batcher by its
+    last one's (lowest and highest alike)."""
     broker = MemoryBroker.configured(broker_deduplication_enabled=True)
     connection = await producer(broker)
     keyed = [[0, 3, 6, 9], [1, 4, 7, 10], [2, 5, 8, 11]]
-    for ids in keyed:
-        send_batch(connection, ids, highest)
+    highest = shape != "cpp"
+    names = [ids[-1] if shape == "java-key" else ids[0] for ids in keyed]
+    for ids, named in zip(keyed, names, strict=True):
+        send_batch(connection, ids, highest, named)
     await settle()
     await asyncio.sleep(2 * send_order.LOOK_AGAIN_S)
     tops = [max(ids) if highest else None for ids in keyed]
-    assert connection.received() == [receipt(i, i, tops[i]) for i in range(3)]
+    assert connection.received() == [receipt(names[i], i, tops[i]) for i in range(3)]
     assert sorted(ids_of(await stored(broker))) == list(range(12))
-    for ids in keyed:  # the same flush resent: nothing new
-        send_batch(connection, ids, highest)
+    for ids, named in zip(keyed, names, strict=True):  # the same flush resent: nothing new
+        send_batch(connection, ids, highest, named)
     await settle()
-    assert connection.received() == [receipt(i, -1, tops[i]) for i in range(3)]
+    assert connection.received() == [receipt(names[i], -1, tops[i]) for i in range(3)]
     assert len(await stored(broker)) == 3
+    # Restarted from id 6: the first message of each key is stored, the rest is new.
+    for ids in ([6, 9, 12], [7, 10, 13], [8, 11, 14]):
+        send_batch(connection, ids, highest, ids[-1] if shape == "java-key" else None)
+    await settle()
+    await asyncio.sleep(2 * send_order.LOOK_AGAIN_S)
+    assert sorted(ids_of(await stored(broker))) == list(range(15))
 
 
 async def test_holes_survive_a_crash_and_a_snapshot_between_key_batches() -> None:
@@ -184,3 +202,26 @@ async def test_an_encrypted_batch_partly_stored_is_refused_for_good() -> None:
     assert answer.command.send_error.error == pb.NotAllowedError
     assert "cannot be split" in answer.command.send_error.message
     assert ids_of(await stored(broker)) == [0, 1, 2]
+
+
+async def test_a_key_based_flush_resent_across_the_mark_stores_every_new_id() -> None:
+    """Ids between the mark and a batch's first new id belong to that batch's range: the
+    later batches of the flush still store them, after a crash too."""
+    broker = MemoryBroker.configured(
+        broker_deduplication_enabled=True, broker_deduplication_entries_interval=1
+    )
+    connection = await producer(broker)
+    send_batch(connection, list(range(20)))
+    await settle()
+    send_batch(connection, [15, 18, 21, 24])  # 15 and 18 stored; 20, 22, 23 are holes
+    await settle()
+    topic = await broker.topic(TOPIC)
+    assert topic.dedup.state is not None
+    await topic.dedup.state.take_snapshot()
+    restarted = await broker.restarted(graceful=False)
+    connection = await producer(restarted)
+    send_batch(connection, [16, 19, 22])
+    send_batch(connection, [17, 20, 23])
+    await settle()
+    await asyncio.sleep(2 * send_order.LOOK_AGAIN_S)
+    assert sorted(ids_of(await stored(restarted))) == list(range(25))

@@ -177,7 +177,8 @@ async def test_a_batch_is_answered_with_its_highest_sequence_id() -> None:
     block = message_block("p", 0, num_messages_in_batch=3, highest_sequence_id=2)
     connection.send(client.send(1, 0, num_messages=3, highest_sequence_id=2), block)
     await settle()
-    connection.send(client.send(1, 1, num_messages=2, highest_sequence_id=2), block)
+    again = message_block("p", 1, num_messages_in_batch=2, highest_sequence_id=2)
+    connection.send(client.send(1, 1, num_messages=2, highest_sequence_id=2), again)
     await settle()
     assert connection.received() == replies(
         receipt(0, 1, 0, highest_sequence_id=2), receipt(1, -1, -1, highest_sequence_id=2)
