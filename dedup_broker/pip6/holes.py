@@ -1,19 +1,22 @@
-"""Sequence ids below a producer's mark that were never stored: the gaps inside its
-recent entries.
+"""Sequence ids below a producer's mark that were never stored: the gaps its recent
+entries left.
 
 A high-water mark judges every id at or below it a duplicate. Key-based batching breaks
 that for ids a live producer has not sent yet: the client splits one run of ids into a
-batch per key, each spanning the run (key A: 0, 3, 6; key B: 1, 4, 7; key C: 2, 5, 8),
-sent in the order of their lowest ids. Once A is stored the mark is 6, and B's 1 and 4
-would pass for duplicates. So the gaps inside a stored entry's range, above the mark the
-producer had before it, are kept as holes, and a later message carrying an id in a hole
-is new: nothing stored earlier can hold it (every id stored before the entry is at or
-below that mark), and it leaves the hole once it is stored.
+batch per key (key A: 0, 3, 6; key B: 1, 4, 7; key C: 2, 5, 8) and sends them one after
+the other, the C++-based clients in the order of their lowest ids, the Java client in
+the order of their highest. Once the first is stored the mark is above ids of the
+others, which would pass for duplicates. So every id an entry leaves out between the
+mark the producer had before it and the entry's highest id is kept as a hole, and a
+later message carrying an id in a hole is new: nothing stored earlier can hold it
+(every id stored before the entry is at or below that mark, or was itself in a hole
+and left it), and it leaves the hole once it is stored.
 
 Forgetting a hole is always safe for "at most once" (a late id in it is then a
 duplicate, as under a plain high-water mark), so holes are bounded: the ranges opened by
-the oldest entries go first, beyond ``MAX_HOLE_RANGES`` per producer or once
-``HOLE_MEMORY_ENTRIES`` entries of the topic followed them.
+the oldest entries go first, beyond ``MAX_HOLE_RANGES`` per producer, once
+``HOLE_MEMORY_ENTRIES`` entries of the topic followed them, or after
+``HOLE_MEMORY_SECONDS``.
 """
 
 from __future__ import annotations
@@ -21,8 +24,6 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-
-from dedup_broker.storage.api import Position
 
 MAX_HOLE_RANGES = 4096
 """Ranges kept per producer (key-based batching with K keys opens up to one per message
@@ -32,17 +33,18 @@ HOLE_MEMORY_ENTRIES = 10_000
 """Entries of the topic after which the holes an entry opened are forgotten: a key-based
 flush sends its batches back to back, so they are closed long before."""
 
+HOLE_MEMORY_SECONDS = 60.0
+"""And the time after which they are (a quiet topic's holes go too)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Opening:
-    """The stored entry whose range opened some holes."""
+    """When some holes were opened, to forget them in time."""
 
-    position: Position
-    mark_before: int | None
-    """The producer's mark before the entry (None: the producer had none): a replay that
-    starts there with this mark opens the same holes again."""
     serial: int
-    """The topic's count of recorded entries when the entry was recorded."""
+    """The topic's count of recorded entries when they were opened."""
+    at: float
+    """When they were opened (monotonic seconds)."""
 
 
 class Holes:
@@ -99,32 +101,36 @@ class Holes:
                 openings.insert(index + 1, openings[index])
 
     def open(self, floor: int, ids: Sequence[int], opening: Opening) -> None:
-        """The ids above ``floor`` and below the highest of ``ids`` (sorted, the ids one
-        stored entry holds) that the entry does not hold become holes.
-
-        ``floor``: the producer's mark before the entry, or the start of the entry's range
-        when that is higher (a gap between two entries is not a hole).
-        """
+        """The ids above ``floor`` (the producer's mark before a stored entry) and below
+        the highest of ``ids`` (sorted, the ids the entry holds) that the entry does not
+        hold become holes."""
         previous = floor
         for sequence_id in ids:
             if previous + 1 < sequence_id:
-                self._lows.append(previous + 1)
-                self._highs.append(sequence_id - 1)
-                self._openings.append(opening)
+                self.add(previous + 1, sequence_id - 1, opening)
             previous = max(previous, sequence_id)
-        excess = len(self._lows) - MAX_HOLE_RANGES
-        if excess > 0:
-            del self._lows[:excess], self._highs[:excess], self._openings[:excess]
 
-    def forget_before(self, serial: int) -> None:
-        """Forgets the holes opened by entries recorded before ``serial``."""
+    def add(self, low: int, high: int, opening: Opening) -> None:
+        """``low..high`` (above every hole already kept) becomes a hole."""
+        self._lows.append(low)
+        self._highs.append(high)
+        self._openings.append(opening)
+        if len(self._lows) > MAX_HOLE_RANGES:
+            del self._lows[0], self._highs[0], self._openings[0]
+
+    def forget_before(self, serial: int, at: float) -> None:
+        """Forgets the holes opened by entries recorded before ``serial`` or ``at``."""
         openings = self._openings
         count = 0
-        while count < len(openings) and openings[count].serial < serial:
+        while count < len(openings) and (
+            openings[count].serial < serial or openings[count].at < at
+        ):
             count += 1
         if count:
             del self._lows[:count], self._highs[:count], self._openings[:count]
 
-    def oldest(self) -> Opening | None:
-        """The opening of the oldest hole still open."""
-        return self._openings[0] if self._openings else None
+    def newest(self, count: int) -> list[tuple[int, int]]:
+        """The ``count`` most recently opened ranges, lowest first."""
+        if count <= 0:
+            return []
+        return list(zip(self._lows[-count:], self._highs[-count:], strict=True))

@@ -16,22 +16,37 @@ waits for it (Unknown).
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from dedup_broker.pip6.holes import HOLE_MEMORY_ENTRIES, Holes, Opening
+from dedup_broker.pip6.holes import HOLE_MEMORY_ENTRIES, HOLE_MEMORY_SECONDS, Holes, Opening
 from dedup_broker.pip6.verdicts import Verdict
-from dedup_broker.storage.api import Position
 
 _NOTHING_AHEAD: dict[str, int] = {}
 """Shared by every topic with no write admitted and not yet acknowledged."""
 _NO_HOLES: dict[str, Holes] = {}
 """Shared by every topic whose producers have no holes (most)."""
+_HOLE = "\x00"
+MAX_SNAPSHOT_HOLES = 10_000
+"""Hole ranges a snapshot stores at the most (the most recent of each producer)."""
+
+
+def producer_marks(properties: dict[str, int]) -> dict[str, int]:
+    """The producers' marks among a snapshot's properties (its holes left out)."""
+    return {name: value for name, value in properties.items() if not name.startswith(_HOLE)}
+
+
+def hole_property(producer_name: str, low: int) -> str:
+    """The snapshot property of a producer's hole from ``low`` (its value: the hole's
+    highest id); a producer name never starts with a NUL."""
+    return f"{_HOLE}{producer_name}{_HOLE}{low}"
 
 
 @dataclass(frozen=True, slots=True)
 class ReplayedEntry:
     """An entry a replay read that may open or close holes: its ids are not one run
-    above the producer's mark at that point."""
+    right after the producer's mark at that point."""
 
     producer_name: str
     lowest: int
@@ -39,7 +54,6 @@ class ReplayedEntry:
     ids: tuple[int, ...] | None
     """The entry's ids when they are not exactly ``lowest..highest``."""
     mark_before: int | None
-    position: Position
 
 
 class SequenceMarks:
@@ -48,9 +62,14 @@ class SequenceMarks:
     Nothing here yields: a check and the admission it makes are atomic on the loop.
     """
 
-    __slots__ = ("_ahead", "_holes", "_serial", "persisted")
+    __slots__ = ("_ahead", "_clock", "_holes", "_serial", "persisted")
 
-    def __init__(self, persisted: dict[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        persisted: dict[str, int] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._clock = clock
         self.persisted: dict[str, int] = persisted if persisted is not None else {}
         self._ahead = _NOTHING_AHEAD
         """Pushed, for the producers with an admitted write not yet acknowledged (pushed
@@ -112,13 +131,11 @@ class SequenceMarks:
         self._ahead = _NOTHING_AHEAD
 
     # --- what was stored ----------------------------------------------------------
-    def record(
-        self, name: str, low: int, high: int, ids: tuple[int, ...] | None, position: Position
-    ) -> bool:
+    def record(self, name: str, low: int, high: int, ids: tuple[int, ...] | None) -> bool:
         """An entry of ``name`` is stored; True when it raised the producer's mark."""
         self._serial += 1
         previous = self.persisted.get(name)
-        self._update_holes(name, low, high, ids, previous, position)
+        self._update_holes(name, low, high, ids, previous)
         raised = previous is None or high > previous
         if raised:
             self.persisted[name] = high
@@ -147,12 +164,7 @@ class SequenceMarks:
         marks themselves are raised by the caller)."""
         for entry in entries:
             self._update_holes(
-                entry.producer_name,
-                entry.lowest,
-                entry.highest,
-                entry.ids,
-                entry.mark_before,
-                entry.position,
+                entry.producer_name, entry.lowest, entry.highest, entry.ids, entry.mark_before
             )
         self._serial += count
 
@@ -163,54 +175,71 @@ class SequenceMarks:
         high: int,
         ids: tuple[int, ...] | None,
         before: int | None,
-        position: Position,
     ) -> None:
         holes = self._holes.get(name)
         if holes is not None and before is not None and low <= before:
             holes.fill(ids if ids is not None else range(low, high + 1))
             if not holes:
                 del self._holes[name]
-        if ids is not None and (before is None or high > before):
-            if holes is None:
-                holes = Holes()
-            floor = low if before is None else max(before, low)
-            holes.open(floor, sorted(ids), Opening(position, before, self._serial))
-            if holes:
-                if self._holes is _NO_HOLES:
-                    self._holes = {}
-                self._holes[name] = holes
+        floor = -1 if before is None else before
+        if high <= floor or (ids is None and low <= floor + 1):
+            return  # nothing above the mark left out
+        opening = Opening(self._serial, self._clock())
+        if ids is None:
+            self._holes_for(name).add(floor + 1, low - 1, opening)
+            return
+        holes = self._holes_for(name)
+        holes.open(floor, sorted(ids), opening)
+        if not holes:
+            del self._holes[name]
 
     # --- snapshots and housekeeping -------------------------------------------------
-    def snapshot_view(self) -> tuple[dict[str, int], Position | None]:
-        """The marks to store and the entry a snapshot must not pass (None: any).
-
-        A producer with holes is stored with its mark before the entry that opened the
-        oldest of them, and the snapshot stays before that entry, so that the replay
-        reads the entry again with that mark and opens the same holes.
-        """
+    def snapshot(self, producers: dict[str, int]) -> dict[str, int]:
+        """What a snapshot stores for ``producers`` (their marks): the marks, and their
+        most recent holes (at most ``MAX_SNAPSHOT_HOLES``) under names of their own."""
         self.forget_old_holes()
         if not self._holes:
-            return self.persisted, None
-        marks = dict(self.persisted)
-        pin: Position | None = None
-        for name, holes in self._holes.items():
-            opening = holes.oldest()
-            if opening is None:
-                continue
-            if opening.mark_before is None:
-                marks.pop(name, None)
-            else:
-                marks[name] = opening.mark_before
-            if pin is None or opening.position < pin:
-                pin = opening.position
-        return marks, pin
+            return producers
+        stored = dict(producers)
+        room = MAX_SNAPSHOT_HOLES
+        for name in sorted(self._holes.keys() & producers.keys()):
+            for low, high in self._holes[name].newest(room):
+                stored[hole_property(name, low)] = high
+                room -= 1
+        return stored
+
+    @classmethod
+    def restored(
+        cls, properties: dict[str, int], clock: Callable[[], float] = time.monotonic
+    ) -> SequenceMarks:
+        """The marks and holes a snapshot stored."""
+        marks = cls(producer_marks(properties), clock)
+        opened = Opening(0, clock())
+        for key, high in sorted(
+            ((k, v) for k, v in properties.items() if k.startswith(_HOLE)),
+            key=lambda item: int(item[0].rsplit(_HOLE, 1)[1]),
+        ):
+            name, low = key[1:].rsplit(_HOLE, 1)
+            if name in marks.persisted:
+                marks._holes_for(name).add(int(low), high, opened)
+        return marks
+
+    def _holes_for(self, name: str) -> Holes:
+        holes = self._holes.get(name)
+        if holes is None:
+            if self._holes is _NO_HOLES:
+                self._holes = {}
+            holes = self._holes[name] = Holes()
+        return holes
 
     def forget_old_holes(self) -> None:
         if not self._holes:
             return
         for name in list(self._holes):
             holes = self._holes[name]
-            holes.forget_before(self._serial - HOLE_MEMORY_ENTRIES)
+            holes.forget_before(
+                self._serial - HOLE_MEMORY_ENTRIES, self._clock() - HOLE_MEMORY_SECONDS
+            )
             if not holes:
                 del self._holes[name]
 

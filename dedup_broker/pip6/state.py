@@ -96,7 +96,7 @@ class MessageDeduplication:
         # The quiet-topic snapshot interval; topic and namespace policies may override it.
         self.snapshot_interval_seconds = config.broker_deduplication_snapshot_interval_seconds
         self.status = DedupStatus.DISABLED
-        self.marks = SequenceMarks()
+        self.marks = SequenceMarks(clock=clock)
         self.chunks = ChunkProgress()
         """Each producer's chunked message in progress (its chunks are stored once)."""
         self._activity = ProducerActivity(clock)
@@ -144,10 +144,10 @@ class MessageDeduplication:
         cursor = await self._ledger.cursors.open(DEDUP_CURSOR, "earliest")
         self._cursor = cursor
         now = self._clock()
-        persisted = {name: as_signed64(seq) for name, seq in cursor.properties.items()}
-        self.marks = SequenceMarks(persisted)
+        stored = {name: as_signed64(seq) for name, seq in cursor.properties.items()}
+        self.marks = SequenceMarks.restored(stored, self._clock)
         self.chunks = ChunkProgress()
-        self._activity.reset(list(persisted))
+        self._activity.reset(list(self.marks.persisted))
         self._write_failed = False
         snapshot = cursor.mark_delete_position
         self._snapshot_position = snapshot
@@ -155,7 +155,7 @@ class MessageDeduplication:
         self._entries_since_snapshot = 0
         self._snapshot_clock = now
         self._snapshot_wall_ms = cursor.last_persisted_ms
-        fold = ReplayFold(dict(persisted))
+        fold = ReplayFold(dict(self.marks.persisted))
         start = self._ledger.next_position(snapshot)
         while True:
             last = await self._ledger.scan_entries(start, REPLAY_BATCH_ENTRIES, fold)
@@ -206,7 +206,7 @@ class MessageDeduplication:
             log.warning("final deduplication snapshot of %s failed: %s", self._ledger.name, exc)
 
     def _reset_state(self) -> None:
-        self.marks = SequenceMarks()
+        self.marks = SequenceMarks(clock=self._clock)
         self.chunks = ChunkProgress()
         self._activity.reset()
         self._write_failed = False
@@ -338,7 +338,7 @@ class MessageDeduplication:
     def _raise_marks(
         self, name: str, lowest: int, highest: int, ids: tuple[int, ...] | None, position: Position
     ) -> None:
-        if self.marks.record(name, lowest, highest, ids, position):
+        if self.marks.record(name, lowest, highest, ids):
             self.chunks.complete(name, highest)
         if self._last_persisted is None or position > self._last_persisted:
             self._last_persisted = position
@@ -428,18 +428,17 @@ class MessageDeduplication:
             position = self._last_persisted
             if self.status is not DedupStatus.ENABLED or cursor is None or position is None:
                 return False
-            marks, first_hole = self.marks.snapshot_view()
-            for first in (self.chunks.oldest_first_position(), first_hole):
-                if first is not None:
-                    # Never past a chunked message in progress, nor the entry that opened
-                    # a producer's oldest hole: recovery reads them again.
-                    position = min(position, self._ledger.previous_position(first))
+            first_chunk = self.chunks.oldest_first_position()
+            if first_chunk is not None:
+                # Never past a chunked message in progress: recovery replays its chunks.
+                position = min(position, self._ledger.previous_position(first_chunk))
             if self._snapshot_position is not None and position <= self._snapshot_position:
                 self._entries_since_snapshot = 0
                 return False
             counted = self._entries_since_snapshot
             limit = self._config.broker_deduplication_max_number_of_producers
-            cursor.mark_delete(position, self._activity.newest(marks, limit))
+            newest = self._activity.newest(self.marks.persisted, limit)
+            cursor.mark_delete(position, self.marks.snapshot(newest))
             if cursor.mark_delete_position != position:
                 # The cursor refused the move (it is ahead, or the entry is gone), so
                 # the properties did not change either: nothing was snapshotted.

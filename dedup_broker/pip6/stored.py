@@ -25,7 +25,6 @@ from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch import batch_sequence_ids, is_batch
 from dedup_broker.protocol.commands import as_signed64
 from dedup_broker.protocol.framing import MAGIC_CRC32C, parse_message, parse_metadata_only
-from dedup_broker.storage.api import Position
 
 _CHECKSUMMED_HEAD = struct.Struct(">H4xi")  # magic, (crc32c), metadata size
 _HEAD_SIZE = _CHECKSUMMED_HEAD.size
@@ -142,7 +141,8 @@ class ReplayFold:
         self.chunks: FoldedChunks = []
         """``(chunk, ledger_id, entry_id)`` of every early chunk (all but a last one)."""
         self.irregular: list[ReplayedEntry] = []
-        """Entries whose ids are not one run above their producer's mark, in order."""
+        """Entries whose ids are not one run right after their producer's mark, in order
+        (they open or close holes)."""
 
     def take(
         self,
@@ -211,9 +211,8 @@ class ReplayFold:
                     stored.ids,
                 )
             mark = marks.get(name)
-            if ids is not None or (mark is not None and low <= mark):
-                position = Position(ledger_id, entry_id)
-                self.irregular.append(ReplayedEntry(name, low, sequence, ids, mark, position))
+            if ids is not None or low != (-1 if mark is None else mark) + 1:
+                self.irregular.append(ReplayedEntry(name, low, sequence, ids, mark))
             if mark is None or sequence > mark:
                 marks[name] = sequence
                 highest[name] = sequence

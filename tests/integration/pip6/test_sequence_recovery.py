@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from dedup_broker.config import BrokerConfig
+from dedup_broker.pip6.marks import producer_marks
 from dedup_broker.pip6.state import DEDUP_CURSOR, MessageDeduplication, Verdict
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch import batch_sequence_range
@@ -114,7 +115,10 @@ def test_state_after_restart_is_exact(kafka_bootstrap: str) -> None:
             await dedup.take_snapshot()
             first = parse_position(dedup.stats()["lastSnapshotPosition"])
             assert first == log[-1][0]
-            assert ledger.cursors.opened()[DEDUP_CURSOR].properties == {"alpha": 1, "beta": 9}
+            assert producer_marks(ledger.cursors.opened()[DEDUP_CURSOR].properties) == {
+                "alpha": 1,
+                "beta": 9,
+            }
 
             # More than twice the interval: snapshots start in the background.
             for seq in range(2, 8):
@@ -128,7 +132,9 @@ def test_state_after_restart_is_exact(kafka_bootstrap: str) -> None:
             )
             background = parse_position(dedup.stats()["lastSnapshotPosition"])
             assert background > first
-            assert ledger.cursors.opened()[DEDUP_CURSOR].properties == marks_up_to(log, background)
+            assert producer_marks(ledger.cursors.opened()[DEDUP_CURSOR].properties) == marks_up_to(
+                log, background
+            )
             assert dedup.stats()["entriesSinceSnapshot"] == sum(
                 1 for p, _, _ in log if p > background
             )
@@ -136,7 +142,7 @@ def test_state_after_restart_is_exact(kafka_bootstrap: str) -> None:
             await dedup.take_snapshot()
             snapshot = parse_position(dedup.stats()["lastSnapshotPosition"])
             assert snapshot == log[-1][0]
-            assert ledger.cursors.opened()[DEDUP_CURSOR].properties == {
+            assert producer_marks(ledger.cursors.opened()[DEDUP_CURSOR].properties) == {
                 "alpha": 7,
                 "beta": 14,
                 "gamma": 40,

@@ -11,6 +11,7 @@ from dedup_broker.domain_base.outcomes import (
     PublishStatus,
 )
 from dedup_broker.errors import LedgerFencedError, StorageError
+from dedup_broker.pip6.marks import producer_marks
 from dedup_broker.storage.values import Position
 from harness.domain_links import ProducerSide, new_producer, publish
 from harness.memory_broker import MemoryBroker, settle
@@ -131,6 +132,6 @@ async def test_unloading_tells_producers_to_go_after_their_writes_settle() -> No
     await closing
     assert await in_flight == PublishOutcome.stored(Position(1, 0))
     assert ledger.state == "Closed"
-    assert ledger.stored_cursor("pulsar.dedup").properties == {"p": 7}
+    assert producer_marks(ledger.stored_cursor("pulsar.dedup").properties) == {"p": 7}
     reloaded = await (await broker.restarted(graceful=False)).topic(TOPIC)
     assert reloaded.last_sequence_id("p") == 7

@@ -10,6 +10,7 @@ import pytest
 from dedup_fakes import make_dedup, message, snapshots
 
 from dedup_broker.errors import StorageError
+from dedup_broker.pip6.marks import producer_marks
 from dedup_broker.pip6.state import DEDUP_CURSOR, MessageDeduplication, Verdict
 from dedup_broker.storage.values import Position
 from harness.memory_ledger import MemoryLedger
@@ -49,7 +50,7 @@ async def test_entries_interval_starts_a_snapshot_of_the_persisted_map() -> None
     assert len(snapshots(ledger)) == 1
     stored = ledger.stored_cursor(DEDUP_CURSOR)
     assert stored.mark_delete == third == Position(3, 2)
-    assert stored.properties == {"p": 1, "q": 7}
+    assert producer_marks(stored.properties) == {"p": 1, "q": 7}
     stats = dedup.stats()
     assert stats["lastSnapshotPosition"] == "3:2"
     assert stats["entriesSinceSnapshot"] == 0
@@ -147,7 +148,7 @@ async def test_timer_snapshots_after_the_interval_only_when_entries_were_persist
     dedup.maybe_snapshot_on_timer()
     await settle()
     assert len(snapshots(ledger)) == 2
-    assert ledger.stored_cursor(DEDUP_CURSOR).properties == {"p": 1}
+    assert producer_marks(ledger.stored_cursor(DEDUP_CURSOR).properties) == {"p": 1}
     clock.advance(60)
     dedup.maybe_snapshot_on_timer()  # nothing new
     await settle()
@@ -162,7 +163,11 @@ async def test_snapshot_keeps_the_most_recently_active_producers() -> None:
         clock.advance(1)
     assert dedup.check("p1", 10, 10) is Verdict.DUP  # p1 active again: most recent now
     await dedup.take_snapshot()
-    assert ledger.stored_cursor(DEDUP_CURSOR).properties == {"p1": 10, "p3": 30, "p4": 40}
+    assert producer_marks(ledger.stored_cursor(DEDUP_CURSOR).properties) == {
+        "p1": 10,
+        "p3": 30,
+        "p4": 40,
+    }
     # Memory still knows every producer; only the stored snapshot is limited.
     assert [dedup.last_sequence_id(f"p{i}") for i in range(5)] == [0, 10, 20, 30, 40]
 
@@ -203,7 +208,7 @@ async def test_inactive_producers_are_forgotten_unless_connected_or_in_flight() 
     assert dedup.check("idle", 0, 0) is Verdict.NOT_DUP  # forgotten: new again
     assert dedup.stats()["producers"] == 3
     await dedup.take_snapshot()
-    assert ledger.stored_cursor(DEDUP_CURSOR).properties == {"connected": 0}
+    assert producer_marks(ledger.stored_cursor(DEDUP_CURSOR).properties) == {"connected": 0}
 
 
 async def test_stats() -> None:

@@ -9,6 +9,7 @@ import pytest
 from dedup_fakes import make_dedup, message
 
 from dedup_broker.errors import StorageError
+from dedup_broker.pip6 import holes
 from dedup_broker.pip6.state import DedupStatus, MessageDeduplication, Verdict
 from dedup_broker.storage.values import Entry, Position
 
@@ -51,14 +52,25 @@ async def test_several_in_flight_only_the_acknowledged_are_duplicates() -> None:
     assert dedup.last_sequence_id("p") == 2
 
 
-async def test_holes_act_as_a_high_water_mark() -> None:
-    dedup = await enabled()
+async def test_ids_never_stored_below_the_mark_are_new_while_remembered() -> None:
+    dedup, _, clock = make_dedup()
+    await dedup.enable()
     assert dedup.check("p", 5, 5) is NOT_DUP
     dedup.on_persisted("p", 5, at(0))
     assert dedup.check("p", 10, 10) is NOT_DUP  # a gap is fine
     dedup.on_persisted("p", 10, at(1))
-    # Anything at or below the mark is a duplicate, even ids never seen.
-    assert [dedup.check("p", s, s) for s in (0, 6, 7, 9, 10)] == [DUP] * 5
+    # Ids left out below the mark were never stored: new (a late key-based batch).
+    assert [dedup.check("p", s, s) for s in (5, 10)] == [DUP, DUP]
+    assert dedup.check("p", 7, 7) is PARTLY_DUP
+    assert dedup.marks.keep_of("p", [7]) == [True]
+    dedup.marks.admit_part("p", 7)
+    dedup.on_persisted("p", 7, at(2))
+    assert dedup.check("p", 7, 7) is DUP
+    assert dedup.marks.holes_of("p") == [(0, 4), (6, 6), (8, 9)]
+    # Forgotten after a while: then the mark alone answers, as Pulsar's does.
+    clock.advance(holes.HOLE_MEMORY_SECONDS + 1)
+    dedup.marks.forget_old_holes()
+    assert [dedup.check("p", s, s) for s in (0, 6, 9)] == [DUP] * 3
     assert dedup.check("p", 11, 11) is NOT_DUP
     assert dedup.last_sequence_id("p") == 10
 
@@ -67,7 +79,7 @@ async def test_batches_check_the_lowest_and_record_the_highest() -> None:
     dedup = await enabled()
     assert dedup.check("p", 0, 9) is NOT_DUP
     assert dedup.check("p", 5, 12) is UNKNOWN  # overlaps the batch in flight
-    dedup.on_persisted("p", 9, at(0))
+    dedup.on_persisted("p", 9, at(0), lowest=0)
     assert dedup.last_sequence_id("p") == 9
     assert dedup.check("p", 0, 9) is DUP
     assert dedup.check("p", 3, 3) is DUP
