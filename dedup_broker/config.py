@@ -186,7 +186,8 @@ class BrokerConfig:
     broker_deduplication_entries_interval: int = 1000
     broker_deduplication_snapshot_interval_seconds: int = 120
     broker_deduplication_max_number_of_producers: int = 10000
-    broker_deduplication_producer_inactivity_timeout_minutes: int = 360
+    broker_deduplication_producer_inactivity_timeout_minutes: float = 360
+    """Pulsar's is whole minutes; fractions are taken too (tests use seconds)."""
 
     # --- schemas ----------------------------------------------------------------------
     schema_compatibility_strategy: str = "FULL"

@@ -46,11 +46,12 @@ def test_explicit_resends_are_dropped_with_receipt_minus_one(
         assert all(m.entry_id() >= 0 for m in first)
         again = producer.send(b"m2-again", sequence_id=20)
         assert (again.ledger_id(), again.entry_id()) == (-1, -1)
-        # Holes act as a high-water mark: 35 is below the highest stored id (40).
-        assert producer.send(b"hole", sequence_id=35).entry_id() == -1
+        # 35 is below the highest stored id (40) but was never stored: a hole, new.
+        assert producer.send(b"hole", sequence_id=35).entry_id() >= 0
+        assert producer.send(b"hole-again", sequence_id=35).entry_id() == -1
         assert producer.send(b"next", sequence_id=41).entry_id() >= 0
         assert producer.last_sequence_id() == 41
-        assert _stored(client, topic) == [b"m0", b"m1", b"m2", b"m3", b"m4", b"next"]
+        assert _stored(client, topic) == [b"m0", b"m1", b"m2", b"m3", b"m4", b"hole", b"next"]
     finally:
         client.close()
 
