@@ -233,6 +233,8 @@ def live_paths(client: pulsar.Client, history: History, topic: Topic) -> list[Li
             SubscriptionPath(client, history, topic, "exclusive", sub.Exclusive),
             ResumedReaderPath(client, history, topic),
         ]
+    if kind is Kind.CHECKPOINT:
+        return [SubscriptionPath(client, history, topic, "exclusive", sub.Exclusive)]
     if kind is Kind.SINGLE:
         return [
             SubscriptionPath(

@@ -2,7 +2,9 @@
 recording every acknowledgement in the history.
 
 Ids are the messages' identity: the payload starts with ``<id>|``, PIP-6 producers use the
-id as the sequence id, and a key-window producer as its ``event-id`` property.
+id as the sequence id, and a key-window producer as its ``event-id`` property. The
+checkpoint topic's producer restarts every few seconds from a checkpoint behind what it
+sent, with batching on, so its batches hold ids stored already and new ones.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ DELAY_SECONDS = 2.0
 """Every third message of a delayed topic is delivered this much later."""
 CHUNKED_SIZE = 600 * 1024
 EVENT_ID = "event-id"
+RESTART_EVERY_SECONDS = 5.0
+"""How often the checkpoint topic's producer restarts."""
+CHECKPOINT_BACK = 300
+"""At most this many ids are sent again after a restart (from a checkpoint behind)."""
 
 
 class Kind(Enum):
@@ -42,11 +48,13 @@ class Kind(Enum):
     KEY_WINDOW = "keywindow"
     CHUNKED = "chunked"
     DELAYED = "delayed"
+    CHECKPOINT = "checkpoint"
 
     def rate(self, base: float) -> float:
         """Messages per second, given the profile's batched rate."""
         return {
             Kind.BATCHED: base,
+            Kind.CHECKPOINT: base,
             Kind.PARTITIONED: base,
             Kind.SINGLE: base / 5,
             Kind.KEYED: base / 5,
@@ -115,6 +123,8 @@ class Load:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"load-{topic.tag}", daemon=True)
         self._producer: pulsar.Producer | None = None
+        self._acked_ids: set[int] = set()
+        """Ids acknowledged so far (a resent id is acknowledged again: counted once)."""
 
     def start(self) -> Load:
         self._thread.start()
@@ -158,15 +168,37 @@ class Load:
         return int((time.monotonic() - started) * self.rate) + 1
 
     def _run_pip6(self) -> None:
+        producer = self._pip6_producer()
+        rng = random.Random(self.topic.tag)
+        started = restarted = time.monotonic()
+        while not self._stop.is_set():
+            if (
+                self.topic.kind is Kind.CHECKPOINT
+                and time.monotonic() - restarted >= RESTART_EVERY_SECONDS
+            ):
+                producer = self._restart_from_checkpoint(producer, rng)
+                restarted = time.monotonic()
+            for message_id in range(self.sent, self._due(started)):
+                self._send_pip6(producer, message_id)
+                with self._lock:
+                    self.sent = message_id + 1
+                self.history.sent(self.topic.tag, self.sent)
+            time.sleep(TICK_SECONDS)
+
+    def _pip6_producer(self) -> pulsar.Producer:
         kind = self.topic.kind
         producer = self.client.create_producer(
             self.topic.name,
             producer_name=f"verify-{self.topic.tag}",
             send_timeout_millis=0,
-            # Not the partitioned topic: Key_Shared needs one key per batch, and key-based
-            # batching sends overlapping sequence ranges (A: 0, 2; B: 1, 3) that PIP-6 then
-            # takes for duplicates, with the C++-based clients as on Pulsar.
-            batching_enabled=kind is Kind.BATCHED,
+            # The partitioned topic's producer batches by key (for Key_Shared): one run of
+            # ids goes out as a batch per key, which PIP-6 stores whole.
+            batching_enabled=kind in (Kind.BATCHED, Kind.CHECKPOINT, Kind.PARTITIONED),
+            batching_type=(
+                pulsar.BatchingType.KeyBased
+                if kind is Kind.PARTITIONED
+                else pulsar.BatchingType.Default
+            ),
             batching_max_messages=1000,
             batching_max_publish_delay_ms=5,
             chunking_enabled=kind is Kind.CHUNKED,
@@ -174,33 +206,47 @@ class Load:
             max_pending_messages=5000,
         )
         self._producer = producer
-        size = CHUNKED_SIZE if kind is Kind.CHUNKED else 0
-        started = time.monotonic()
-        while not self._stop.is_set():
-            for message_id in range(self.sent, self._due(started)):
-                key = key_of(kind, message_id)
-                delay = delay_of(kind, message_id)
-                producer.send_async(
-                    payload(message_id, size),
-                    self._acked_callback(message_id, key),
-                    properties={SENT_AT: str(int(time.time() * 1000))} if delay else None,
-                    partition_key=key or None,
-                    sequence_id=message_id,
-                    deliver_after=datetime.timedelta(seconds=delay) if delay else None,
-                )
-                with self._lock:
-                    self.sent = message_id + 1
-                self.history.sent(self.topic.tag, self.sent)
-            time.sleep(TICK_SECONDS)
+        return producer
+
+    def _send_pip6(self, producer: pulsar.Producer, message_id: int) -> None:
+        kind = self.topic.kind
+        key = key_of(kind, message_id)
+        delay = delay_of(kind, message_id)
+        producer.send_async(
+            payload(message_id, CHUNKED_SIZE if kind is Kind.CHUNKED else 0),
+            self._acked_callback(message_id, key),
+            properties={SENT_AT: str(int(time.time() * 1000))} if delay else None,
+            partition_key=key or None,
+            sequence_id=message_id,
+            deliver_after=datetime.timedelta(seconds=delay) if delay else None,
+        )
+
+    def _restart_from_checkpoint(
+        self, producer: pulsar.Producer, rng: random.Random
+    ) -> pulsar.Producer:
+        """The application stops (what it sent is acknowledged first), starts a producer
+        of the same name again and resends from its last checkpoint, up to
+        ``CHECKPOINT_BACK`` ids behind. Id 0 is never resent: the official Python client
+        takes an explicit sequence id 0 for "none" and numbers the message itself."""
+        producer.flush()
+        producer.close()
+        restarted = self._pip6_producer()
+        resume = max(1, self.sent - rng.randint(1, CHECKPOINT_BACK))
+        for message_id in range(resume, self.sent):
+            self._send_pip6(restarted, message_id)
+        return restarted
 
     def _acked_callback(
         self, message_id: int, key: str
     ) -> Callable[[pulsar.Result, pulsar.MessageId], None]:
         def done(result: pulsar.Result, _message_id: pulsar.MessageId) -> None:
             if result == pulsar.Result.Ok:
-                self.history.acked(self.topic.tag, message_id, key)
                 with self._lock:
+                    if message_id in self._acked_ids:
+                        return  # sent again from a checkpoint
+                    self._acked_ids.add(message_id)
                     self.acked += 1
+                self.history.acked(self.topic.tag, message_id, key)
             else:
                 with self._lock:
                     self.errors.append(f"id {message_id}: {result}")

@@ -12,7 +12,7 @@ class Profile:
     """Load under faults; the producers then drain and every path is read to the end."""
     copies: int
     """Topics of each kind (batched, single, partitioned, keyed, key-window, chunked,
-    delayed)."""
+    delayed, checkpoint)."""
     rate: float
     """Messages per second of each batched producer; the other kinds derive from it."""
     fault_every: tuple[float, float]

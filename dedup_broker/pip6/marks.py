@@ -79,12 +79,13 @@ class SequenceMarks:
         """Entries recorded so far (holes are forgotten by this count)."""
 
     # --- verdicts -------------------------------------------------------------------
-    def check(self, name: str, low: int, high: int, failed: bool) -> Verdict:
+    def check(self, name: str, low: int, high: int, failed: bool, holes: bool = True) -> Verdict:
         """The verdict for a SEND covering ``low..high``; NOT_DUP admits it (pushed is
         raised), PARTLY_DUP asks the caller for its ids (:meth:`admit_part`).
 
         ``failed``: a write failed and its outcome is not known yet: nothing new is
         admitted (a write admitted now could still be in flight when pushed is reset).
+        ``holes``: False to judge by the mark alone.
         """
         persisted = self.persisted.get(name)
         ahead = self._ahead.get(name)
@@ -94,7 +95,8 @@ class SequenceMarks:
                 return Verdict.UNKNOWN
             self._admit(name, high)
             return Verdict.NOT_DUP
-        if persisted is not None and high <= persisted and not self._in_hole(name, low, high):
+        stored = persisted is not None and high <= persisted
+        if stored and not (holes and self.in_hole(name, low, high)):
             return Verdict.DUP
         if ahead is not None or failed:
             return Verdict.UNKNOWN
@@ -115,7 +117,8 @@ class SequenceMarks:
             self._ahead = {}
         self._ahead[name] = pushed
 
-    def _in_hole(self, name: str, low: int, high: int) -> bool:
+    def in_hole(self, name: str, low: int, high: int) -> bool:
+        """True when some id of ``low..high`` is one of the producer's holes."""
         holes = self._holes.get(name)
         return holes is not None and holes.intersects(low, high)
 

@@ -216,14 +216,15 @@ class MessageDeduplication:
         self._entries_since_snapshot = 0
 
     # --- the publish path -------------------------------------------------------------
-    def check(self, producer_name: str, lowest: int, highest: int) -> Verdict:
+    def check(self, producer_name: str, lowest: int, highest: int, holes: bool = True) -> Verdict:
         """The verdict for a SEND covering sequence ids ``lowest..highest``.
 
         When NOT_DUP is returned the caller must write the entry right away (the pushed
         map already counts it); PARTLY_DUP, right away too, asks ``marks`` which of its
         messages are new (``keep_of``) and admits them (``admit_part``). While the state
         is recovering or failed nothing is admitted (UNKNOWN), so the client retries;
-        while disabled everything is.
+        while disabled everything is. ``holes``: False for the last chunk of a chunked
+        message, judged by the mark alone as its earlier chunks are (``check_chunk``).
         While a failed write is being resolved nothing new is admitted either: an
         admitted write would still be in flight when pushed is reset to persisted, and
         a resend of it would then pass as new.
@@ -236,7 +237,7 @@ class MessageDeduplication:
         low = as_signed64(lowest)
         high = max(as_signed64(highest), low)
         self._activity.touch(producer_name)
-        return self.marks.check(producer_name, low, high, self._write_failed)
+        return self.marks.check(producer_name, low, high, self._write_failed, holes)
 
     def check_chunk(self, chunk: Chunk) -> tuple[Verdict, Position | None]:
         """The verdict for an early chunk (any but the last) of a chunked message: a

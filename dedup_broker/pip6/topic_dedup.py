@@ -124,7 +124,7 @@ class TopicDeduplication:
             verdict, stored_at = state.check_chunk(chunk)
             return Admission(verdict, "", lowest, lowest, chunk=chunk, stored_at=stored_at)
         low, high, ids = self._sequence(send, entry, metadata, lowest)
-        verdict = state.check(name, low, high)
+        verdict = state.check(name, low, high, holes=chunk is None)
         if verdict is not Verdict.PARTLY_DUP:
             return Admission(verdict, name, low, high, ids)
         every = list(ids) if ids is not None else list(range(low, high + 1))

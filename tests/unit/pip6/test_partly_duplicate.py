@@ -227,3 +227,26 @@ async def test_a_key_based_flush_resent_across_the_mark_stores_every_new_id() ->
     await settle()
     await asyncio.sleep(2 * send_order.LOOK_AGAIN_S)
     assert sorted(ids_of(await stored(restarted))) == list(range(25))
+
+
+async def test_a_chunked_message_is_judged_by_the_mark_alone() -> None:
+    """Its chunks are judged one by one: an id in a hole would let a chunk of a message
+    given up be stored twice, which consumers cannot reassemble."""
+    broker = MemoryBroker.configured(broker_deduplication_enabled=True)
+    connection = await producer(broker)
+
+    def send_chunk(sequence_id: int, chunk_id: int) -> None:
+        fields = {"uuid": f"p-{sequence_id}", "num_chunks_from_msg": 2, "chunk_id": chunk_id}
+        block = client.message_block("p", sequence_id, b"c%d" % chunk_id, **fields)
+        connection.send(client.send(1, sequence_id), block)
+
+    connection.send(client.send(1, 5), client.message_block("p", 5))  # 0..4: holes
+    await settle()
+    send_chunk(3, 0)
+    send_chunk(3, 1)
+    send_chunk(6, 0)
+    send_chunk(6, 1)
+    await settle()
+    duplicates = [receipt(3, -1), receipt(3, -1)]
+    assert connection.received() == [receipt(5, 0), *duplicates, receipt(6, 1), receipt(6, 2)]
+    assert len(await stored(broker)) == 3
