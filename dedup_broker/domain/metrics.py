@@ -69,8 +69,9 @@ class BrokerMetrics:
         )
         self.dedup_verdicts = Counter(
             "dedup_broker_deduplication_verdicts_total",
-            "Deduplication verdicts on SEND but NotDup: Dup, and Unknown each time a SEND "
-            "waiting for its earlier copy asks again (every 50 ms)",
+            "Deduplication verdicts on SEND but NotDup: Dup, PartlyDup (a batch stored "
+            "in part, its new messages written), and Unknown each time a SEND waiting for "
+            "its earlier copy asks again",
             ("verdict",),
             registry=r,
         )
