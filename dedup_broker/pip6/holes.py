@@ -110,6 +110,13 @@ class Holes:
                 self.add(previous + 1, sequence_id - 1, opening)
             previous = max(previous, sequence_id)
 
+    def add_first(self, low: int, high: int, opening: Opening) -> None:
+        """``low..high`` (below every hole already kept, opened before them) becomes a
+        hole."""
+        self._lows.insert(0, low)
+        self._highs.insert(0, high)
+        self._openings.insert(0, opening)
+
     def add(self, low: int, high: int, opening: Opening) -> None:
         """``low..high`` (above every hole already kept) becomes a hole."""
         self._lows.append(low)

@@ -27,6 +27,8 @@ _NOTHING_AHEAD: dict[str, int] = {}
 """Shared by every topic with no write admitted and not yet acknowledged."""
 _NO_HOLES: dict[str, Holes] = {}
 """Shared by every topic whose producers have no holes (most)."""
+_NO_FRESH: dict[str, tuple[int, Opening]] = {}
+"""Shared by every topic with no producer seen for the first time lately."""
 _HOLE = "\x00"
 MAX_SNAPSHOT_HOLES = 10_000
 """Hole ranges a snapshot stores at the most (the most recent of each producer)."""
@@ -62,7 +64,7 @@ class SequenceMarks:
     Nothing here yields: a check and the admission it makes are atomic on the loop.
     """
 
-    __slots__ = ("_ahead", "_clock", "_holes", "_serial", "persisted")
+    __slots__ = ("_ahead", "_clock", "_fresh", "_holes", "_serial", "persisted")
 
     def __init__(
         self,
@@ -75,6 +77,10 @@ class SequenceMarks:
         """Pushed, for the producers with an admitted write not yet acknowledged (pushed
         is persisted for all others, so an idle topic keeps one map, not two)."""
         self._holes = _NO_HOLES
+        self._fresh = _NO_FRESH
+        """New producers' first ids: every id below one is a hole for a while (the Java
+        client's first key-based batches go out by their highest ids). Kept apart from the
+        holes, in memory only, so that a producer starting at 1 costs one dict item."""
         self._serial = 0
         """Entries recorded so far (holes are forgotten by this count)."""
 
@@ -106,7 +112,12 @@ class SequenceMarks:
         """After PARTLY_DUP, with the SEND's ids in its order: which messages are new."""
         persisted = self.persisted[name]
         holes = self._holes.get(name)
-        return [i > persisted or (holes is not None and i in holes) for i in ids]
+        fresh = self._fresh.get(name)
+        below = fresh[0] if fresh is not None else None
+        return [
+            i > persisted or (holes is not None and i in holes) or (below is not None and i < below)
+            for i in ids
+        ]
 
     def admit_part(self, name: str, highest_kept: int) -> None:
         """The new messages of a PARTLY_DUP SEND are being written."""
@@ -120,7 +131,10 @@ class SequenceMarks:
     def in_hole(self, name: str, low: int, high: int) -> bool:
         """True when some id of ``low..high`` is one of the producer's holes."""
         holes = self._holes.get(name)
-        return holes is not None and holes.intersects(low, high)
+        if holes is not None and holes.intersects(low, high):
+            return True
+        fresh = self._fresh.get(name)
+        return fresh is not None and low < fresh[0]
 
     def pushed(self, name: str) -> int | None:
         """The highest id admitted (written or being written), None if none is known."""
@@ -179,15 +193,26 @@ class SequenceMarks:
         ids: tuple[int, ...] | None,
         before: int | None,
     ) -> None:
+        fresh = self._fresh.get(name)
+        if fresh is not None and low < fresh[0]:  # ids below its first one come now
+            del self._fresh[name]
+            self._holes_for(name).add_first(min(0, low), fresh[0] - 1, fresh[1])
         holes = self._holes.get(name)
         if holes is not None and before is not None and low <= before:
             holes.fill(ids if ids is not None else range(low, high + 1))
             if not holes:
                 del self._holes[name]
-        floor = -1 if before is None else before
+        opening = Opening(self._serial, self._clock())
+        if before is None:
+            if low > 0:
+                if self._fresh is _NO_FRESH:
+                    self._fresh = {}
+                self._fresh[name] = (low, opening)
+            floor = low
+        else:
+            floor = before
         if high <= floor or (ids is None and low <= floor + 1):
             return  # nothing above the mark left out
-        opening = Opening(self._serial, self._clock())
         if ids is None:
             self._holes_for(name).add(floor + 1, low - 1, opening)
             return
@@ -236,25 +261,30 @@ class SequenceMarks:
         return holes
 
     def forget_old_holes(self) -> None:
-        if not self._holes:
-            return
+        serial, at = self._serial - HOLE_MEMORY_ENTRIES, self._clock() - HOLE_MEMORY_SECONDS
         for name in list(self._holes):
             holes = self._holes[name]
-            holes.forget_before(
-                self._serial - HOLE_MEMORY_ENTRIES, self._clock() - HOLE_MEMORY_SECONDS
-            )
+            holes.forget_before(serial, at)
             if not holes:
                 del self._holes[name]
+        for name, (_, opened) in list(self._fresh.items()):
+            if opened.serial < serial or opened.at < at:
+                del self._fresh[name]
 
     def forget(self, name: str) -> None:
         """An inactive producer: its marks and holes go."""
         self.persisted.pop(name, None)
         if name in self._holes:
             del self._holes[name]
+        if name in self._fresh:
+            del self._fresh[name]
 
     def holes_of(self, name: str) -> list[tuple[int, int]]:
+        """A producer's holes (those below a new producer's first id from 0)."""
         holes = self._holes.get(name)
-        return holes.ranges() if holes is not None else []
+        fresh = self._fresh.get(name)
+        below = [(0, fresh[0] - 1)] if fresh is not None else []
+        return below + (holes.ranges() if holes is not None else [])
 
     def producer_names(self) -> set[str]:
         return self.persisted.keys() | self._ahead.keys()

@@ -250,3 +250,22 @@ async def test_a_chunked_message_is_judged_by_the_mark_alone() -> None:
     duplicates = [receipt(3, -1), receipt(3, -1)]
     assert connection.received() == [receipt(5, 0), *duplicates, receipt(6, 1), receipt(6, 2)]
     assert len(await stored(broker)) == 3
+
+
+async def test_a_new_producers_first_key_based_flush_in_the_java_clients_order() -> None:
+    """The Java client sends a flush's key batches in the order of their highest ids:
+    the first one may start above ids that come later in the flush. No snapshot keeps the
+    ids below a new producer's first (forgetting them only ever makes a duplicate)."""
+    broker = MemoryBroker.configured(
+        broker_deduplication_enabled=True, broker_deduplication_entries_interval=1
+    )
+    connection = await producer(broker)
+    for ids in ([2], [3], [0, 4], [1, 5]):
+        send_batch(connection, ids, highest=True, named=ids[-1])
+    await settle()
+    await asyncio.sleep(2 * send_order.LOOK_AGAIN_S)
+    assert sorted(ids_of(await stored(broker))) == list(range(6))
+    topic = await broker.topic(TOPIC)
+    assert topic.dedup.state is not None
+    await topic.dedup.state.take_snapshot()
+    assert broker.ledger(TOPIC).stored_cursor("pulsar.dedup").properties == {"p": 5}
