@@ -152,11 +152,21 @@ class SequenceMarks:
         """An entry of ``name`` is stored; True when it raised the producer's mark."""
         self._serial += 1
         previous = self.persisted.get(name)
-        self._update_holes(name, low, high, ids, previous)
+        # The common entry: the run right after the mark, no holes to close.
+        if (
+            ids is not None
+            or previous is None
+            or low != previous + 1
+            or name in self._holes
+            or name in self._fresh
+        ):
+            self._update_holes(name, low, high, ids, previous)
         raised = previous is None or high > previous
         if raised:
             self.persisted[name] = high
-        self.settle(name)
+        ahead = self._ahead
+        if name in ahead and ahead[name] <= self.persisted[name]:
+            self.settle(name)
         return raised
 
     def settle(self, name: str) -> None:
@@ -202,17 +212,14 @@ class SequenceMarks:
             holes.fill(ids if ids is not None else range(low, high + 1))
             if not holes:
                 del self._holes[name]
-        opening = Opening(self._serial, self._clock())
-        if before is None:
-            if low > 0:
-                if self._fresh is _NO_FRESH:
-                    self._fresh = {}
-                self._fresh[name] = (low, opening)
-            floor = low
-        else:
-            floor = before
+        floor = low if before is None else before
+        if before is None and low > 0:
+            if self._fresh is _NO_FRESH:
+                self._fresh = {}
+            self._fresh[name] = (low, Opening(self._serial, self._clock()))
         if high <= floor or (ids is None and low <= floor + 1):
             return  # nothing above the mark left out
+        opening = Opening(self._serial, self._clock())
         if ids is None:
             self._holes_for(name).add(floor + 1, low - 1, opening)
             return

@@ -12,9 +12,7 @@ Entries that may open or close holes (``pip6.holes``) are kept, in order, for th
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import pairwise
 
 from google.protobuf.message import DecodeError
 
@@ -51,13 +49,14 @@ def sequence_run(
     metadata: pb.MessageMetadata,
     lowest: int,
     highest: int | None,
-    payload: Callable[[], bytes],
+    block: bytes,
 ) -> SequenceRun:
     """The sequence ids an entry (or a SEND) covers, as Pulsar's signed longs.
 
     ``highest``: the id the client gave as the highest (Java clients do), if any. The
     batch's messages are read (``payload``) unless ``lowest..highest`` holds exactly as
-    many ids as the batch has messages: C++-based clients give no highest, the Java
+    many ids as the batch has messages (``block``: the entry as stored or sent, read
+    only then): C++-based clients give no highest, the Java
     client's key-based batches name their last message's id as both lowest and highest,
     and a batch PIP-6 rewrote keeps the range of the SEND but fewer messages. The range
     starts at the lowest of ``lowest`` and the messages' ids.
@@ -70,20 +69,19 @@ def sequence_run(
     usable = highest is not None and highest >= lowest
     if usable and highest is not None and highest - lowest + 1 == count:
         return lowest, highest, None
-    ids = batch_sequence_ids(metadata, payload())
+    ids = batch_sequence_ids(metadata, parse_message(block).payload)
     if not ids:
         top = highest if usable and highest is not None else lowest + max(count, 1) - 1
         return lowest, top, None
-    low, top = min(lowest, *ids), max(ids)
+    low, top = min(ids), max(ids)
+    low = min(low, lowest)
     if usable and highest is not None:
         top = max(top, highest)
-    if ids[0] == low and len(ids) == top - low + 1 and _consecutive(ids):
+    # First and last in place and as many ids as the run holds: the run (a batch naming
+    # one id twice would hide a gap, which then only makes a later id a duplicate).
+    if ids[0] == low and ids[-1] == top and len(ids) == top - low + 1:
         return low, top, None
     return low, top, tuple(ids)
-
-
-def _consecutive(ids: list[int]) -> bool:
-    return all(b - a == 1 for a, b in pairwise(ids))
 
 
 def stored_sequence(block: bytes) -> StoredSequence | None:
@@ -104,12 +102,7 @@ def stored_sequence(block: bytes) -> StoredSequence | None:
         if metadata.HasField("highest_sequence_id")
         else None
     )
-    low, high, ids = sequence_run(
-        metadata,
-        as_signed64(metadata.sequence_id),
-        highest,
-        lambda: parse_message(block).payload,
-    )
+    low, high, ids = sequence_run(metadata, as_signed64(metadata.sequence_id), highest, block)
     return StoredSequence(metadata.producer_name, low, high, ids)
 
 

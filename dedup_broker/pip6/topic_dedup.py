@@ -43,9 +43,10 @@ class BatchNotSplittableError(PermanentError):
     encrypted payload): storing it whole would store some twice, so it is refused."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Admission:
-    """A SEND's verdict and what its write is recorded as once stored."""
+    """A SEND's verdict and what its write is recorded as once stored (not frozen: one
+    is made per SEND, and a frozen dataclass sets each field through a slow path)."""
 
     verdict: Verdict
     producer_name: str
@@ -170,7 +171,7 @@ class TopicDeduplication:
             given = as_signed64(send.highest_sequence_id)
         elif metadata.HasField("highest_sequence_id"):
             given = as_signed64(metadata.highest_sequence_id)
-        return sequence_run(metadata, lowest, given, lambda: parse_message(entry).payload)
+        return sequence_run(metadata, lowest, given, entry)
 
     def persisted(self, admission: Admission, position: Position) -> None:
         if self.state is None:

@@ -316,13 +316,16 @@ def batch_sequence_ids(metadata: pb.MessageMetadata, payload: bytes) -> list[int
         return [as_signed64(lowest)]
     if metadata.encryption_keys:
         return None
+    ids: list[int] = []
+    append = ids.append
     try:
-        return [
-            as_signed64(single.sequence_id if single.HasField("sequence_id") else lowest + index)
-            for index, (single, _) in enumerate(scan_batch(metadata, payload))
-        ]
+        for index, (single, _) in enumerate(scan_batch(metadata, payload)):
+            append(single.sequence_id if single.HasField("sequence_id") else lowest + index)
     except UnsupportedCompressionError:
         return None
+    if ids and max(ids) >= 1 << 63:  # read as uint64: Pulsar's negative longs
+        return [as_signed64(i) for i in ids]
+    return ids
 
 
 def build_batch(messages: list[tuple[pb.SingleMessageMetadata, bytes]]) -> bytes:
