@@ -4,12 +4,16 @@ Attributes are snake_case; their external name (config file key) is the camelCas
 which is exactly Pulsar's ``broker.conf`` name where Pulsar has the same setting
 (``broker_deduplication_enabled`` <-> ``brokerDeduplicationEnabled``). Values come from, in
 increasing precedence: defaults, a ``key=value`` file, environment variables named
-``DEDUP_BROKER_`` + the UPPER_SNAKE attribute name, and explicit overrides.
+``DEDUP_BROKER_`` + the UPPER_SNAKE attribute name, and explicit overrides. Pulsar's
+settings that this broker does not implement (``pulsar_settings``) are accepted from all
+of them with a warning that they have no effect; any other unknown name is refused in
+the environment and the overrides (a typo), and reported in a file.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import logging
 import os
 import re
@@ -19,10 +23,13 @@ from typing import Any
 
 from dedup_broker.errors import ConfigError
 from dedup_broker.properties_file import read_properties
+from dedup_broker.pulsar_settings import PULSAR_ONLY_SETTINGS, is_pulsar_only, pulsar_variable
 
 log = logging.getLogger(__name__)
 
 ENV_PREFIX = "DEDUP_BROKER_"
+OTHER_VARIABLES = frozenset({"DEV_SERVERS", "CACHE_DIR", "SPARK_KAFKA_VERSION"})
+"""``DEDUP_BROKER_`` variables that the dev servers and the benchmarks read: not settings."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +48,9 @@ class BrokerConfig:
     """Plain HTTP port; ``none``: HTTPS only."""
     max_message_size: int = 5 * 1024 * 1024
     keep_alive_interval_seconds: int = 30
+    stats_update_frequency_in_secs: int = 60
+    """Stats period: producers' and consumers' counters are sampled this often, and the
+    rates ``topics stats`` shows (``msgRateIn``, ...) are averages over the last one."""
     allow_auto_topic_creation: bool = True
     allow_auto_topic_creation_type: str = "non-partitioned"
     """``non-partitioned`` or ``partitioned`` (with ``defaultNumPartitions``)."""
@@ -176,6 +186,11 @@ class BrokerConfig:
     delayed_delivery_enabled: bool = True
     """Shared and Key_Shared subscriptions hold messages until their ``deliver_at_time``."""
     subscription_key_shared_use_consistent_hashing: bool = True  # off: classic range split
+    active_consumer_failover_delay_time_millis: int = 1000
+    """Failover: nothing is sent for this long after the active consumer changed, so that the
+    one active before acknowledges what it had received (0: hand over at once)."""
+    active_consumer_failover_consistent_hashing: bool = False
+    """Failover: partitions too pick their active consumer on the hash ring, not in turn."""
     acknowledgment_at_batch_index_level_enabled: bool = True
     """Acks of part of a batch are kept (and stored with the cursor): a redelivered batch
     carries the ack set, so that clients skip the messages already acknowledged."""
@@ -318,12 +333,10 @@ class BrokerConfig:
         values: dict[str, Any] = {}
         if path is not None:
             values |= _file_values(Path(path))
-        env = os.environ if environ is None else environ
-        for field in dataclasses.fields(cls):
-            key = ENV_PREFIX + field.name.upper()
-            if key in env:
-                values[field.name] = _coerce(field.name, env[key])
-        values |= _coerce_all(dict(overrides or {}))
+        values |= _environment_values(os.environ if environ is None else environ)
+        explicit = dict(overrides or {})
+        _ignore("overrides (--set)", [key for key in explicit if is_pulsar_only(key)])
+        values |= _coerce_all({k: v for k, v in explicit.items() if not is_pulsar_only(k)})
         return _build(values)
 
     def as_pulsar_names(self) -> dict[str, Any]:
@@ -349,7 +362,48 @@ def snake_case(name: str) -> str:
     lowered = re.sub(r"([A-Z]+)", lambda m: "_" + m.group(1).lower(), name)
     if lowered in _FIELDS:
         return lowered
-    raise ConfigError(f"unknown configuration key {name!r}")
+    raise ConfigError(f"unknown configuration key {name!r}{_suggestion(name)}")
+
+
+def _suggestion(name: str) -> str:
+    """`` (did you mean X?)`` for a setting name close to ``name`` (ours or Pulsar's)."""
+    return _did_you_mean(name, [*_BY_CAMEL, *sorted(PULSAR_ONLY_SETTINGS)])
+
+
+def _did_you_mean(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _ignore(source: object, names: list[str]) -> None:
+    """One warning for the Pulsar settings ``source`` gave that have no effect here."""
+    if names:
+        log.warning(
+            "%s: %d Pulsar settings are not implemented by dedup-broker and were ignored "
+            "(they have no effect here): %s",
+            source,
+            len(names),
+            ", ".join(sorted(names)),
+        )
+
+
+def _environment_values(env: Mapping[str, str]) -> dict[str, Any]:
+    """``DEDUP_BROKER_*`` variables: settings, Pulsar's (ignored), or a typo (refused)."""
+    values: dict[str, Any] = {}
+    ignored: list[str] = []
+    for key, text in env.items():
+        suffix = key.removeprefix(ENV_PREFIX)
+        if suffix == key or suffix in OTHER_VARIABLES:
+            continue
+        if suffix.lower() in _FIELDS:
+            values[suffix.lower()] = _coerce(suffix.lower(), text)
+        elif (pulsar := pulsar_variable(suffix)) is not None:
+            ignored.append(pulsar)
+        else:
+            known = [ENV_PREFIX + name.upper() for name in _FIELDS]
+            raise ConfigError(f"unknown configuration variable {key}{_did_you_mean(key, known)}")
+    _ignore("the environment", ignored)
+    return values
 
 
 _BY_CAMEL.update({camel_case(name): name for name in _FIELDS})
@@ -362,21 +416,26 @@ def _file_values(path: Path) -> dict[str, Any]:
     so an existing Pulsar configuration starts as is."""
     values: dict[str, Any] = {}
     ignored: list[str] = []
+    unknown: list[str] = []
     for key, text in read_properties(path).items():
         if not text:
+            continue
+        if is_pulsar_only(key):
+            ignored.append(key)
             continue
         try:
             name = snake_case(key)
         except ConfigError:
-            ignored.append(key)
+            unknown.append(key + _suggestion(key))
             continue
         values[name] = _coerce(name, text)
-    if ignored:
+    _ignore(path, ignored)
+    if unknown:
         log.warning(
-            "%s: %d settings are not implemented by dedup-broker and were ignored: %s",
+            "%s: %d settings are neither dedup-broker's nor Pulsar's and were ignored: %s",
             path,
-            len(ignored),
-            ", ".join(sorted(ignored)),
+            len(unknown),
+            ", ".join(sorted(unknown)),
         )
     return values
 

@@ -19,6 +19,7 @@ def check(config: BrokerConfig) -> None:
         "two_phase_deletion_ledger_deletion_parallelism",
         "dispatcher_max_read_batch_size",
         "keep_alive_interval_seconds",
+        "stats_update_frequency_in_secs",
         "max_pending_publish_requests_per_connection",
         "broker_shutdown_timeout_ms",
         "default_number_of_namespace_bundles",

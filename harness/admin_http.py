@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import ssl
 import urllib.error
 import urllib.request
@@ -18,3 +19,17 @@ def http_request(
             return int(response.status), response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
+
+
+def create_namespace(
+    http_url: str, namespace: str, cluster: str, context: ssl.SSLContext | None = None
+) -> None:
+    """Create ``tenant/namespace`` through the admin API, as a user would before using
+    it: the tenant (allowed on ``cluster``) unless it exists, then the namespace. Raises
+    ``RuntimeError`` with the broker's answer when either is refused."""
+    tenant = namespace.split("/")[0]
+    body = json.dumps({"adminRoles": [], "allowedClusters": [cluster]}).encode()
+    for path, payload in ((f"tenants/{tenant}", body), (f"namespaces/{namespace}", None)):
+        status, answer = http_request("PUT", f"{http_url}/admin/v2/{path}", payload, context)
+        if status not in (204, 409):  # 409: it exists already
+            raise RuntimeError(f"PUT /admin/v2/{path}: {status} {answer.decode(errors='replace')}")

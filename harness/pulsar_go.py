@@ -6,7 +6,9 @@ Go services talk to Pulsar through this client, which implements the protocol on
 proves the broker against it too. ``ensure_go_client()`` builds ``go/pulsar_go_client``,
 a small driver that produces and consumes and prints one JSON object per line, with
 modules from the Go module proxy; ``go_produce()`` and ``go_consume()`` run it and return
-what ``harness.pulsar_java`` returns; ``run_go_client()`` runs it with raw arguments.
+what ``harness.pulsar_java`` returns; ``go_transactions()`` runs its transactions (a
+commit, an abort, acknowledgements in a transaction); ``run_go_client()`` runs it with
+raw arguments.
 
 What the driver prints differs from the Java driver's in four ways, all from the Go
 client's API: ``Produced.last_sequence_id`` is always -1 (``LastSequenceID()`` ignores
@@ -23,6 +25,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -123,10 +126,12 @@ def _tls_args(
     tls_allow_insecure: bool,
     tls_validate_hostname: bool,
     token: str | None,
+    listener_name: str | None = None,
 ) -> list[str]:
     args = [] if tls_trust_certs is None else [f"tlsTrustCerts={tls_trust_certs}"]
     args += ["tlsAllowInsecure=true"] if tls_allow_insecure else []
     args += ["tlsValidateHostname=true"] if tls_validate_hostname else []
+    args += [] if listener_name is None else [f"listenerName={listener_name}"]
     return args + ([] if token is None else [f"token={token}"])
 
 
@@ -148,6 +153,7 @@ def go_produce(
     tls_allow_insecure: bool = False,
     tls_validate_hostname: bool = False,
     token: str | None = None,
+    listener_name: str | None = None,
     timeout: float = 180.0,
 ) -> Produced:
     """Sends ``java_payload(i, size)`` with sequence id ``i`` for ``i`` in
@@ -160,7 +166,9 @@ def go_produce(
     args += [f"delayMs={delay_ms}"]
     if name is not None:
         args.append(f"name={name}")
-    args += _tls_args(tls_trust_certs, tls_allow_insecure, tls_validate_hostname, token)
+    args += _tls_args(
+        tls_trust_certs, tls_allow_insecure, tls_validate_hostname, token, listener_name
+    )
     events = go_events(*args, timeout=timeout)
     producer = [e for e in events if e["event"] == "producer"]
     failed = [e for e in events if e["event"] == "failed"]
@@ -186,6 +194,7 @@ def go_consume(
     tls_allow_insecure: bool = False,
     tls_validate_hostname: bool = False,
     token: str | None = None,
+    listener_name: str | None = None,
     timeout: float = 180.0,
 ) -> Consumed:
     """Receives up to ``count`` messages from the earliest position, acknowledging each;
@@ -198,7 +207,77 @@ def go_consume(
         str(count),
         f"timeoutMs={timeout_ms}",
         f"type={subscription_type}",
-        *_tls_args(tls_trust_certs, tls_allow_insecure, tls_validate_hostname, token),
+        *_tls_args(
+            tls_trust_certs, tls_allow_insecure, tls_validate_hostname, token, listener_name
+        ),
         timeout=timeout,
     )
     return Consumed(received_messages(events), any(e["event"] == "timeout" for e in events))
+
+
+@dataclass(frozen=True)
+class GoTransactions:
+    """What the driver's ``txn`` command saw (values are the payloads as text)."""
+
+    committed: list[str]
+    """Sent in the transaction that was then committed (``c-<i>``), in order."""
+    aborted: list[str]
+    """Sent in the transaction that was then aborted (``a-<i>``)."""
+    visible_before_commit: int
+    """Messages the consumer received while both transactions were open."""
+    received: list[str]
+    """Received after the commit and the abort, each acknowledged in a third
+    transaction that was committed."""
+    redelivered: int
+    """Messages delivered again to a new consumer of the subscription afterwards."""
+    transaction_ids: list[tuple[int, int]]
+    """(most, least) bits of the commit, abort and acknowledgement transactions."""
+
+
+def go_transactions(
+    service_url: str,
+    topic: str,
+    subscription: str,
+    count: int,
+    *,
+    timeout_ms: int = 2000,
+    tls_trust_certs: Path | str | None = None,
+    tls_allow_insecure: bool = False,
+    tls_validate_hostname: bool = False,
+    token: str | None = None,
+    listener_name: str | None = None,
+    timeout: float = 180.0,
+) -> GoTransactions:
+    """The Go client's transactions on ``topic``: ``count`` messages committed, ``count``
+    aborted, what a consumer receives acknowledged in a committed transaction, then
+    what a new consumer gets again (``timeout_ms``: how long a receive waits for more).
+    Raises DevServerError when any step fails."""
+    events = go_events(
+        "txn",
+        service_url,
+        topic,
+        subscription,
+        str(count),
+        f"timeoutMs={timeout_ms}",
+        *_tls_args(
+            tls_trust_certs, tls_allow_insecure, tls_validate_hostname, token, listener_name
+        ),
+        timeout=timeout,
+    )
+
+    def sent(name: str) -> list[str]:
+        return [str(e["value"]) for e in events if e["event"] == "sent" and e["txn"] == name]
+
+    ended = [e["txn"] for e in events if e["event"] == "ended"]
+    if ended != ["commit", "abort", "ack"]:
+        raise DevServerError(f"the Go transactions ended as {ended}: {events}")
+    return GoTransactions(
+        committed=sent("commit"),
+        aborted=sent("abort"),
+        visible_before_commit=next(
+            int(e["count"]) for e in events if e["event"] == "visibleBeforeCommit"
+        ),
+        received=[str(e["value"]) for e in events if e["event"] == "received"],
+        redelivered=next(int(e["count"]) for e in events if e["event"] == "redelivered"),
+        transaction_ids=[(int(e["most"]), int(e["least"])) for e in events if e["event"] == "txn"],
+    )

@@ -200,6 +200,24 @@ def _events(*args: str, timeout: float) -> list[dict[str, Any]]:
     return driver_events(run_java_client(*args, timeout=timeout), "Java client", args)
 
 
+@dataclass(frozen=True)
+class ClientTls:
+    """A client's TLS and token options (for a ``pulsar+ssl://`` or ``https://`` URL), as
+    the Java transactions driver (``PulsarTxnClient``) takes them."""
+
+    trust_certs: Path | str | None = None
+    allow_insecure: bool = False
+    validate_hostname: bool = False
+    token: str | None = None
+
+    def args(self) -> list[str]:
+        """As the driver takes them (``key=value`` arguments)."""
+        args = [] if self.trust_certs is None else [f"tlsTrustCerts={self.trust_certs}"]
+        args += ["tlsAllowInsecure=true"] if self.allow_insecure else []
+        args += ["tlsValidateHostname=true"] if self.validate_hostname else []
+        return args + ([] if self.token is None else [f"token={self.token}"])
+
+
 def java_produce(
     service_url: str,
     topic: str,
@@ -290,3 +308,53 @@ def java_priority_shares(
         timeout=timeout,
     )
     return {int(e["priority"]): int(e["received"]) for e in events if e["event"] == "share"}
+
+
+@dataclass(frozen=True)
+class FailoverShare:
+    """What one Failover consumer of the driver's ``failover`` mode had in one round."""
+
+    round: int
+    consumer: int
+    """Its index in the priorities given (its name is ``c<index>``)."""
+    priority: int
+    active: tuple[int, ...]
+    """The partitions it was last told it is active for."""
+    received: tuple[int, ...]
+    """The partitions it received messages of."""
+
+
+def java_failover_shares(
+    service_url: str,
+    topic: str,
+    subscription: str,
+    count: int,
+    priorities: tuple[int, ...],
+    *,
+    settle_ms: int = 3000,
+    timeout: float = 180.0,
+) -> list[FailoverShare]:
+    """Failover consumers of ``priorities`` on the partitioned ``topic``, then ``count``
+    messages round-robin over its partitions: each consumer's share (round 1), and again
+    once the consumers of the best level left (round 2)."""
+    events = _events(
+        "failover",
+        service_url,
+        topic,
+        subscription,
+        str(count),
+        f"priorities={','.join(str(p) for p in priorities)}",
+        f"settleMs={settle_ms}",
+        timeout=timeout,
+    )
+    return [
+        FailoverShare(
+            int(e["round"]),
+            int(e["consumer"]),
+            int(e["priority"]),
+            tuple(int(p) for p in e["active"]),
+            tuple(int(p) for p in e["received"]),
+        )
+        for e in events
+        if e["event"] == "failover"
+    ]

@@ -18,7 +18,7 @@ from typing import Any
 
 from dedup_broker.devservers.distribution import find_java
 from dedup_broker.errors import DevServerError
-from harness.pulsar_java import ensure_java_client
+from harness.pulsar_java import ClientTls, ensure_java_client
 from harness.pulsar_tools import compile_driver
 
 DRIVER = "PulsarTxnClient"
@@ -29,7 +29,10 @@ class JavaTransactionError(Exception):
 
 
 class JavaTransactions:
-    def __init__(self, service_url: str, start_timeout: float = 120.0) -> None:
+    def __init__(
+        self, service_url: str, start_timeout: float = 120.0, tls: ClientTls | None = None
+    ) -> None:
+        """``tls``: the TLS and token options for a ``pulsar+ssl://`` or ``https://`` URL."""
         home = ensure_java_client()
         compile_driver(home, f"{DRIVER}.java", DRIVER)
         self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed by close()
@@ -43,6 +46,7 @@ class JavaTransactions:
                 f"{home / 'classes'}:{home / 'libs'}/*",
                 DRIVER,
                 service_url,
+                *(tls.args() if tls is not None else []),
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

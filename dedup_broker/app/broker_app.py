@@ -44,10 +44,12 @@ from dedup_broker.http.security import (
     SECURITY_ERROR_STATUSES,
     authentication_middleware,
     authorization_middleware,
+    namespace_middleware,
     tenancy_routes,
 )
 from dedup_broker.http.serving import HttpEndpoint, new_app, start_http
 from dedup_broker.http.tiered import OFFLOAD_ERROR_STATUSES, offload_routes
+from dedup_broker.http.topic_policies import TOPIC_POLICY_ERROR_STATUSES, topic_policy_routes
 from dedup_broker.http.topics import (
     TOPIC_ERROR_STATUSES,
     broker_routes,
@@ -134,6 +136,7 @@ def http_app(
         *ledger_deletion_routes(config, usage),
         *schema_routes(broker.schemas),
         *transaction_routes(broker, owners),
+        *topic_policy_routes(policies, config, topics),
     ]
     statuses = {
         **TOPIC_ERROR_STATUSES,
@@ -145,8 +148,13 @@ def http_app(
         **SECURITY_ERROR_STATUSES,
         **SCHEMA_ERROR_STATUSES,
         **TRANSACTION_ERROR_STATUSES,
+        **TOPIC_POLICY_ERROR_STATUSES,
     }
-    middlewares = [authorization_middleware(authorizer), redirect_middleware(topics)]
+    middlewares = [
+        namespace_middleware(authorizer.tenancy),
+        authorization_middleware(authorizer),
+        redirect_middleware(topics),
+    ]
     if authenticator is not None:
         middlewares.insert(0, authentication_middleware(authenticator))
     return new_app(routes, statuses, middlewares)
@@ -207,6 +215,7 @@ class BrokerApp:
             cluster,
             SchemaRegistry(config, policies),
         )
+        await broker.namespaces.adopt_stored_namespaces()
         broker.start()
         authorizer = Authorizer(config, Tenancy(storage.policies, config))
         self.listeners = listeners = AdvertisedListeners(config, storage.policies)
@@ -250,6 +259,7 @@ class BrokerApp:
             listener.tls_port,
             http.tls_port,
         )
+        listeners.bind(address)
         await cluster.start(address, broker.unload_slots)
         await self._register()
         self.ready = True

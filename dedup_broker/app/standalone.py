@@ -38,6 +38,7 @@ from dedup_broker.devservers import NativeKafka, NativeRedis, process, provide_k
 from dedup_broker.devservers.native import NativeServer
 from dedup_broker.devservers.provision import KAFKA_ENV, REDIS_ENV
 from dedup_broker.errors import ConfigError, DevServerError
+from dedup_broker.pulsar_settings import is_pulsar_only
 
 DEFAULT_DATA_DIR = Path("data/standalone")
 DEFAULT_KAFKA_PORT = 9092
@@ -104,13 +105,14 @@ class StandaloneOptions:
 
 
 def parse_settings(pairs: Sequence[str]) -> dict[str, str]:
-    """``KEY=VALUE`` strings as a dict; Kafka's and Redis's addresses are refused."""
+    """``KEY=VALUE`` strings as a dict; Kafka's and Redis's addresses are refused (Pulsar's
+    settings that have no effect go through, the broker warns about them)."""
     settings: dict[str, str] = {}
     for pair in pairs:
         key, equals, value = pair.partition("=")
         if not equals or not key.strip():
             raise ConfigError(f"--set expects KEY=VALUE, got {pair!r}")
-        name = snake_case(key.strip())
+        name = "" if is_pulsar_only(key.strip()) else snake_case(key.strip())
         if name in PROVIDED_SETTINGS:
             raise ConfigError(
                 f"standalone chooses {key.strip()} itself: set {PROVIDED_SETTINGS[name]} "

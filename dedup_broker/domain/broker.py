@@ -18,10 +18,12 @@ from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.non_persistent.topic import IDLE_SECONDS
 from dedup_broker.domain.registry import TopicRegistry
 from dedup_broker.domain.topic import Topic, TopicServices
+from dedup_broker.domain.topic_rates import RatedTopic, StatsUpdates
 from dedup_broker.domain.transaction_endings import TopicEndings
 from dedup_broker.domain_base.policies import Policies
 from dedup_broker.errors import BrokerError
 from dedup_broker.key_dedup.service import KeyDedupService
+from dedup_broker.periodic import PeriodicTask
 from dedup_broker.schema.registry import SchemaRegistry
 from dedup_broker.storage.api import StorageService
 from dedup_broker.transactions.service import TransactionCoordinators
@@ -59,6 +61,10 @@ class Broker:
             self.services, storage, metrics, self.namespaces, self.schemas, cluster
         )
         self._housekeeping: asyncio.Task[None] | None = None
+        self.stats_updates = StatsUpdates(self.rated_topics)
+        self._stats_task = PeriodicTask(
+            "stats update", config.stats_update_frequency_in_secs, self.stats_updates.update
+        )
         self._instance = uuid.uuid4().hex[:10]
         self._producer_counter = count()
         self.transaction_endings = TopicEndings(self.topic_registry, cluster)
@@ -87,16 +93,23 @@ class Broker:
     # --- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
         self._housekeeping = asyncio.get_running_loop().create_task(self._periodic())
+        self._stats_task.start()
 
     async def close(self) -> None:
         """Unload every topic (clients told to go, cursors and snapshots stored)."""
         self.topic_registry.closing = True
         if self._housekeeping is not None:
             self._housekeeping.cancel()
+        await self._stats_task.stop()
         await self.namespaces.watches.close()
         await self.transactions.close()
         await self.topic_registry.close()
         await self.key_dedup.close()
+
+    def rated_topics(self) -> list[RatedTopic]:
+        """The loaded topics, persistent and not, whose rates the stats update samples."""
+        registry = self.topic_registry
+        return [*registry.topics.values(), *registry.non_persistent.values()]
 
     async def _periodic(self) -> None:
         registry = self.topic_registry

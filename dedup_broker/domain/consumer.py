@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from dedup_broker.config import BrokerConfig
 from dedup_broker.domain_base.dates import pulsar_date
 from dedup_broker.domain_base.handover import Destination
 from dedup_broker.domain_base.producer import NO_METADATA
+from dedup_broker.domain_base.rates import SampledRates, rate
+from dedup_broker.domain_base.topic_policies import ConsumerLimits
 from dedup_broker.errors import PermanentError
 from dedup_broker.storage.api import Entry, Position
 
@@ -41,16 +42,20 @@ class ConsumerBusyError(PermanentError):
 
 
 def check_consumer_limits(
-    config: BrokerConfig, topic: object, consumers: Mapping[str, int], subscription: str
+    limits: ConsumerLimits,
+    topic: object,
+    subscriptions: Mapping[str, ConsumerSubscription],
+    subscription: str,
 ) -> None:
     """``maxConsumersPerTopic`` and ``maxConsumersPerSubscription`` before one more joins
-    (``consumers``: the topic's subscriptions -> their consumer counts)."""
-    per_topic = config.max_consumers_per_topic
+    ``subscription`` (``subscriptions``: the topic's)."""
+    consumers = {name: len(each.consumers) for name, each in subscriptions.items()}
+    per_topic = limits.per_topic
     if per_topic and sum(consumers.values()) >= per_topic:
         raise ConsumerBusyError(
             f"Topic {topic} reached max consumers limit (maxConsumersPerTopic={per_topic})"
         )
-    per_subscription = config.max_consumers_per_subscription
+    per_subscription = limits.per_subscription
     if per_subscription and consumers.get(subscription, 0) >= per_subscription:
         raise ConsumerBusyError(
             f"Subscription {subscription} reached max consumers limit "
@@ -150,11 +155,20 @@ class Consumer:
     """Entries sent and not yet acknowledged -> number of messages in the entry (one
     shared empty table while there are none: an idle consumer holds no table)."""
     unacked_messages: int = 0
+    max_unacked_messages: int | None = None
+    """Unacknowledged messages at which Shared and Key_Shared subscriptions stop sending to
+    it (0: no limit), as its topic's policies said when it subscribed; ``None``: the
+    broker's ``maxUnackedMessagesPerConsumer``."""
     epoch: int = 0
     partition_index: int = -1
     created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     msgs_out: int = 0
     bytes_out: int = 0
+    msgs_redelivered: int = 0
+    """Messages in flight it asked to have sent again (nack, ack timeout, redelivery)."""
+    rates: SampledRates | None = None
+    """``msgs_out``, ``bytes_out``, ``msgs_redelivered`` per second over the last stats
+    period (``topic_rates``)."""
     last_sent: float = 0.0
     """``time.monotonic()`` of its last entries sent to be acknowledged."""
     closed: bool = False
@@ -207,6 +221,17 @@ class Consumer:
         self.unacked_messages = 0
         return positions
 
+    def give_back(self, positions: list[Position] | None) -> list[Position]:
+        """What its client asks to have sent again: everything in flight (``positions``
+        None) or those of ``positions`` it holds; counted for ``msgRateRedeliver``."""
+        unacked = self.unacked_messages
+        if positions is None:
+            returned = self.take_pending()
+        else:
+            returned = [p for p in positions if self.forget(p)]
+        self.msgs_redelivered += unacked - self.unacked_messages
+        return returned
+
     def stats(self) -> dict[str, object]:
         return {
             "consumerName": self.name,
@@ -216,6 +241,9 @@ class Consumer:
             "availablePermits": self.permits,
             "unackedMessages": self.unacked_messages,
             "blockedConsumerOnUnackedMsgs": False,
+            "msgRateOut": rate(self.rates, 0),
+            "msgThroughputOut": rate(self.rates, 1),
+            "msgRateRedeliver": rate(self.rates, 2),
             "msgOutCounter": self.msgs_out,
             "bytesOutCounter": self.bytes_out,
             "priorityLevel": self.priority_level,

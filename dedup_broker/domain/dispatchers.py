@@ -1,8 +1,8 @@
 """One dispatcher per subscription type: who may join, who is active, who gets an entry.
 
-``Exclusive`` and ``Failover`` have one active consumer (by priority level and name; a
-partition picks its own among them) and keep the order of the log: a redelivery rewinds
-the cursor. ``Failover`` lets several consumers join and tells them which one is active.
+``Exclusive`` and ``Failover`` have one active consumer (``active_consumers.py``) and keep
+the order of the log: a redelivery rewinds the cursor. ``Failover`` lets several consumers
+join, tells them which one is active and hands over after a delay.
 ``Shared`` spreads entries round-robin over the consumers with permits and redelivers
 single positions out of order; ``Key_Shared`` does the same but gives every key to one
 consumer (``key_shared.py``). The persistent subscription (``subscription.py``) and the
@@ -12,13 +12,21 @@ subscription changes only while it has no consumers, and its dispatcher with it.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from typing import ClassVar, Protocol
 
+from dedup_broker.config import BrokerConfig
+from dedup_broker.domain.active_consumers import elect_active
 from dedup_broker.domain.consumer import Consumer, ConsumerBusyError, SubscriptionType
 from dedup_broker.domain.key_hash import key_hash
 from dedup_broker.domain.key_shared import KeySharedRouting, entry_key
+from dedup_broker.domain_base.names import TopicName
 from dedup_broker.storage.api import Entry, ManagedCursor, ManagedLedger, Position
+
+HandOver = Callable[[bool], None]
+"""A persistent subscription's part when its active consumer changed: dispatch again,
+after a rewind of the cursor when another consumer was active before (True)."""
 
 
 class Rounds(Protocol):
@@ -36,7 +44,7 @@ class Rounds(Protocol):
 class Dispatcher:
     """Shared by every type: no active consumer, round-robin over those that can take."""
 
-    __slots__ = ("_next", "active", "partition_index")
+    __slots__ = ("_next", "active", "partition_index", "topic")
 
     type: ClassVar[SubscriptionType]
     redelivers_singly: ClassVar[bool] = False
@@ -44,8 +52,9 @@ class Dispatcher:
     delays: ClassVar[bool] = False
     """Shared and Key_Shared hold a message until its delivery time."""
 
-    def __init__(self, partition_index: int) -> None:
-        self.partition_index = partition_index
+    def __init__(self, topic: TopicName) -> None:
+        self.topic = str(topic)
+        self.partition_index = topic.partition_index
         self.active: Consumer | None = None
         self._next = 0
 
@@ -64,11 +73,10 @@ class Dispatcher:
     def removed(self, consumer: Consumer) -> None:
         """``consumer`` left."""
 
-    def elect(self, consumers: Sequence[Consumer]) -> Consumer | None:
-        """Choose the active consumer; the one that stopped being active if it handed
-        over (Failover), else None."""
+    def elect(self, consumers: Sequence[Consumer], hand_over: HandOver | None = None) -> None:
+        """Choose the active consumer (Exclusive, Failover) among ``consumers`` (the
+        subscription's own list, as it stays)."""
         self.active = None
-        return None
 
     def targets(
         self, consumers: Sequence[Consumer], can_take: Callable[[Consumer], bool]
@@ -123,9 +131,8 @@ class ExclusiveDispatcher(Dispatcher):
             name = consumer.subscription_name
             raise ConsumerBusyError(f"exclusive subscription {name!r} already has a consumer")
 
-    def elect(self, consumers: Sequence[Consumer]) -> Consumer | None:
-        self.active = elect_active(consumers, self.partition_index)
-        return None
+    def elect(self, consumers: Sequence[Consumer], hand_over: HandOver | None = None) -> None:
+        self.active = elect_active(consumers, self.partition_index, self.topic, False)
 
     def targets(
         self, consumers: Sequence[Consumer], can_take: Callable[[Consumer], bool]
@@ -138,19 +145,56 @@ class ExclusiveDispatcher(Dispatcher):
 
 
 class FailoverDispatcher(ExclusiveDispatcher):
-    __slots__ = ()
+    """When another consumer becomes active (the first one too), Pulsar sends nothing for
+    ``activeConsumerFailoverDelayTimeMillis``: the one active before acknowledges what it
+    had received meanwhile, so that the rewound cursor sends the new one only the rest.
+    Then every consumer is told which one is active, and dispatch goes on."""
+
+    __slots__ = ("_rewind_due", "_switch", "consistent_hashing", "delay")
     type = SubscriptionType.FAILOVER
+
+    def __init__(self, topic: TopicName, delay: float = 0.0, consistent_hashing: bool = False):
+        super().__init__(topic)
+        self.delay = delay
+        self.consistent_hashing = consistent_hashing
+        self._switch: asyncio.TimerHandle | None = None
+        self._rewind_due = False
 
     def admit(self, consumer: Consumer, consumers: Sequence[Consumer]) -> None:
         """Any number may join; one is active."""
 
-    def elect(self, consumers: Sequence[Consumer]) -> Consumer | None:
-        previous, self.active = self.active, elect_active(consumers, self.partition_index)
+    def elect(self, consumers: Sequence[Consumer], hand_over: HandOver | None = None) -> None:
+        """``hand_over`` (persistent subscriptions) comes after the delay; without it the
+        consumers are only told (non-persistent ones)."""
+        previous = self.active
+        self.active = elect_active(
+            consumers, self.partition_index, self.topic, self.consistent_hashing
+        )
         if self.active is previous:
-            return None
+            return
+        self._rewind_due |= previous is not None
+        if self.active is None:
+            return
+        if hand_over is None or self.delay <= 0:
+            self._switched(consumers, hand_over)
+        elif self._switch is None:  # as Pulsar: a change meanwhile does not put it off
+            loop = asyncio.get_running_loop()
+            self._switch = loop.call_later(self.delay, self._switched, consumers, hand_over)
+
+    def _switched(self, consumers: Sequence[Consumer], hand_over: HandOver | None) -> None:
+        self._switch = None
+        if self.active is None:
+            return  # all left; the next one to join is handed over to
+        rewind, self._rewind_due = self._rewind_due, False
         for consumer in consumers:
             consumer.link.active_consumer_changed(consumer, consumer is self.active)
-        return previous
+        if hand_over is not None:
+            hand_over(rewind)
+
+    def targets(
+        self, consumers: Sequence[Consumer], can_take: Callable[[Consumer], bool]
+    ) -> list[Consumer]:
+        return [] if self._switch is not None else super().targets(consumers, can_take)
 
 
 class SharedDispatcher(Dispatcher):
@@ -185,8 +229,8 @@ class KeySharedDispatcher(SharedDispatcher):
     __slots__ = ("routing",)
     type = SubscriptionType.KEY_SHARED
 
-    def __init__(self, partition_index: int, consistent_hashing: bool = True) -> None:
-        super().__init__(partition_index)
+    def __init__(self, topic: TopicName, consistent_hashing: bool = True) -> None:
+        super().__init__(topic)
         self.routing: KeySharedRouting[Consumer] = KeySharedRouting(consistent_hashing)
 
     def admit(self, consumer: Consumer, consumers: Sequence[Consumer]) -> None:
@@ -239,21 +283,18 @@ DISPATCHERS: dict[SubscriptionType, type[Dispatcher]] = {
 
 
 def dispatcher_for(
-    sub_type: SubscriptionType, partition_index: int, consistent_hashing: bool = True
+    sub_type: SubscriptionType, topic: TopicName, config: BrokerConfig | None = None
 ) -> Dispatcher:
-    """``consistent_hashing``: ``subscriptionKeySharedUseConsistentHashing`` (Key_Shared)."""
+    """``config``: a persistent subscription's settings (Key_Shared's
+    ``subscriptionKeySharedUseConsistentHashing``, Failover's ``activeConsumerFailover*``);
+    None: the defaults, and a Failover subscription hands over at once (non-persistent)."""
     if sub_type == SubscriptionType.KEY_SHARED:
-        return KeySharedDispatcher(partition_index, consistent_hashing)
-    return DISPATCHERS[sub_type](partition_index)
-
-
-def elect_active(consumers: Sequence[Consumer], partition_index: int) -> Consumer | None:
-    """Exclusive and Failover: the consumer that receives, by priority level and name (a
-    partition picks its own among them, so partitions spread over the consumers)."""
-    if not consumers:
-        return None
-    ordered = sorted(consumers, key=lambda c: (c.priority_level, c.name))
-    return ordered[partition_index % len(ordered) if partition_index >= 0 else 0]
+        hashing = config is None or config.subscription_key_shared_use_consistent_hashing
+        return KeySharedDispatcher(topic, hashing)
+    if sub_type == SubscriptionType.FAILOVER and config is not None:
+        delay = config.active_consumer_failover_delay_time_millis / 1000
+        return FailoverDispatcher(topic, delay, config.active_consumer_failover_consistent_hashing)
+    return DISPATCHERS[sub_type](topic)
 
 
 def ready(consumer: Consumer) -> bool:

@@ -1,16 +1,21 @@
 """Which topics a namespace holds: stored non-partitioned topics and the partitions of its
-partitioned topics, and the pattern consumers' watches of namespaces."""
+partitioned topics, and the pattern consumers' watches of namespaces. Topics live only in
+namespaces that exist (``Tenancy``)."""
 
 from __future__ import annotations
 
+import logging
 from urllib.parse import unquote
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain.partitioned import PartitionedTopics
+from dedup_broker.domain.partitioned import PARTITIONS_KEY, PartitionedTopics
 from dedup_broker.domain.topic_list import TopicListWatches
 from dedup_broker.domain_base.names import TopicName
 from dedup_broker.errors import PermanentError
+from dedup_broker.security.authorization import Tenancy
 from dedup_broker.storage.api import StorageService
+
+log = logging.getLogger(__name__)
 
 
 class TopicLimitError(PermanentError):
@@ -21,7 +26,10 @@ class NamespaceListing:
     def __init__(self, config: BrokerConfig, storage: StorageService) -> None:
         self.config = config
         self._storage = storage
-        self.partitioned = PartitionedTopics(config, storage, self.check_topic_limit)
+        self.tenancy = Tenancy(storage.policies, config)
+        self.partitioned = PartitionedTopics(
+            config, storage, self.check_topic_limit, self.tenancy.require_namespace
+        )
         self.clustered = False
         """Other brokers create and delete topics too: read the tables afresh to list."""
         self.watches = TopicListWatches(self._listing)
@@ -35,6 +43,31 @@ class NamespaceListing:
                 f"Exceed maximum number of topics in namespace {name.namespace_name} "
                 f"(maxTopicsPerNamespace={limit})"
             )
+
+    async def require_namespace(self, namespace: str) -> None:
+        """Raise ``NamespaceNotFoundError`` (``TopicNotFound``, HTTP 404) unless the
+        namespace and its tenant exist."""
+        await self.tenancy.require_namespace(namespace)
+
+    async def adopt_stored_namespaces(self) -> list[str]:
+        """Create the namespaces (and tenants) that hold stored topics but were never
+        created (topics stored before namespaces had to exist): their topics stay
+        reachable. Returns the namespaces created."""
+        holding = {
+            name.namespace_name
+            for ledger in self._storage.list_managed_ledgers()
+            if (name := TopicName.from_managed_ledger_name(ledger)) is not None
+        }
+        for key, _ in self._storage.policies.items(PARTITIONS_KEY):
+            try:
+                holding.add(TopicName.parse(key[len(PARTITIONS_KEY) :]).namespace_name)
+            except PermanentError:
+                continue
+        adopted = sorted(ns for ns in holding if self.tenancy.namespace(ns) is None)
+        for namespace in adopted:
+            await self.tenancy.adopt(namespace)
+            log.warning("namespace %s holds topics but was never created: created now", namespace)
+        return adopted
 
     def list_topics(self, namespace: str) -> list[str]:
         """Non-partitioned topics and partitions stored in a namespace."""

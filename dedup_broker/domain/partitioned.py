@@ -4,7 +4,7 @@ table under ``partitioned-topics/{topic}`` as Pulsar stores it in its metadata s
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain_base.names import TopicDomain, TopicName
@@ -25,13 +25,22 @@ class TopicExistsError(PermanentError):
 
 TopicLimit = Callable[[TopicName, int], None]
 """Raises unless the namespace of the name may hold that many more topics."""
+NamespaceCheck = Callable[[str], Awaitable[None]]
+"""Raises ``TopicNotFoundError`` unless the namespace (``tenant/ns``) exists."""
 
 
 class PartitionedTopics:
-    def __init__(self, config: BrokerConfig, storage: StorageService, limit: TopicLimit) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        storage: StorageService,
+        limit: TopicLimit,
+        require_namespace: NamespaceCheck,
+    ) -> None:
         self.config = config
         self._storage = storage
         self._limit = limit
+        self._require_namespace = require_namespace
         self.clustered = False
         """Other brokers may change the metadata too: read the table afresh when asked."""
 
@@ -50,7 +59,9 @@ class PartitionedTopics:
 
     async def partitioned_metadata(self, name: TopicName) -> int:
         """Partitions of ``name`` as stored now (another broker may have just created,
-        grown or deleted it)."""
+        grown or deleted it). A topic of a namespace that does not exist has none:
+        ``TopicNotFoundError``, as Pulsar answers."""
+        await self._require_namespace(name.namespace_name)
         if self.clustered:
             await self._storage.policies.refresh()
         partitions = self.partitions_of(name)
@@ -83,6 +94,7 @@ class PartitionedTopics:
             raise InvalidTopicNameError(f"{name} is a partition name; use the base topic name")
         if partitions <= 0:
             raise InvalidPartitionsError(f"the number of partitions must be > 0, got {partitions}")
+        await self._require_namespace(name.namespace_name)
         current = self.partitions_of(name)
         if current:
             raise TopicExistsError(f"partitioned topic {name} already exists")

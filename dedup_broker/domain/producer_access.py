@@ -147,7 +147,15 @@ class ProducerHost:
     """The producers of one topic under their access modes; each kind of topic (persistent,
     non-persistent) adds what it does when a producer comes or goes."""
 
-    __slots__ = ("access", "closed", "config", "name", "producers", "terminated_at")
+    __slots__ = (
+        "access",
+        "closed",
+        "config",
+        "name",
+        "producer_limit",
+        "producers",
+        "terminated_at",
+    )
 
     def __init__(self, name: TopicName, config: BrokerConfig, epoch: int | None) -> None:
         self.name = name
@@ -157,6 +165,9 @@ class ProducerHost:
         self.closed = False
         self.terminated_at: Position | None = None
         """The last position of a terminated topic (it takes no producer any more)."""
+        self.producer_limit: Callable[[], int] = lambda: config.max_producers_per_topic
+        """The producers the topic takes now (0: no limit); a kind of topic with
+        policies reads its own."""
 
     def _check_open(self) -> None:
         """A topic unloaded meanwhile (handover, shutdown) takes no new clients: they look
@@ -183,7 +194,7 @@ class ProducerHost:
         """
         if self.terminated_at is not None:
             raise TopicTerminatedError(f"Topic {self.name} was already terminated")
-        limit = self.config.max_producers_per_topic
+        limit = self.producer_limit()
         if limit and len(self.producers) >= limit:
             raise ProducerBusyError(
                 f"Topic {self.name} reached max producers limit (maxProducersPerTopic={limit})"

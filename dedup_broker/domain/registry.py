@@ -99,9 +99,12 @@ class TopicRegistry:
         )
 
     async def serve(self, name: TopicName) -> ServedTopic:
-        """The topic a producer or consumer attaches to, of either domain."""
+        """The topic a producer or consumer attaches to, of either domain (only in a
+        namespace that exists: ``TopicNotFoundError`` otherwise)."""
         if name.is_persistent:
             return await self.get_topic(name)
+        if str(name) not in self.non_persistent:
+            await self._namespaces.require_namespace(name.namespace_name)
         return self.non_persistent_topic(name)
 
     async def loaded(self, name: TopicName) -> Topic:
@@ -149,10 +152,13 @@ class TopicRegistry:
         return partitions > 0
 
     async def get_topic(self, name: TopicName) -> Topic:
-        """The loaded topic, loading (and, if allowed, creating) it on first use."""
+        """The loaded topic, loading (and, if allowed, creating) it on first use; topics
+        are loaded only in namespaces that exist."""
         if not name.is_persistent:
             raise InvalidTopicNameError(f"{name} is not a persistent topic")
         key = str(name)
+        if key not in self.topics:
+            await self._namespaces.require_namespace(name.namespace_name)
         while (unloading := self._unloading.get(key)) is not None:
             await asyncio.shield(unloading)
         topic = self.topics.get(key)

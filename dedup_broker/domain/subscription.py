@@ -30,6 +30,7 @@ from dedup_broker.domain.key_shared import KeySharedRouting
 from dedup_broker.domain.redeliveries import Redeliveries
 from dedup_broker.domain.termination import tell_end_of_topic
 from dedup_broker.domain_base.handover import Destination
+from dedup_broker.domain_base.names import TopicName
 from dedup_broker.errors import BrokerError
 from dedup_broker.lazy import LazyLock
 from dedup_broker.protocol.framing import parse_metadata_only
@@ -52,6 +53,9 @@ class SubscriptionOwner(Protocol):
     """The topic a subscription belongs to."""
 
     def subscription_expired(self, subscription: Subscription) -> None: ...
+
+    @property
+    def name(self) -> TopicName: ...
 
     @property
     def transactions(self) -> TransactionBuffer:
@@ -107,9 +111,7 @@ class Subscription:
         self.cursor = cursor
         self.durable = durable
         self.consumers: list[Consumer] = []
-        self._dispatcher = dispatcher_for(
-            sub_type, partition_index, config.subscription_key_shared_use_consistent_hashing
-        )
+        self._dispatcher = dispatcher_for(sub_type, owner.name, config)
         self._can_take = can_take(config.max_unacked_messages_per_consumer)
         self._redeliveries = Redeliveries()
         self._task: asyncio.Task[None] | None = None
@@ -135,11 +137,7 @@ class Subscription:
                 raise ConsumerBusyError(
                     f"subscription {self.name!r} is of type {self.type.name}, not {sub_type.name}"
                 )
-            self._dispatcher = dispatcher_for(
-                sub_type,
-                self.partition_index,
-                self.config.subscription_key_shared_use_consistent_hashing,
-            )
+            self._dispatcher = dispatcher_for(sub_type, self._owner.name, self.config)
         dispatcher = self._dispatcher
         dispatcher.admit(consumer, self.consumers)
         dispatcher.joining(consumer, self.consumers, self.cursor, self.ledger)
@@ -147,7 +145,7 @@ class Subscription:
         if not self._listening:
             self._listening = True
             self.ledger.add_entries_listener(self.trigger)
-        self._elect_active()
+        self._dispatcher.elect(self.consumers, self._hand_over)
 
     def remove_consumer(self, consumer: Consumer) -> None:
         if consumer not in self.consumers:
@@ -165,20 +163,19 @@ class Subscription:
         if not self.consumers and self._listening:
             self._listening = False
             self.ledger.remove_entries_listener(self.trigger)
-        self._elect_active()
+        self._dispatcher.elect(self.consumers, self._hand_over)
         self.trigger()
 
     @property
     def active_consumer(self) -> Consumer | None:
         return self._dispatcher.active
 
-    def _elect_active(self) -> None:
-        """Failover hands over: what the previous active consumer had in flight goes
-        out again, from the cursor."""
-        previous = self._dispatcher.elect(self.consumers)
-        if previous is not None and previous in self.consumers:
-            self._redeliveries.count(previous.take_pending())
+    def _hand_over(self, rewind: bool) -> None:
+        """Failover hands over (``FailoverDispatcher``): what was in flight goes out again."""
+        if rewind and not self.closed:
             asyncio.get_running_loop().create_task(self._rewind())
+        else:
+            self.trigger()
 
     def consumer_for_key(self, key: bytes) -> Consumer | None:
         """Key_Shared: the consumer that owns a sticky key's hash slot now."""
@@ -252,12 +249,7 @@ class Subscription:
     def on_redeliver(self, consumer: Consumer | None, positions: list[Position] | None) -> None:
         """Nack / ack timeout / explicit redelivery request from the client; or, without a
         consumer, messages none holds (a transaction that acknowledged them aborted)."""
-        if consumer is None:
-            returned = list(positions or ())
-        elif positions is None:
-            returned = consumer.take_pending()
-        else:
-            returned = [p for p in positions if consumer.forget(p)]
+        returned = list(positions or ()) if consumer is None else consumer.give_back(positions)
         self._redeliveries.count(returned)
         if self._dispatcher.redelivers_singly:
             self._redeliveries.replay.update(returned)
@@ -277,7 +269,7 @@ class Subscription:
         """Everything unacknowledged goes out again from the cursor (the caller holds the
         lock)."""
         for consumer in self.consumers:
-            consumer.take_pending()
+            self._redeliveries.count(consumer.take_pending())
         self.cursor.rewind()
         if self._compacted is not None:
             self._compacted.restart_at(self._compacted.first_unacknowledged())
@@ -340,8 +332,10 @@ class Subscription:
             targets = self._dispatcher.targets(self.consumers, self._can_take)
             if not targets:
                 return False
+            limited = self.type is SubscriptionType.SHARED  # reads stay within the limits
+            unacked_limit = self.config.max_unacked_messages_per_consumer
             budget = min(
-                sum(c.permits for c in targets),
+                sum(room(c, unacked_limit) if limited else c.permits for c in targets),
                 self.config.dispatcher_max_read_batch_size,
             )
             if self._redeliveries.waiting():
@@ -466,16 +460,23 @@ class Subscription:
 @functools.cache  # one check per limit, shared by every subscription
 def can_take(unacked_limit: int) -> Callable[[Consumer], bool]:
     """Whether a consumer may receive now: permits left, its connection not full, and
-    fewer unacknowledged messages than ``maxUnackedMessagesPerConsumer`` (0: no limit)."""
+    fewer unacknowledged messages than its limit (0: none), else ``unacked_limit``."""
 
     def check(consumer: Consumer) -> bool:
-        return (
-            consumer.permits > 0
-            and consumer.writable
-            and (unacked_limit <= 0 or consumer.unacked_messages < unacked_limit)
-        )
+        return room(consumer, unacked_limit) > 0 and consumer.writable
 
     return check
+
+
+def room(consumer: Consumer, unacked_limit: int) -> int:
+    """Messages a consumer may be sent now: its permits, and no more than its limit of
+    unacknowledged messages leaves (its own, else ``unacked_limit``; 0: no limit)."""
+    limit = consumer.max_unacked_messages
+    if limit is None:
+        limit = unacked_limit
+    if limit <= 0:
+        return consumer.permits
+    return min(consumer.permits, limit - consumer.unacked_messages)
 
 
 def trigger_all(subscriptions: Mapping[str, Subscription]) -> None:

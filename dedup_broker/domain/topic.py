@@ -17,11 +17,7 @@ from dedup_broker.compaction.policy import compaction_threshold
 from dedup_broker.compaction.topic import CompanionTopics, TopicCompaction
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain import topic_stats
-from dedup_broker.domain.consumer import (
-    SubscriptionType,
-    check_consumer_limits,
-    let_acks_arrive,
-)
+from dedup_broker.domain.consumer import SubscriptionType, check_consumer_limits, let_acks_arrive
 from dedup_broker.domain.ledger_limits import LedgerLimits
 from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.producer_access import TOPIC_EPOCH_PROPERTY, ProducerHost
@@ -47,6 +43,7 @@ from dedup_broker.domain_base.names import TopicName
 from dedup_broker.domain_base.outcomes import UNKNOWN, PublishOutcome, PublishResult, settled
 from dedup_broker.domain_base.policies import Policies
 from dedup_broker.domain_base.producer import Producer
+from dedup_broker.domain_base.topic_policies import ConsumerLimits, limit
 from dedup_broker.errors import BrokerError, RetriableError, ServiceNotReadyError
 from dedup_broker.key_dedup.service import KeyDedupService
 from dedup_broker.key_dedup.topic import TopicKeyDedup
@@ -109,6 +106,9 @@ class Topic(ProducerHost):
         stored_epoch = ledger.properties.get(TOPIC_EPOCH_PROPERTY)
         super().__init__(name, services.config, int(stored_epoch) if stored_epoch else None)
         self.services = services
+        self.producer_limit = functools.partial(  # the topic's, its namespace's or the broker's
+            limit, services.policies, services.config, name, "max_producers_per_topic"
+        )
         self.managed_ledger = ledger
         self.subscriptions: dict[str, Subscription] = {}
         self.msgs_in = 0
@@ -352,12 +352,8 @@ class Topic(ProducerHost):
                 "read_compacted is only allowed on Exclusive and Failover subscriptions "
                 f"(and readers), not {sub_type.name}"
             )
-        check_consumer_limits(
-            self.config,
-            self.name,
-            {n: len(s.consumers) for n, s in self.subscriptions.items()},
-            name,
-        )
+        limits = ConsumerLimits.of(self.services.policies, self.config, self.name)
+        check_consumer_limits(limits, self.name, self.subscriptions, name)
         check_not_reserved(name)
         subscription = self.subscriptions.get(name)
         if subscription is not None and subscription.durable != durable:
@@ -379,6 +375,7 @@ class Topic(ProducerHost):
             )
             self.subscriptions[name] = subscription
         consumer.subscription = subscription
+        consumer.max_unacked_messages = limits.unacked_messages
         subscription.add_consumer(consumer, sub_type)
         if read_compacted:
             subscription.read_compacted(self.compaction.view, None if durable else start)

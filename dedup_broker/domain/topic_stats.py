@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dedup_broker.backlog.quota import estimated_backlog_size
+from dedup_broker.domain.topic_rates import in_rates, out_rates
+
 if TYPE_CHECKING:
+    from dedup_broker.domain.subscription import Subscription
     from dedup_broker.domain.topic import Topic
 
 
@@ -46,14 +50,23 @@ def internal_stats(topic: Topic) -> dict[str, object]:
 
 
 def stats(topic: Topic) -> dict[str, object]:
-    """A topic's stats as Pulsar's admin API answers them."""
+    """A topic's stats as Pulsar's admin API answers them: rates over the last stats
+    period; ``backlogSize`` is the largest backlog size of its durable subscriptions."""
+    ledger = topic.managed_ledger
+    subscriptions = topic.subscriptions.values()
+    durable = [s for s in subscriptions if s.durable]
+    sent = out_rates(c for s in subscriptions for c in s.consumers)
     return {
+        **in_rates(topic.producers.values()),
+        "msgRateOut": sent["msgRateOut"],
+        "msgThroughputOut": sent["msgThroughputOut"],
         "msgInCounter": topic.msgs_in,
         "bytesInCounter": topic.bytes_in,
-        "msgOutCounter": sum(s.msgs_out for s in topic.subscriptions.values()),
-        "bytesOutCounter": sum(s.bytes_out for s in topic.subscriptions.values()),
-        "averageMsgSize": topic.bytes_in / topic.msgs_in if topic.msgs_in else 0.0,
-        "storageSize": topic.managed_ledger.total_size,
+        "msgOutCounter": sum(s.msgs_out for s in subscriptions),
+        "bytesOutCounter": sum(s.bytes_out for s in subscriptions),
+        "storageSize": ledger.total_size,
+        "backlogSize": max((estimated_backlog_size(ledger, s.cursor) for s in durable), default=0),
+        "offloadedStorageSize": sum(info.size for info in ledger.ledgers() if info.offloaded),
         "deduplicationStatus": topic.dedup.status.value,
         "keyDeduplication": (
             topic.made_key_dedup.stats() if topic.made_key_dedup is not None else {"enabled": False}
@@ -61,7 +74,18 @@ def stats(topic: Topic) -> dict[str, object]:
         "publishers": [p.stats() for p in topic.producers.values()],
         "waitingPublishers": len(topic.access.waiting),
         "topicEpoch": topic.access.epoch,
-        "subscriptions": {n: s.stats() for n, s in topic.subscriptions.items()},
+        "subscriptions": {n: subscription_stats(topic, s) for n, s in topic.subscriptions.items()},
         "replication": {},
         "compaction": topic.compaction.stats(),
+    }
+
+
+def subscription_stats(topic: Topic, subscription: Subscription) -> dict[str, object]:
+    """Pulsar's ``SubscriptionStats``, with its consumers' rates; ``backlogSize`` is
+    Pulsar's estimate, the unacknowledged entries times the average entry size (what the
+    backlog quota measures too)."""
+    return {
+        **subscription.stats(),
+        **out_rates(subscription.consumers),
+        "backlogSize": estimated_backlog_size(topic.managed_ledger, subscription.cursor),
     }

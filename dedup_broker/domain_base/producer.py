@@ -12,6 +12,7 @@ from typing import Protocol
 
 from dedup_broker.domain_base.dates import pulsar_date
 from dedup_broker.domain_base.handover import Destination
+from dedup_broker.domain_base.rates import SampledRates, average_size, rate
 
 
 class ProducerAccessMode(enum.IntEnum):
@@ -62,6 +63,8 @@ class Producer:
     write_failed: BaseException | None = None
     """Why a write of this producer failed, if one did: its SENDs waiting for an earlier
     copy fail too, rather than be written ahead of the failed one's resend."""
+    rates: SampledRates | None = None
+    """``msgs_in``, ``bytes_in`` per second over the last stats period (``topic_rates``)."""
 
     def stats(self) -> dict[str, object]:
         """Pulsar's ``PublisherStats`` (the fields the Java and Go admin models read)."""
@@ -71,9 +74,11 @@ class Producer:
             "address": self.link.remote_address,
             "connectedSince": pulsar_date(self.created_ms),
             "clientVersion": self.client_version,
+            "msgRateIn": rate(self.rates, 0),
+            "msgThroughputIn": rate(self.rates, 1),
+            "averageMsgSize": average_size(rate(self.rates, 1), rate(self.rates, 0)),
             "msgInCounter": self.msgs_in,
             "bytesInCounter": self.bytes_in,
-            "averageMsgSize": self.bytes_in / self.msgs_in if self.msgs_in else 0.0,
             "pendingSends": self.pending_sends,
             "accessMode": _ACCESS_MODE_NAMES[self.access_mode],
             "supportsPartialProducer": False,

@@ -11,6 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from dedup_broker.http.errors import HttpError
+from dedup_broker.json_values import whole_number
 
 __all__ = [
     "json_response",
@@ -48,36 +49,48 @@ async def read_bool(request: web.Request) -> bool:
     return text == "true"
 
 
-async def read_int(request: web.Request, what: str) -> int:
-    """A whole number; ``what`` names it in the 400 (``"a number of partitions"``)."""
-    text = (await read_text(request)).strip()
+def _whole_body(text: str) -> int | None:
+    try:
+        return whole_number(json.loads(text))
+    except json.JSONDecodeError:
+        pass
     try:
         return int(text)
     except ValueError:
-        raise HttpError(
-            HTTPStatus.BAD_REQUEST, f"expected {what} as the body, got {text!r}"
-        ) from None
+        return None
+
+
+async def read_int(request: web.Request, what: str) -> int:
+    """A whole number (bare or as a JSON string); ``what`` names it in the 400 (``"a
+    number of partitions"``)."""
+    text = (await read_text(request)).strip()
+    number = _whole_body(text)
+    if number is None:
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"expected {what} as the body, got {text!r}")
+    return number
 
 
 async def read_partitions(request: web.Request) -> int:
-    """A number of partitions: a bare number (Pulsar's admin clients up to 2.x, curl) or
-    Pulsar's ``PartitionedTopicMetadata`` (``{"partitions": N, "properties": null}``, the
-    Go and Java admin clients)."""
+    """A number of partitions: a bare number (Pulsar's admin clients up to 2.x, curl), the
+    same as a JSON string (``"3"``, which Pulsar takes too) or Pulsar's
+    ``PartitionedTopicMetadata`` (``{"partitions": N, "properties": null}``, the Go and Java
+    admin clients)."""
     text = (await read_text(request)).strip()
     if text.startswith("{"):
         try:
             value = json.loads(text).get("partitions")
         except (json.JSONDecodeError, AttributeError):
             value = None
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
+        number = whole_number(value)
+        if number is not None:
+            return number
         raise HttpError(HTTPStatus.BAD_REQUEST, f'expected {{"partitions": N}}, got {text!r}')
-    try:
-        return int(text)
-    except ValueError:
+    number = _whole_body(text)
+    if number is None:
         raise HttpError(
             HTTPStatus.BAD_REQUEST, f"expected a number of partitions as the body, got {text!r}"
-        ) from None
+        )
+    return number
 
 
 _dumps = partial(json.dumps, ensure_ascii=False)

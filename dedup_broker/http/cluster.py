@@ -75,10 +75,10 @@ class ClusterApi:
         return json_response(self.tenancy.clusters())
 
     async def cluster_data(self, request: web.Request) -> web.Response:
-        """This cluster's URLs (its first live broker's), or the ``ClusterData`` another
-        cluster was registered with."""
+        """The ``ClusterData`` a cluster was registered with (this one's too, once a PUT
+        or POST gave it), else this cluster's URLs (its first live broker's)."""
         name = request.match_info["cluster"]
-        if self.tenancy is not None and name != self.cluster.config.cluster_name:
+        if self.tenancy is not None:
             await self.tenancy.table.refresh()
             registered = self.tenancy.registered_cluster(name)
             if registered is not None:
@@ -126,9 +126,11 @@ class ClusterApi:
         listener = request.query.get("listenerName") or request.headers.get(
             "X-Pulsar-ListenerName", ""
         )
-        if listener and self.listeners is not None:  # an unknown name fails, as on Pulsar
-            urls = await self.listeners.urls(owner, listener)
-            data["brokerUrl"] = data["nativeUrl"] = urls.service_url or ""
+        if self.listeners is not None:
+            # The listener named, else the internal one (the owner's address and ports);
+            # an unknown name fails, as on Pulsar.
+            urls = await self.listeners.urls(owner, listener or None)
+            data["brokerUrl"] = data["nativeUrl"] = urls.lookup_url or ""
             data["brokerUrlTls"] = urls.service_url_tls or ""
         return json_response(data)
 

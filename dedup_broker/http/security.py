@@ -18,16 +18,18 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from dedup_broker.domain.listing import NamespaceListing
-from dedup_broker.domain_base.names import TopicName
+from dedup_broker.domain_base.names import NAME_PART, TopicName
 from dedup_broker.http.bodies import json_response, no_content, read_json
-from dedup_broker.http.errors import ErrorStatuses
+from dedup_broker.http.errors import ErrorStatuses, HttpError
 from dedup_broker.http.paths import NAMESPACES, TOPIC, namespace_of, topic_of
 from dedup_broker.security.authentication import AuthenticationError, Authenticator
 from dedup_broker.security.authorization import (
     AuthorizationError,
     Authorizer,
     InvalidTenancyError,
+    NamespaceNotFoundError,
     NamespacePolicies,
+    Tenancy,
     TenancyConflictError,
     TenancyNotFoundError,
     TenantInfo,
@@ -98,6 +100,37 @@ def authentication_middleware(authenticator: Authenticator) -> Middleware:
         return await handler(request)
 
     return authenticate
+
+
+def namespace_middleware(tenancy: Tenancy) -> Middleware:
+    """Everything under a namespace (its topics, lookups, listings, schemas, policies) is
+    a 404 with Pulsar's reason ("Tenant does not exist", "Namespace does not exist") while
+    the namespace or its tenant does not exist, whoever asks; creating it is the one
+    route that does not need it. Runs before authorization, as Pulsar checks."""
+
+    @web.middleware
+    async def require_namespace(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if _names_a_namespace(request):
+            params = request.match_info
+            try:
+                await tenancy.require_namespace(f"{params['tenant']}/{params['namespace']}")
+            except NamespaceNotFoundError as exc:
+                raise HttpError(HTTPStatus.NOT_FOUND, exc.reason) from None
+        return await handler(request)
+
+    return require_namespace
+
+
+def _names_a_namespace(request: web.Request) -> bool:
+    """A well-formed ``tenant/namespace`` in the path (a malformed one is the handler's
+    412), on any route but the namespace's creation."""
+    params = request.match_info
+    names = (params.get("tenant"), params.get("namespace"))
+    if not all(name is not None and NAME_PART.fullmatch(name) for name in names):
+        return False
+    resource = params.route.resource
+    shape = resource.canonical.rstrip("/") if resource is not None else ""
+    return not (request.method == "PUT" and shape == NAMESPACES)
 
 
 def authorization_middleware(authorizer: Authorizer) -> Middleware:

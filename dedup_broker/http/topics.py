@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from dedup_broker.cluster.service import NotOwnerError
 from dedup_broker.config import BrokerConfig, snake_case
-from dedup_broker.domain import topic_stats
+from dedup_broker.domain import partitioned_stats, topic_stats
 from dedup_broker.domain.listing import NamespaceListing
 from dedup_broker.domain.partitioned import PartitionedTopics, TopicExistsError
 from dedup_broker.domain.registry import TopicBusyError, TopicRegistry
@@ -250,20 +250,17 @@ class _TopicsApi:
         partitions = self.partitioned.partitions_of(name)
         if not partitions:
             raise HttpError(HTTPStatus.NOT_FOUND, f"partitioned topic {name} does not exist")
-        result: dict[str, object] = {"metadata": {"partitions": partitions}, "partitions": {}}
-        totals = {"msgInCounter": 0, "bytesInCounter": 0, "msgOutCounter": 0}
-        per_partition: dict[str, object] = {}
+        per_partition: dict[str, dict[str, Any]] = {}
         for index in range(partitions):
             partition = name.partition(index)
             stats = await self._partition_stats(partition)
-            if stats is None:
-                continue
-            per_partition[str(partition)] = stats
-            for key in totals:
-                value = stats.get(key, 0)
-                totals[key] += value if isinstance(value, int) else 0
-        result.update(totals)
-        result["partitions"] = per_partition
+            if stats is not None:
+                per_partition[str(partition)] = stats
+        result = partitioned_stats.aggregate(per_partition.values())
+        result["metadata"] = {"partitions": partitions}
+        # Pulsar's default; pulsar-admin asks for them with --per-partition only.
+        shown = query_value(request, "perPartition", "true").lower() != "false"
+        result["partitions"] = per_partition if shown else {}
         return json_response(result)
 
     async def _partition_stats(self, partition: TopicName) -> dict[str, Any] | None:

@@ -56,6 +56,16 @@ class InvalidTenancyError(PermanentError):
     """A malformed tenant, namespace or permission body (HTTP 400)."""
 
 
+class NamespaceNotFoundError(TopicNotFoundError):
+    """A topic's tenant or namespace does not exist: Pulsar answers ``TopicNotFound`` on
+    the binary protocol (final for every client) and 404 over HTTP, whatever the topic."""
+
+    def __init__(self, reason: str, name: str) -> None:
+        super().__init__(f"{reason}: {name}")
+        self.reason = reason
+        """Pulsar's own words ("Tenant does not exist", "Namespace does not exist")."""
+
+
 @dataclass(frozen=True)
 class TenantInfo:
     admin_roles: tuple[str, ...] = ()
@@ -175,25 +185,28 @@ def _check_name(name: str, label: str) -> None:
 
 
 class Tenancy:
-    """Tenants and namespaces in the policies table. The default namespace (and its
-    tenant) always exist, as in a Pulsar standalone."""
+    """Tenants and namespaces in the policies table. A tenant or namespace exists once
+    created; the default namespace and ``pulsar/system`` (the transaction coordinators'
+    topics) and their tenants always exist, as in a Pulsar standalone."""
 
     def __init__(self, table: MetadataTable, config: BrokerConfig) -> None:
         self.table = table
         self.default_tenant = config.default_tenant
         self.default_namespace = f"{config.default_tenant}/{config.default_namespace}"
         self.cluster_name = config.cluster_name
+        self.built_in_namespaces = frozenset({self.default_namespace, SYSTEM_NAMESPACE})
+        self.built_in_tenants = frozenset(ns.split("/")[0] for ns in self.built_in_namespaces)
 
     # --- tenants ------------------------------------------------------------------------
     def tenants(self) -> list[str]:
         stored = {key[len(TENANT_KEY) :] for key, _ in self.table.items(TENANT_KEY)}
-        return sorted(stored | {self.default_tenant})
+        return sorted(stored | self.built_in_tenants)
 
     def tenant(self, name: str) -> TenantInfo | None:
         raw = self.table.get(TENANT_KEY + name)
         if raw is not None:
             return TenantInfo.from_json(json.loads(raw))
-        if name == self.default_tenant:
+        if name in self.built_in_tenants:
             return TenantInfo(allowed_clusters=(self.cluster_name,))
         return None
 
@@ -232,18 +245,19 @@ class Tenancy:
         return None if raw is None else dict(json.loads(raw))
 
     async def create_cluster(self, name: str, data: object) -> None:
-        """Pulsar's ``PUT /admin/v2/clusters/{name}``: this broker's own cluster exists
-        already (409, as on a Pulsar standalone); another is registered with its URLs."""
+        """Pulsar's ``PUT /admin/v2/clusters/{name}``: a cluster is registered with its
+        ``ClusterData`` once, then it exists (409). This broker's own cluster is listed
+        before that, like the default tenant: the setup scripts of secured standalones
+        (the official clients' CI) register it with its URLs, and the first PUT does."""
         _check_name(name, "cluster")
-        if name in self.clusters():
+        if self.registered_cluster(name) is not None:
             raise TenancyConflictError(f"Cluster already exists: {name}")
         await self.table.put(CLUSTER_KEY + name, json.dumps(_cluster_data(data)).encode())
 
     async def update_cluster(self, name: str, data: object) -> None:
         if name not in self.clusters():
             raise TenancyNotFoundError(f"Cluster does not exist: {name}")
-        if name != self.cluster_name:
-            await self.table.put(CLUSTER_KEY + name, json.dumps(_cluster_data(data)).encode())
+        await self.table.put(CLUSTER_KEY + name, json.dumps(_cluster_data(data)).encode())
 
     async def delete_cluster(self, name: str) -> None:
         if name == self.cluster_name:
@@ -261,15 +275,44 @@ class Tenancy:
     def namespaces(self, tenant: str) -> list[str]:
         prefix = f"{NAMESPACE_KEY}{tenant}/"
         stored = {key[len(NAMESPACE_KEY) :] for key, _ in self.table.items(prefix)}
-        if self.default_namespace.startswith(tenant + "/"):
-            stored.add(self.default_namespace)
+        stored.update(ns for ns in self.built_in_namespaces if ns.startswith(tenant + "/"))
         return sorted(stored)
 
     def namespace(self, namespace: str) -> NamespaceInfo | None:
         raw = self.table.get(NAMESPACE_KEY + namespace)
         if raw is not None:
             return NamespaceInfo.from_json(json.loads(raw))
-        return NamespaceInfo() if namespace == self.default_namespace else None
+        return NamespaceInfo() if namespace in self.built_in_namespaces else None
+
+    def check_namespace(self, namespace: str) -> None:
+        """Raise ``NamespaceNotFoundError`` unless the namespace (``tenant/ns``) and its
+        tenant exist, as this broker last read the table."""
+        if namespace in self.built_in_namespaces:
+            return
+        if self.table.get(NAMESPACE_KEY + namespace) is not None:
+            return
+        tenant = namespace.split("/")[0]
+        if self.tenant(tenant) is None:
+            raise NamespaceNotFoundError("Tenant does not exist", tenant)
+        raise NamespaceNotFoundError("Namespace does not exist", namespace)
+
+    async def require_namespace(self, namespace: str) -> None:
+        """``check_namespace``, reading the table afresh before refusing: a namespace
+        another broker created a moment ago is found (a refusal is final for clients)."""
+        try:
+            self.check_namespace(namespace)
+        except NamespaceNotFoundError:
+            await self.table.refresh()
+            self.check_namespace(namespace)
+
+    async def adopt(self, namespace: str) -> None:
+        """Create a namespace (and its tenant) that holds topics stored before tenants and
+        namespaces had to be created, so that its topics stay reachable."""
+        tenant = namespace.split("/")[0]
+        if self.tenant(tenant) is None:
+            await self._put_tenant(tenant, TenantInfo())
+        if self.namespace(namespace) is None:
+            await self._put_namespace(namespace, NamespaceInfo())
 
     async def create_namespace(
         self, namespace: str, policies: NamespacePolicies | None = None
@@ -421,13 +464,7 @@ class Authorizer:
     def _check_namespace_exists(self, topic: TopicName) -> None:
         """A topic of a tenant or namespace that does not exist is not found, whoever asks
         (Pulsar answers ``TopicNotFound`` before it speaks of permissions)."""
-        if topic.namespace_name == SYSTEM_NAMESPACE:
-            return
-        tenant = topic.namespace_name.split("/")[0]
-        if self.tenancy.tenant(tenant) is None:
-            raise TopicNotFoundError(f"Tenant does not exist: {tenant} (topic {topic})")
-        if self.tenancy.namespace(topic.namespace_name) is None:
-            raise TopicNotFoundError(f"Namespace not found: {topic.namespace_name}")
+        self.tenancy.check_namespace(topic.namespace_name)
 
     def check_namespace_read(self, role: str | None, namespace: str, what: str) -> None:
         if not self.allowed(role, namespace, (AuthAction.PRODUCE, AuthAction.CONSUME)):

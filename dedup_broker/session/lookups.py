@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
+from dedup_broker.cluster.listeners import INTERNAL_LISTENER
 from dedup_broker.domain.topic_list import (
     TopicListWatch,
     compile_pattern,
@@ -75,14 +76,18 @@ class LookupCommands:
         elsewhere)."""
         name = topic_name(self.connection, request.topic)
         self.connection.authorizer.check_lookup(self.connection.role, name)
+        await self.broker.namespaces.require_namespace(name.namespace_name)
         owner = await self.broker.topic_registry.owner_of(name)
-        listener = request.advertised_listener_name
+        listener = request.advertised_listener_name or None  # the Go client sends ""
         listeners = self.connection.advertised_listeners
-        if listener and listeners is not None:  # an unknown name fails, as on Pulsar
+        if listeners is not None:
+            # The listener named, else the internal one: the owner's address with its
+            # plain and TLS ports. A name the owner does not have fails, as on Pulsar.
             urls = await listeners.urls(owner, listener)
+            urls = urls.for_client(listener or INTERNAL_LISTENER, self.connection.tls)
             reply = commands.lookup_response(
                 request.request_id,
-                urls.service_url,
+                urls.lookup_url,
                 response="Redirect" if owner is not None else "Connect",
                 proxy_through_service_url=False,
                 broker_service_url_tls=urls.service_url_tls,

@@ -63,7 +63,10 @@ _CODES: tuple[tuple[type[BaseException], pb.ServerError], ...] = (
     (ProducerRefusedByQuotaError, pb.ProducerBlockedQuotaExceededException),
     (AuthenticationError, pb.AuthenticationError),
     (AuthorizationError, pb.AuthorizationError),
-    (errors.InvalidTopicNameError, pb.InvalidTopicName),
+    # An invalid name cannot become valid: the C++-based clients retry InvalidTopicName
+    # (and the Java client's lookups too) until their operation timeout, NotAllowedError
+    # fails the call at once (Pulsar's clients reject most such names before asking).
+    (errors.InvalidTopicNameError, pb.NotAllowedError),
     (errors.TopicNotFoundError, pb.TopicNotFound),
     (IncompatibleSchemaError, pb.IncompatibleSchema),
     (ProducerBusyError, pb.ProducerBusy),

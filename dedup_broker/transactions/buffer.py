@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import BrokerError, PermanentError
 from dedup_broker.protocol import pulsar_api_pb2 as pb
-from dedup_broker.protocol.framing import encode_message, parse_metadata_only
+from dedup_broker.protocol.framing import encode_message, parse_message, parse_metadata_only
 from dedup_broker.storage.api import ManagedLedger, Position, readable_end
 from dedup_broker.transactions.coordinator_state import TxnAction, TxnId
 
@@ -66,6 +66,20 @@ def sent_in(send: pb.CommandSend) -> TxnId | None:
     if not send.HasField("txnid_most_bits"):
         return None
     return TxnId(send.txnid_most_bits, send.txnid_least_bits)
+
+
+def with_transaction(entry: bytes, txn_id: TxnId) -> bytes:
+    """``entry`` with its transaction in its metadata, as the Java and C++ clients write
+    it. The Go client names the transaction in the SEND only (apache/pulsar-client-go
+    #1498); readers, and this buffer's recovery, tell an aborted transaction's entries by
+    their metadata, so without it they would be delivered after the abort."""
+    metadata = parse_metadata_only(entry)
+    if metadata.HasField("txnid_most_bits") and metadata.HasField("txnid_least_bits"):
+        return entry
+    parsed = parse_message(entry)
+    parsed.metadata.txnid_most_bits = txn_id.most
+    parsed.metadata.txnid_least_bits = txn_id.least
+    return encode_message(parsed.metadata, parsed.payload)
 
 
 def marker_entry(txn_id: TxnId, action: TxnAction, publish_time_ms: int) -> bytes:
@@ -227,7 +241,7 @@ class TransactionBuffer:
         it until its transaction commits)."""
         if txn_id is None:
             return self._ledger.append(entry, timestamp)
-        return self._held_append(entry, timestamp, txn_id)
+        return self._held_append(with_transaction(entry, txn_id), timestamp, txn_id)
 
     def _held_append(
         self, entry: bytes, timestamp: int, txn_id: TxnId | None = None

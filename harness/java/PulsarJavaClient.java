@@ -22,19 +22,30 @@
 //       off), each sending RATE messages a second for SECONDS; prints
 //       {"event":"acked","topic":I,"sent":MS,"at":MS} per acknowledgement (epoch
 //       milliseconds) and {"event":"failed","topic":I,"error":".."} per failed send.
+//   failover URL TOPIC SUBSCRIPTION COUNT priorities=P,P,.. [settleMs=MS]
+//       Failover consumers "c0", "c1", .. of these priority levels on TOPIC (partitioned),
+//       then COUNT messages round-robin over its partitions; once dispatch settled, per
+//       consumer {"event":"failover","round":1,"consumer":I,"priority":P,"active":[..],
+//       "received":[..]}: the partitions it was last told it is active for, and those it
+//       received messages of. Round 2: the same after the consumers of the best level left.
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.HashMap;
 import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
+import java.util.TreeSet;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import org.apache.pulsar.client.api.BatcherBuilder;
 import org.apache.pulsar.client.api.Consumer;
+import org.apache.pulsar.client.api.ConsumerEventListener;
 import org.apache.pulsar.client.api.Message;
 import org.apache.pulsar.client.api.MessageId;
+import org.apache.pulsar.client.api.MessageRoutingMode;
 import org.apache.pulsar.client.api.Producer;
 import org.apache.pulsar.client.api.ProducerBuilder;
 import org.apache.pulsar.client.api.PulsarClient;
@@ -66,6 +77,8 @@ public final class PulsarJavaClient {
                 case "steady" -> steady(client, args[2].split(","), Double.parseDouble(args[3]),
                         Double.parseDouble(args[4]));
                 case "priority" -> priority(client, args[2], args[3], Integer.parseInt(args[4]),
+                        options);
+                case "failover" -> failover(client, args[2], args[3], Integer.parseInt(args[4]),
                         options);
                 default -> throw new IllegalArgumentException("unknown mode " + args[0]);
             }
@@ -277,6 +290,83 @@ public final class PulsarJavaClient {
         }
         for (Consumer<byte[]> consumer : consumers) {
             consumer.close();
+        }
+    }
+
+    /** Failover consumers of priority levels on a partitioned topic (see the header). */
+    private static void failover(PulsarClient client, String topic, String subscription,
+            int count, Map<String, String> options) throws Exception {
+        long settleMs = Long.parseLong(options.getOrDefault("settleMs", "3000"));
+        List<Integer> levels = new ArrayList<>();
+        List<Consumer<byte[]>> consumers = new ArrayList<>();
+        List<Map<Integer, Boolean>> told = new ArrayList<>();
+        for (String level : options.getOrDefault("priorities", "0").split(",")) {
+            Map<Integer, Boolean> active = new ConcurrentHashMap<>();
+            levels.add(Integer.parseInt(level));
+            told.add(active);
+            consumers.add(client.newConsumer()
+                    .topic(topic)
+                    .subscriptionName(subscription)
+                    .subscriptionType(SubscriptionType.Failover)
+                    .priorityLevel(Integer.parseInt(level))
+                    .consumerName("c" + consumers.size())
+                    .consumerEventListener(new ConsumerEventListener() {
+                        @Override
+                        public void becameActive(Consumer<?> consumer, int partition) {
+                            active.put(partition, true);
+                        }
+
+                        @Override
+                        public void becameInactive(Consumer<?> consumer, int partition) {
+                            active.put(partition, false);
+                        }
+                    })
+                    .subscribe());
+        }
+        int best = Collections.min(levels);
+        try (Producer<byte[]> producer = client.newProducer().topic(topic)
+                .enableBatching(false)
+                .messageRoutingMode(MessageRoutingMode.RoundRobinPartition).create()) {
+            for (int round = 1; round <= 2; round++) {
+                for (int i = 0; i < count; i++) {
+                    producer.send(payload(i, 0));
+                }
+                Thread.sleep(settleMs);
+                for (int n = 0; n < consumers.size(); n++) {
+                    if (consumers.get(n) == null) {
+                        continue;
+                    }
+                    TreeSet<Integer> received = new TreeSet<>();
+                    Message<byte[]> message;
+                    while ((message = consumers.get(n).receive(500, TimeUnit.MILLISECONDS))
+                            != null) {
+                        String name = message.getTopicName();
+                        received.add(Integer.parseInt(
+                                name.substring(name.lastIndexOf("-partition-") + 11)));
+                        consumers.get(n).acknowledge(message);
+                    }
+                    TreeSet<Integer> active = new TreeSet<>();
+                    told.get(n).forEach((partition, on) -> {
+                        if (on) {
+                            active.add(partition);
+                        }
+                    });
+                    System.out.println("{\"event\":\"failover\",\"round\":" + round
+                            + ",\"consumer\":" + n + ",\"priority\":" + levels.get(n)
+                            + ",\"active\":" + active + ",\"received\":" + received + "}");
+                }
+                for (int n = 0; round == 1 && n < consumers.size(); n++) {
+                    if (levels.get(n) == best) {
+                        consumers.get(n).close();
+                        consumers.set(n, null);
+                    }
+                }
+            }
+        }
+        for (Consumer<byte[]> consumer : consumers) {
+            if (consumer != null) {
+                consumer.close();
+            }
         }
     }
 

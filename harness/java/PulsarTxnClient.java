@@ -21,12 +21,16 @@
 //   quit                               {"event":"done"}, then the process exits
 //
 // A command that fails answers {"event":"error","command":"..","error":".."}.
+// Arguments: URL [tlsTrustCerts=PATH] [tlsAllowInsecure=true] [tlsValidateHostname=true]
+// [token=JWT] (the TLS and token options, for a pulsar+ssl:// or https:// URL).
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.util.HashMap;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
+import org.apache.pulsar.client.api.AuthenticationFactory;
+import org.apache.pulsar.client.api.ClientBuilder;
 import org.apache.pulsar.client.api.Consumer;
 import org.apache.pulsar.client.api.Message;
 import org.apache.pulsar.client.api.MessageId;
@@ -43,7 +47,25 @@ public final class PulsarTxnClient {
     public static void main(String[] args) throws Exception {
         Map<String, Producer<byte[]>> producers = new HashMap<>();
         Map<String, Consumer<byte[]>> consumers = new HashMap<>();
-        try (PulsarClient client = PulsarClient.builder()
+        Map<String, String> options = new HashMap<>();
+        for (String arg : args) {
+            int eq = arg.indexOf('=');
+            if (eq > 0) {
+                options.put(arg.substring(0, eq), arg.substring(eq + 1));
+            }
+        }
+        ClientBuilder builder = PulsarClient.builder();
+        if (options.containsKey("tlsTrustCerts")) {
+            builder.tlsTrustCertsFilePath(options.get("tlsTrustCerts"));
+        }
+        builder.allowTlsInsecureConnection(
+                Boolean.parseBoolean(options.getOrDefault("tlsAllowInsecure", "false")));
+        builder.enableTlsHostnameVerification(
+                Boolean.parseBoolean(options.getOrDefault("tlsValidateHostname", "false")));
+        if (options.containsKey("token")) {
+            builder.authentication(AuthenticationFactory.token(options.get("token")));
+        }
+        try (PulsarClient client = builder
                 .serviceUrl(args[0])
                 .operationTimeout(30, TimeUnit.SECONDS)
                 .enableTransaction(true)

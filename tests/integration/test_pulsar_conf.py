@@ -50,3 +50,36 @@ def broker_stats(broker: BrokerProcess, topic: str) -> dict[str, object]:
     with urllib.request.urlopen(url, timeout=10) as response:
         result: dict[str, object] = json.loads(response.read())
         return result
+
+
+class PulsarSettingsBroker(BrokerProcess):
+    command = ("serve", "--set", "topicLevelPoliciesEnabled=true")
+
+
+def test_serve_takes_pulsar_settings_it_does_not_implement(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """As deployments pass them: on the command line and in the environment."""
+    broker = PulsarSettingsBroker(
+        kafka_bootstrap,
+        cluster_name=f"t-{uuid.uuid4().hex[:10]}",
+        settings={"load_balancer_enabled": False},
+        log_dir=tmp_path,
+    )
+    broker.start()
+    try:
+        log = broker.log_text()
+        assert "overrides (--set): 1 Pulsar settings are not implemented" in log
+        assert "the environment: 1 Pulsar settings are not implemented" in log
+        assert "(they have no effect here): topicLevelPoliciesEnabled" in log
+        assert "(they have no effect here): loadBalancerEnabled" in log
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=30)
+        try:
+            topic = f"persistent://public/default/set-{uuid.uuid4().hex[:8]}"
+            consumer = client.subscribe(topic, "s")
+            client.create_producer(topic).send(b"served")
+            assert consumer.receive(timeout_millis=10000).data() == b"served"
+        finally:
+            client.close()
+    finally:
+        broker.stop()

@@ -28,6 +28,7 @@ from dedup_broker.domain.dispatchers import dispatcher_for
 from dedup_broker.domain.non_persistent.metrics import DropReason, NonPersistentMetrics
 from dedup_broker.domain.producer_access import ProducerHost
 from dedup_broker.domain.subscription_errors import ReadCompactedNotAllowedError
+from dedup_broker.domain.topic_rates import in_rates, out_rates
 from dedup_broker.domain_base.handover import Destination
 from dedup_broker.domain_base.names import TopicName
 from dedup_broker.domain_base.outcomes import PublishOutcome, PublishResult, settled
@@ -96,19 +97,20 @@ class NonPersistentSubscription:
         self,
         name: str,
         sub_type: SubscriptionType,
-        partition_index: int,
+        topic: TopicName,
         metrics: NonPersistentMetrics,
         on_empty: Callable[[NonPersistentSubscription], None],
     ) -> None:
         self.name = name
-        self.partition_index = partition_index
+        self.topic = topic
+        self.partition_index = topic.partition_index
         self.consumers: list[Consumer] = []
         self.msgs_out = 0
         self.bytes_out = 0
         self.drops = RateMeter()
         self._metrics = metrics
         self._on_empty = on_empty
-        self._dispatcher = dispatcher_for(sub_type, partition_index)
+        self._dispatcher = dispatcher_for(sub_type, topic)
 
     @property
     def type(self) -> SubscriptionType:
@@ -121,7 +123,7 @@ class NonPersistentSubscription:
                 f"subscription {self.name!r} is of type {self.type.name}, not {sub_type.name}"
             )
         if sub_type != self.type:
-            self._dispatcher = dispatcher_for(sub_type, self.partition_index)
+            self._dispatcher = dispatcher_for(sub_type, self.topic)
         self._dispatcher.admit(consumer, self.consumers)
         self.consumers.append(consumer)
         consumer.subscription = self
@@ -196,6 +198,7 @@ class NonPersistentSubscription:
         return {
             "type": PULSAR_TYPE_NAMES[self.type],
             "msgBacklog": 0,
+            **out_rates(self.consumers),
             "msgOutCounter": self.msgs_out,
             "bytesOutCounter": self.bytes_out,
             "msgDropRate": self.drops.rate(),
@@ -280,7 +283,7 @@ class NonPersistentTopic(ProducerHost):
         subscription = self.subscriptions.get(name)
         if subscription is None:
             subscription = NonPersistentSubscription(
-                name, sub_type, self.name.partition_index, self.metrics, self._emptied
+                name, sub_type, self.name, self.metrics, self._emptied
             )
         subscription.add_consumer(consumer, sub_type)
         self.subscriptions[name] = subscription
@@ -333,9 +336,13 @@ class NonPersistentTopic(ProducerHost):
         self.subscriptions.clear()
 
     def stats(self) -> dict[str, object]:
-        """Pulsar's ``NonPersistentTopicStats`` shape (counters; rates over a minute)."""
+        """Pulsar's ``NonPersistentTopicStats`` shape (rates over the last stats period)."""
         subscriptions = {n: s.stats() for n, s in self.subscriptions.items()}
+        sent = out_rates(c for s in self.subscriptions.values() for c in s.consumers)
         return {
+            **in_rates(self.producers.values()),
+            "msgRateOut": sent["msgRateOut"],
+            "msgThroughputOut": sent["msgThroughputOut"],
             "msgInCounter": self.msgs_in,
             "bytesInCounter": self.bytes_in,
             "msgOutCounter": sum(s.msgs_out for s in self.subscriptions.values()),

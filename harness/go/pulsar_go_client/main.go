@@ -17,8 +17,22 @@
 //	    prints {"event":"received",...} per message and {"event":"timeout","after":N}
 //	    when none came for timeoutMs.
 //
-// Both end with {"event":"done"}. TLS and token options: tlsTrustCerts=PATH,
-// tlsAllowInsecure=true, tlsValidateHostname=true, token=JWT.
+//	txn URL TOPIC SUBSCRIPTION COUNT [timeoutMs=MS] [TLS and token options]
+//	    with transactions enabled: subscribes (Exclusive, from the earliest), sends
+//	    COUNT messages "c-<i>" in a transaction and COUNT messages "a-<i>" in another,
+//	    checks for timeoutMs that none is received before the first is committed, then
+//	    commits the first and aborts the second; receives what comes (until timeoutMs
+//	    passes with nothing) and acknowledges it in a third transaction, committed; then
+//	    subscribes again and counts what is delivered again within timeoutMs. Prints
+//	    {"event":"txn","name":"commit"|"abort"|"ack","most":M,"least":L} per transaction,
+//	    {"event":"sent","txn":"commit"|"abort","value":"..","messageId":".."} per send,
+//	    {"event":"visibleBeforeCommit","count":N}, {"event":"ended","txn":..} per commit
+//	    or abort, {"event":"received",...} per message received and
+//	    {"event":"redelivered","count":N}.
+//
+// All end with {"event":"done"}. TLS and token options: tlsTrustCerts=PATH,
+// tlsAllowInsecure=true, tlsValidateHostname=true, token=JWT; listenerName=NAME names
+// the broker's advertised listener for lookups.
 //
 // A message id is "ledger:entry:partition:batchIndex" (batch index 0 for a message sent
 // alone), or the client's "ledger:entry:partition;ledger:entry:partition" (first and last
@@ -105,7 +119,8 @@ func (o options) flag(name string) bool {
 
 func main() {
 	if len(os.Args) < 5 {
-		fail(fmt.Errorf("usage: produce URL TOPIC COUNT ... | consume URL TOPIC SUBSCRIPTION COUNT ..."))
+		fail(fmt.Errorf("usage: produce URL TOPIC COUNT ... | consume URL TOPIC SUBSCRIPTION COUNT ... | " +
+			"txn URL TOPIC SUBSCRIPTION COUNT ..."))
 	}
 	opts := options{}
 	for _, arg := range os.Args[2:] {
@@ -120,6 +135,8 @@ func main() {
 		TLSTrustCertsFilePath:      opts.text("tlsTrustCerts", ""),
 		TLSAllowInsecureConnection: opts.flag("tlsAllowInsecure"),
 		TLSValidateHostname:        opts.flag("tlsValidateHostname"),
+		ListenerName:               opts.text("listenerName", ""),
+		EnableTransaction:          os.Args[1] == "txn",
 		Logger: pulsarlog.NewLoggerWithSlog(slog.New(slog.NewTextHandler(os.Stderr,
 			&slog.HandlerOptions{Level: slog.LevelWarn}))),
 	}
@@ -146,6 +163,15 @@ func main() {
 			fail(err)
 		}
 		consume(client, os.Args[3], os.Args[4], count, opts)
+	case "txn":
+		if len(os.Args) < 6 {
+			fail(fmt.Errorf("txn URL TOPIC SUBSCRIPTION COUNT"))
+		}
+		count, err := strconv.Atoi(os.Args[5])
+		if err != nil {
+			fail(err)
+		}
+		transactions(client, os.Args[3], os.Args[4], count, opts)
 	default:
 		fail(fmt.Errorf("unknown mode %q", os.Args[1]))
 	}
@@ -230,6 +256,27 @@ var subscriptionTypes = map[string]pulsar.SubscriptionType{
 	"Key_Shared": pulsar.KeyShared,
 }
 
+func receivedEvent(message pulsar.Message) map[string]any {
+	data := message.Payload()
+	digest := sha256.Sum256(data)
+	event := map[string]any{
+		"event":        "received",
+		"key":          nil,
+		"size":         len(data),
+		"sha256":       hex.EncodeToString(digest[:]),
+		"sequenceId":   -1,
+		"producerName": message.ProducerName(),
+		"messageId":    formatID(message.ID()),
+	}
+	if key := message.Key(); key != "" {
+		event["key"] = key
+	}
+	if len(data) <= valueLimit {
+		event["value"] = string(data)
+	}
+	return event
+}
+
 func consume(client pulsar.Client, topic, subscription string, count int, opts options) {
 	kind, ok := subscriptionTypes[opts.text("type", "Exclusive")]
 	if !ok {
@@ -257,26 +304,101 @@ func consume(client pulsar.Client, topic, subscription string, count int, opts o
 			emit(map[string]any{"event": "timeout", "after": n})
 			return
 		}
-		data := message.Payload()
-		digest := sha256.Sum256(data)
-		event := map[string]any{
-			"event":        "received",
-			"key":          nil,
-			"size":         len(data),
-			"sha256":       hex.EncodeToString(digest[:]),
-			"sequenceId":   -1,
-			"producerName": message.ProducerName(),
-			"messageId":    formatID(message.ID()),
-		}
-		if key := message.Key(); key != "" {
-			event["key"] = key
-		}
-		if len(data) <= valueLimit {
-			event["value"] = string(data)
-		}
-		emit(event)
+		emit(receivedEvent(message))
 		if err := consumer.Ack(message); err != nil {
 			fail(err)
 		}
 	}
+}
+
+func subscribeExclusive(client pulsar.Client, topic, subscription string) pulsar.Consumer {
+	consumer, err := client.Subscribe(pulsar.ConsumerOptions{
+		Topic:                       topic,
+		SubscriptionName:            subscription,
+		Type:                        pulsar.Exclusive,
+		SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest,
+	})
+	if err != nil {
+		fail(err)
+	}
+	return consumer
+}
+
+// receiveFor is every message that arrives until none came for wait.
+func receiveFor(consumer pulsar.Consumer, wait time.Duration) []pulsar.Message {
+	var messages []pulsar.Message
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		message, err := consumer.Receive(ctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				fail(err)
+			}
+			return messages
+		}
+		messages = append(messages, message)
+	}
+}
+
+func newTransaction(client pulsar.Client, name string) pulsar.Transaction {
+	txn, err := client.NewTransaction(time.Minute)
+	if err != nil {
+		fail(fmt.Errorf("new transaction (%s): %w", name, err))
+	}
+	id := txn.GetTxnID()
+	emit(map[string]any{"event": "txn", "name": name, "most": id.MostSigBits, "least": id.LeastSigBits})
+	return txn
+}
+
+func endTransaction(txn pulsar.Transaction, name string, commit bool) {
+	end := txn.Abort
+	if commit {
+		end = txn.Commit
+	}
+	if err := end(context.Background()); err != nil {
+		fail(fmt.Errorf("ending the transaction %s: %w", name, err))
+	}
+	emit(map[string]any{"event": "ended", "txn": name})
+}
+
+func sendInTransaction(producer pulsar.Producer, txn pulsar.Transaction, name, prefix string, count int) {
+	for n := range count {
+		value := prefix + strconv.Itoa(n)
+		id, err := producer.Send(context.Background(),
+			&pulsar.ProducerMessage{Payload: []byte(value), Transaction: txn})
+		if err != nil {
+			fail(fmt.Errorf("send %s in the transaction %s: %w", value, name, err))
+		}
+		emit(map[string]any{"event": "sent", "txn": name, "value": value, "messageId": formatID(id)})
+	}
+}
+
+func transactions(client pulsar.Client, topic, subscription string, count int, opts options) {
+	wait := time.Duration(opts.number("timeoutMs", 2000)) * time.Millisecond
+	consumer := subscribeExclusive(client, topic, subscription)
+	producer, err := client.CreateProducer(producerOptions(topic, opts))
+	if err != nil {
+		fail(err)
+	}
+	defer producer.Close()
+	committed := newTransaction(client, "commit")
+	aborted := newTransaction(client, "abort")
+	sendInTransaction(producer, committed, "commit", "c-", count)
+	sendInTransaction(producer, aborted, "abort", "a-", count)
+	emit(map[string]any{"event": "visibleBeforeCommit", "count": len(receiveFor(consumer, wait))})
+	endTransaction(committed, "commit", true)
+	endTransaction(aborted, "abort", false)
+	acks := newTransaction(client, "ack")
+	for _, message := range receiveFor(consumer, wait) {
+		emit(receivedEvent(message))
+		if err := consumer.AckWithTxn(message, acks); err != nil {
+			fail(fmt.Errorf("acknowledging %s in a transaction: %w", formatID(message.ID()), err))
+		}
+	}
+	endTransaction(acks, "ack", true)
+	consumer.Close()
+	again := subscribeExclusive(client, topic, subscription)
+	defer again.Close()
+	emit(map[string]any{"event": "redelivered", "count": len(receiveFor(again, wait))})
 }

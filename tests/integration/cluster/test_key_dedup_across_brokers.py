@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pulsar
 
-from harness.admin_http import http_request
+from harness.admin_http import create_namespace, http_request
 from harness.cluster_processes import ClusterProcesses
 from harness.key_events import (
     KEY_PROPERTY,
@@ -34,6 +34,7 @@ def test_namespace_window_spans_brokers_and_a_kill(
     try:
         cluster.start()
         namespace = f"public/kdc-{uuid.uuid4().hex[:8]}"
+        create_namespace(cluster[0].http_url, namespace, cluster[0].cluster_name)
         policy = {"enabled": True, "keySource": f"property:{KEY_PROPERTY}", "scope": "namespace"}
         status, body = http_request(
             "POST",

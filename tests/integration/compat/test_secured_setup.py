@@ -44,6 +44,20 @@ def grant(namespace: str, role: str) -> list[str]:
     ]
 
 
+def cluster_url_options(secured: SecuredBroker) -> list[str]:
+    """The broker's own URLs, as the setup script registers the standalone's cluster."""
+    return [
+        "--url",
+        f"{secured.process.http_url}/",
+        "--url-secure",
+        f"{secured.https_url}/",
+        "--broker-url",
+        f"{secured.process.service_url}/",
+        "--broker-url-secure",
+        f"{secured.tls_url}/",
+    ]
+
+
 @pytest.fixture(scope="module")
 def configured(secured: SecuredBroker, tmp_path_factory: pytest.TempPathFactory) -> SecuredBroker:
     """The official client's setup script, run with pulsar-admin as a superuser."""
@@ -60,6 +74,7 @@ def configured(secured: SecuredBroker, tmp_path_factory: pytest.TempPathFactory)
         conf,
         [
             ["clusters", "list"],
+            ["clusters", "create", cluster, *cluster_url_options(secured)],
             ["tenants", "create", "public", "-r", "anonymous", "-c", cluster],
             ["namespaces", "create", "public/default", "-c", cluster],
             grant("public/default", "anonymous"),
@@ -172,14 +187,22 @@ def test_a_namespace_created_with_policies_grants_them(configured: SecuredBroker
 
 
 def test_clusters_are_registered_with_their_urls(configured: SecuredBroker) -> None:
+    """The setup registered the broker's own cluster (``clusters create``, its first
+    PUT): its URLs are the ones given, and a second PUT is Pulsar's 409. Another cluster
+    is registered the same way."""
     own = configured.process.cluster_name
+    status, registered = configured.admin("admin", "GET", f"/admin/v2/clusters/{own}")
+    assert status == 200
+    assert registered["serviceUrl"] == f"{configured.process.http_url}/"
+    assert registered["brokerServiceUrlTls"] == f"{configured.tls_url}/"
     data = {
         "serviceUrl": "http://other:8080",
         "serviceUrlTls": "https://other:8443",
         "brokerServiceUrl": "pulsar://other:6650",
         "brokerServiceUrlTls": "pulsar+ssl://other:6651",
     }
-    assert configured.admin("admin", "PUT", f"/admin/v2/clusters/{own}", data)[0] == 409
+    status, body = configured.admin("admin", "PUT", f"/admin/v2/clusters/{own}", data)
+    assert (status, body) == (409, {"reason": f"Cluster already exists: {own}"})
     other = f"other-{uuid.uuid4().hex[:6]}"
     assert configured.admin("admin", "PUT", f"/admin/v2/clusters/{other}", data)[0] == 204
     assert configured.admin("admin", "GET", f"/admin/v2/clusters/{other}") == (200, data)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from harness.admin_http import http_request
+from harness.admin_http import create_namespace, http_request
 from harness.broker_process import BrokerProcess
 from harness.key_events import (
     KEY_PROPERTY,
@@ -98,6 +98,7 @@ def test_content_keys_drop_byte_identical_repeats(kd_broker: BrokerProcess, topi
 
 def test_namespace_scope_spans_two_topics(kd_broker: BrokerProcess) -> None:
     namespace = f"public/kd-{uuid.uuid4().hex[:8]}"
+    create_namespace(kd_broker.http_url, namespace, kd_broker.cluster_name)
     set_policy(
         kd_broker,
         f"namespaces/{namespace}",

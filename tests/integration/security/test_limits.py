@@ -12,6 +12,7 @@ import pulsar
 import pytest
 import requests
 
+from harness.admin_http import create_namespace
 from harness.broker_process import BrokerProcess
 from tests.integration.conftest import make_broker, serve
 
@@ -41,6 +42,7 @@ def client(limited: BrokerProcess) -> Iterator[pulsar.Client]:
 
 def test_topics_per_namespace(limited: BrokerProcess, client: pulsar.Client) -> None:
     namespace = f"limits-{uuid.uuid4().hex[:6]}"
+    create_namespace(limited.http_url, f"public/{namespace}", limited.cluster_name)
     topics = [f"persistent://public/{namespace}/t{i}" for i in range(5)]
     for topic in topics[:4]:
         client.create_producer(topic).send(b"x")

@@ -163,11 +163,11 @@ async def test_entries_of_a_consumer_that_left_go_to_another() -> None:
 
 
 async def test_failover_has_one_active_consumer_and_hands_over_its_entries() -> None:
-    topic = await topic_with(2)
+    topic = await topic_with(2, active_consumer_failover_delay_time_millis=0)
     side = ConsumerSide()
     b = await subscribe(topic, side, "b", sub_type=FAILOVER)
     a = await subscribe(topic, side, "a", sub_type=FAILOVER)
-    # The first by (priority, name) is active: "a" took over when it came.
+    # "a" owns the topic name's point on the hash ring: it took over when it came.
     assert side.active_changes == [("b", True), ("b", False), ("a", True)]
     assert a.subscription.active_consumer is a
     subscription = a.subscription
@@ -245,7 +245,7 @@ async def test_entries_read_for_a_consumer_that_left_meanwhile_reach_the_next(
     """A consumer whose connection drops while the first read of its subscription is in
     flight has nothing in flight yet; the entries read for it must go to the consumer that
     comes next, from the first one (the cursor must not stand past them)."""
-    topic = await topic_with(5)
+    topic = await topic_with(5, active_consumer_failover_delay_time_millis=0)
     side = ConsumerSide()
     gone = await subscribe(topic, side, "gone", sub_type=sub_type)
     slow = SlowReads(gone)

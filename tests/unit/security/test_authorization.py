@@ -12,12 +12,14 @@ from dedup_broker.security.authorization import (
     AuthorizationError,
     Authorizer,
     InvalidTenancyError,
+    NamespaceNotFoundError,
     Tenancy,
     TenancyConflictError,
     TenancyNotFoundError,
     TenantInfo,
     actions_of,
 )
+from dedup_broker.storage.tables.metadata_table import TableValues
 from harness.memory_table import MemoryTable
 
 SECURED = BrokerConfig().with_overrides(
@@ -85,8 +87,9 @@ async def test_everything_is_allowed_with_authorization_off() -> None:
 
 async def test_tenancy_rules() -> None:
     tenancy = (await acme()).tenancy
-    assert tenancy.tenants() == ["acme", "public"]
+    assert tenancy.tenants() == ["acme", "public", "pulsar"]
     assert tenancy.namespaces("public") == ["public/default"]
+    assert tenancy.namespaces("pulsar") == ["pulsar/system"]
     assert tenancy.namespaces("acme") == ["acme/app"]
     with pytest.raises(TenancyConflictError):
         await tenancy.create_tenant("acme", TenantInfo())
@@ -100,7 +103,84 @@ async def test_tenancy_rules() -> None:
         await tenancy.create_tenant("a b", TenantInfo())
     await tenancy.delete_namespace("acme/app")
     await tenancy.delete_tenant("acme")
-    assert tenancy.tenants() == ["public"]
+    assert tenancy.tenants() == ["public", "pulsar"]
+
+
+async def test_a_namespace_exists_once_created_with_its_tenant() -> None:
+    """Topics live only in namespaces that exist: Pulsar's words name what is missing;
+    the default namespace and the system namespace always exist."""
+    tenancy = Tenancy(MemoryTable().as_metadata_table(), BrokerConfig())
+    tenancy.check_namespace("public/default")
+    tenancy.check_namespace("pulsar/system")
+    with pytest.raises(NamespaceNotFoundError, match=r"^Tenant does not exist: acme$") as missing:
+        tenancy.check_namespace("acme/app")
+    assert missing.value.reason == "Tenant does not exist"
+    with pytest.raises(NamespaceNotFoundError, match=r"^Namespace does not exist: public/other$"):
+        tenancy.check_namespace("public/other")
+    await tenancy.create_tenant("acme", TenantInfo())
+    with pytest.raises(NamespaceNotFoundError, match="Namespace does not exist: acme/app"):
+        await tenancy.require_namespace("acme/app")
+    await tenancy.create_namespace("acme/app")
+    await tenancy.require_namespace("acme/app")
+    await tenancy.delete_namespace("acme/app")
+    with pytest.raises(NamespaceNotFoundError):
+        tenancy.check_namespace("acme/app")
+
+
+class Replica(TableValues):
+    """One broker's copy of a table other brokers write: their writes show after a
+    refresh."""
+
+    def __init__(self, shared: MemoryTable) -> None:
+        super().__init__()
+        self.shared = shared
+        self.refreshes = 0
+
+    async def refresh(self) -> None:
+        self.refreshes += 1
+        for key, _ in self.items():
+            if self.shared.get(key) is None:
+                self._set(key, None)
+        for key, value in self.shared.items():
+            self._set(key, value)
+
+    async def put(self, key: str, value: bytes) -> None:
+        await self.shared.put(key, value)
+        self._set(key, value)
+
+    async def delete(self, key: str) -> None:
+        await self.shared.delete(key)
+        self._set(key, None)
+
+
+async def test_a_namespace_another_broker_created_is_read_before_a_refusal() -> None:
+    """The table is read afresh before a namespace is said to be missing (a refusal is
+    final for the clients), and only then."""
+    shared = MemoryTable()
+    here = Replica(shared)
+    tenancy = Tenancy(here, BrokerConfig())
+    elsewhere = Tenancy(Replica(shared), BrokerConfig())
+    await elsewhere.create_tenant("acme", TenantInfo())
+    await elsewhere.create_namespace("acme/app")
+    with pytest.raises(NamespaceNotFoundError):
+        tenancy.check_namespace("acme/app")
+    await tenancy.require_namespace("acme/app")
+    assert here.refreshes == 1
+    await tenancy.require_namespace("acme/app")
+    await tenancy.require_namespace("public/default")
+    assert here.refreshes == 1
+    with pytest.raises(NamespaceNotFoundError, match="Namespace does not exist: acme/other"):
+        await tenancy.require_namespace("acme/other")
+    assert here.refreshes == 2
+
+
+async def test_adopting_creates_the_namespace_and_its_tenant() -> None:
+    tenancy = Tenancy(MemoryTable().as_metadata_table(), BrokerConfig())
+    await tenancy.adopt("legacy/app")
+    tenancy.check_namespace("legacy/app")
+    assert tenancy.tenant("legacy") == TenantInfo((), (BrokerConfig().cluster_name,))
+    await tenancy.adopt("legacy/app")  # once is enough: nothing changes
+    assert tenancy.namespaces("legacy") == ["legacy/app"]
 
 
 def test_actions_are_pulsars() -> None:

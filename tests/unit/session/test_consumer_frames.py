@@ -169,7 +169,7 @@ async def test_an_ack_for_an_unknown_consumer_is_answered_when_asked() -> None:
 
 
 async def test_failover_tells_each_consumer_once_whether_it_is_active() -> None:
-    broker = await broker_with_messages(2)
+    broker = await broker_with_messages(2, active_consumer_failover_delay_time_millis=0)
     b = await broker.client()
     frames = await b.exchange(client.subscribe(TOPIC, "sub", 1, 11, FAILOVER, EARLIEST, "b"))
     assert frames == replies(commands.success(11), commands.active_consumer_change(1, True))

@@ -137,3 +137,25 @@ async def test_a_restart_finds_open_and_aborted_transactions(snapshot_every: int
     assert await visible(restarted, again) == ["p1", "c1", "o1", "p2"]
     with pytest.raises(TransactionEndedError):
         again.admit(T1)
+
+
+async def test_a_send_naming_its_transaction_only_in_the_command_is_hidden_once_aborted() -> None:
+    """The Go client writes the transaction into the SEND, not the message metadata: the
+    buffer stores it in the metadata, so the aborted entries stay hidden, after a restart
+    too; entries that name their transaction are stored as sent."""
+    storage = MemoryStorage()
+    ledger = await storage.open_managed_ledger(TOPIC)
+    buffer, _ = await started(ledger)
+    for text, txn in (("g1", T1), ("j1", T2)):
+        while not buffer.admit(txn):
+            await asyncio.sleep(0.001)
+        await buffer.append(txn, message(text, T2 if txn == T2 else None), 1)
+    await buffer.end(T1, TxnAction.ABORT, 2)
+    await buffer.end(T2, TxnAction.COMMIT, 3)
+    assert await visible(ledger, buffer) == ["j1"]
+    stored = (await ledger.read_entry(Position(ledger.last_confirmed.ledger_id, 1))).data
+    assert stored == message("j1", T2)
+
+    restarted = await storage.restarted().open_managed_ledger(TOPIC)
+    again, _ = await started(restarted)
+    assert await visible(restarted, again) == ["j1"]
