@@ -7,8 +7,9 @@ proves the broker against it too. ``ensure_go_client()`` builds ``go/pulsar_go_c
 a small driver that produces and consumes and prints one JSON object per line, with
 modules from the Go module proxy; ``go_produce()`` and ``go_consume()`` run it and return
 what ``harness.pulsar_java`` returns; ``go_transactions()`` runs its transactions (a
-commit, an abort, acknowledgements in a transaction); ``run_go_client()`` runs it with
-raw arguments.
+commit, an abort, acknowledgements in a transaction); ``go_terminate_while_sending()``
+terminates a topic under a sending producer; ``run_go_client()`` runs it with raw
+arguments.
 
 What the driver prints differs from the Java driver's in four ways, all from the Go
 client's API: ``Produced.last_sequence_id`` is always -1 (``LastSequenceID()`` ignores
@@ -27,7 +28,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from dedup_broker.devservers.distribution import cache_root
 from dedup_broker.errors import DevServerError
@@ -39,6 +40,9 @@ from harness.pulsar_java import (
     driver_events,
     received_messages,
 )
+
+GoSchema = Literal["none", "bytes"]
+"""The schema the driver's producer or consumer declares (``bytes``: ``BytesSchema``)."""
 
 SOURCE_DIR = Path(__file__).parent / "go" / "pulsar_go_client"
 SOURCES = ("go.mod", "go.sum", "main.go")
@@ -149,6 +153,7 @@ def go_produce(
     send_timeout_ms: int = 0,
     max_messages: int = 1000,
     delay_ms: int = 50,
+    schema: GoSchema = "none",
     tls_trust_certs: Path | str | None = None,
     tls_allow_insecure: bool = False,
     tls_validate_hostname: bool = False,
@@ -159,11 +164,12 @@ def go_produce(
     """Sends ``java_payload(i, size)`` with sequence id ``i`` for ``i`` in
     ``first..first+count-1`` (key ``k<i % keys>`` when ``keys``), all asynchronously then
     flushed; raises DevServerError when the driver fails or any send failed (``go_events``
-    shows failures one by one). ``resent`` is always empty."""
+    shows failures one by one). ``resent`` is always empty. ``schema="bytes"``: the
+    producer declares the Go client's ``BytesSchema`` and sends values."""
     args = ["produce", service_url, topic, str(count), f"batching={batching}"]
     args += [f"size={size}", f"keys={keys}", f"first={first}", f"chunking={str(chunking).lower()}"]
     args += [f"sendTimeoutMs={send_timeout_ms}", f"maxMessages={max_messages}"]
-    args += [f"delayMs={delay_ms}"]
+    args += [f"delayMs={delay_ms}", f"schema={schema}"]
     if name is not None:
         args.append(f"name={name}")
     args += _tls_args(
@@ -190,6 +196,7 @@ def go_consume(
     *,
     timeout_ms: int = 30_000,
     subscription_type: str = "Exclusive",
+    schema: GoSchema = "none",
     tls_trust_certs: Path | str | None = None,
     tls_allow_insecure: bool = False,
     tls_validate_hostname: bool = False,
@@ -198,7 +205,10 @@ def go_consume(
     timeout: float = 180.0,
 ) -> Consumed:
     """Receives up to ``count`` messages from the earliest position, acknowledging each;
-    stops early when none arrives for ``timeout_ms``."""
+    stops early when none arrives for ``timeout_ms``. ``schema="bytes"``: the consumer
+    declares ``BytesSchema`` and each value is decoded with ``GetSchemaValue`` (the client
+    asks the broker for the schema version the message carries; the driver fails if it
+    cannot)."""
     events = go_events(
         "consume",
         service_url,
@@ -207,6 +217,7 @@ def go_consume(
         str(count),
         f"timeoutMs={timeout_ms}",
         f"type={subscription_type}",
+        f"schema={schema}",
         *_tls_args(
             tls_trust_certs, tls_allow_insecure, tls_validate_hostname, token, listener_name
         ),
@@ -280,4 +291,57 @@ def go_transactions(
         received=[str(e["value"]) for e in events if e["event"] == "received"],
         redelivered=next(int(e["count"]) for e in events if e["event"] == "redelivered"),
         transaction_ids=[(int(e["most"]), int(e["least"])) for e in events if e["event"] == "txn"],
+    )
+
+
+@dataclass(frozen=True)
+class GoTermination:
+    """What the driver's ``terminate`` command saw."""
+
+    status: int
+    """The HTTP status of the termination."""
+    error: str | None
+    """The first send error after it (None: no send failed within the time allowed)."""
+    topic_terminated: bool
+    """That error is the client's ``ErrTopicTerminated``."""
+    producer_closed: bool
+    """That error is the client's ``ErrProducerClosed``."""
+    after_ms: int
+    """How long after the termination the send failed."""
+
+
+def go_terminate_while_sending(
+    service_url: str,
+    topic: str,
+    subscription: str,
+    admin_url: str,
+    *,
+    send_timeout_ms: int = 2000,
+    timeout_ms: int = 10_000,
+    timeout: float = 120.0,
+) -> GoTermination:
+    """The Go client's own termination check: a consumer that never acknowledges, a
+    producer sending one message at a time, the topic terminated through ``admin_url``
+    (without credentials) once one message was stored; what the first failed send said."""
+    events = go_events(
+        "terminate",
+        service_url,
+        topic,
+        subscription,
+        admin_url,
+        f"sendTimeoutMs={send_timeout_ms}",
+        f"timeoutMs={timeout_ms}",
+        timeout=timeout,
+    )
+    status = next(int(e["status"]) for e in events if e["event"] == "terminated")
+    failed = [e for e in events if e["event"] == "sendFailed"]
+    if not failed:
+        return GoTermination(status, None, False, False, 0)
+    first = failed[0]
+    return GoTermination(
+        status,
+        str(first["error"]),
+        bool(first["topicTerminated"]),
+        bool(first["producerClosed"]),
+        int(first["afterMs"]),
     )

@@ -33,7 +33,7 @@ from dedup_broker.domain.subscription_errors import (
 )
 from dedup_broker.domain.termination import (
     TERMINATED_PROPERTY,
-    TopicTerminatedError,
+    TerminationGate,
     terminated_position,
     terminated_property,
 )
@@ -84,6 +84,7 @@ class Topic(ProducerHost):
         "_compaction",
         "_companions",
         "_last_entry_batch",
+        "_termination",
         "_write_ends",
         "bytes_in",
         "dedup",
@@ -132,6 +133,7 @@ class Topic(ProducerHost):
         self._appends_settled = LazyEvent(True)
         self._write_ends = WriteEnds()
         self.terminated_at = terminated_position(ledger.properties)
+        self._termination = TerminationGate()
 
     @classmethod
     async def load(
@@ -251,9 +253,7 @@ class Topic(ProducerHost):
     ) -> PublishResult:
         """The PIP-6 verdict, then the append; stored once Kafka acknowledged it."""
         if self.terminated_at is not None:
-            return _refused(
-                self.name, send, TopicTerminatedError(f"Topic {self.name} is terminated")
-            )
+            return self._termination.refuse(self.name)
         txn_id = sent_in(send)
         started = time.monotonic()
         if timestamp is None:
@@ -315,18 +315,20 @@ class Topic(ProducerHost):
 
     async def terminate(self) -> Position:
         """Take no more messages (appends in flight settle first) and store the last
-        position; producers are closed (they come back to ``TopicTerminatedError``),
-        subscriptions tell their consumers once they have read everything."""
+        position; producers are closed (they come back to ``TopicTerminatedError``; their
+        SENDs meanwhile wait for that), subscriptions tell their consumers once everything
+        is acknowledged."""
         if self.terminated_at is None:
             self.terminated_at = self.managed_ledger.last_confirmed
-            await self._appends_settled.wait()
-            self.terminated_at = self.managed_ledger.last_confirmed
-            properties = self.managed_ledger.properties
-            properties[TERMINATED_PROPERTY] = terminated_property(self.terminated_at)
-            await self.managed_ledger.set_properties(properties)
-            for producer in list(self.producers.values()):
-                self.remove_producer(producer)
-                producer.link.close_producer(producer)
+            async with self._termination.closing_producers():
+                await self._appends_settled.wait()
+                self.terminated_at = self.managed_ledger.last_confirmed
+                properties = self.managed_ledger.properties
+                properties[TERMINATED_PROPERTY] = terminated_property(self.terminated_at)
+                await self.managed_ledger.set_properties(properties)
+                for producer in list(self.producers.values()):
+                    self.remove_producer(producer)
+                    producer.link.close_producer(producer)
             for subscription in self.subscriptions.values():
                 subscription.trigger()
         return self.terminated_at

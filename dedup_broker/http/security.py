@@ -57,6 +57,11 @@ TOPIC_LISTING_SHAPES = frozenset(
 """A namespace's topics (pattern consumers of HTTP clients list them): Pulsar's
 ``GET_TOPICS``, allowed to roles that may consume (and produce)."""
 
+TRANSACTIONS = "/admin/v3/transactions/"
+"""Pulsar checks no permission on the transaction reads (coordinator stats, a
+transaction's metadata, buffer and pending-ack stats): any authenticated role (the
+anonymous role too) may read them; only ``abortTransaction`` needs a superuser."""
+
 CLUSTER = "/admin/v2/clusters/{cluster}"
 TENANTS = "/admin/v2/tenants"
 TENANT = TENANTS + "/{tenant}"
@@ -136,8 +141,9 @@ def _names_a_namespace(request: web.Request) -> bool:
 def authorization_middleware(authorizer: Authorizer) -> Middleware:
     """Every route is checked, by its path shape: lookups need produce or consume on the
     topic; a tenant's routes (its namespaces, topics, policies) need an admin of the tenant
-    (reading the tenant too); everything else (creating tenants, clusters, brokers,
-    ledger deletion) needs a superuser. A refusal is a 403 with the reason."""
+    (reading the tenant too); transaction reads need no permission; everything else
+    (creating tenants, clusters, brokers, ledger deletion, aborting a transaction) needs a
+    superuser. A refusal is a 403 with the reason."""
 
     @web.middleware
     async def authorize(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -156,7 +162,10 @@ def _authorize(authorizer: Authorizer, request: web.Request) -> None:
     role: str | None = request.get("role")
     params = request.match_info
     what = f"{request.method} {request.path}"
-    if shape.startswith("/lookup/") or (request.method == "GET" and shape in LOOKUP_SHAPES):
+    if shape.startswith(TRANSACTIONS):
+        if request.method != "GET":
+            authorizer.check_superuser(role, what)
+    elif shape.startswith("/lookup/") or (request.method == "GET" and shape in LOOKUP_SHAPES):
         domain = params.get("domain") or shape.split("/")[3]
         topic = TopicName.parse(
             f"{domain}://{params['tenant']}/{params['namespace']}/{params['topic']}"

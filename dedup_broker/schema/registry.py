@@ -236,9 +236,12 @@ class SchemaRegistry:
     async def for_producer(self, topic: TopicName, schema: SchemaInfo | None) -> bytes:
         """The ``schema_version`` a PRODUCER_SUCCESS carries (empty: no schema).
 
-        A producer without a schema (or ``BYTES``/``NONE``) is accepted on any topic
-        unless ``isSchemaValidationEnforced`` and the topic has a schema."""
-        if schema is None or not schema.has_schema:
+        A producer without a schema is accepted on any topic unless
+        ``isSchemaValidationEnforced`` and the topic has a schema. A schema it names is
+        registered whatever its type, ``NONE`` too, as Pulsar does: the Go client's
+        ``BytesSchema`` names ``NONE``, writes the version it gets into its messages and
+        its consumers ask for that version."""
+        if schema is None or schema.type in (SchemaType.BYTES, SchemaType.AUTO_CONSUME):
             if self.config.is_schema_validation_enforced and self.latest(topic) is not None:
                 raise IncompatibleSchemaError(
                     f"producers to {topic} must use a schema (isSchemaValidationEnforced)"

@@ -22,6 +22,7 @@ from dedup_broker.schema.compatibility import (
     IncompatibleSchemaError,
     SchemaInfo,
     SchemaNotFoundError,
+    SchemaType,
 )
 from dedup_broker.schema.registry import version_bytes, version_of
 from dedup_broker.security.authorization import AuthAction
@@ -229,11 +230,13 @@ class LookupCommands:
         return self._get_or_create_schema(frame.command.getOrCreateSchema)
 
     async def _get_or_create_schema(self, request: pb.CommandGetOrCreateSchema) -> None:
+        """As a producer's schema, but ``NONE`` is no schema here (Pulsar's empty version)."""
         name = topic_name(self.connection, request.topic)
         self.connection.authorizer.check_topic(self.connection.role, name, AuthAction.PRODUCE)
+        schema = SchemaInfo.of_wire(request.schema)
         try:
             version = await self.broker.schemas.for_producer(
-                name, SchemaInfo.of_wire(request.schema)
+                name, schema if schema.type is not SchemaType.NONE else None
             )
         except IncompatibleSchemaError as exc:
             self.connection.send_command(

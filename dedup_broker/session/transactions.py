@@ -81,7 +81,7 @@ class TransactionCommands:
 
     async def _add_partitions(self, request: pb.CommandAddPartitionToTxn) -> None:
         txn = TxnId(request.txnid_most_bits, request.txnid_least_bits)
-        partitions = [str(TopicName.parse(p)) for p in request.partitions]
+        partitions = [_as_sent(p) for p in request.partitions]
         await (await self._coordinator_of(txn)).add_partitions(txn, partitions)
         self._answer(_BASE.ADD_PARTITION_TO_TXN, request.request_id, txn)
 
@@ -90,9 +90,7 @@ class TransactionCommands:
 
     async def _add_subscriptions(self, request: pb.CommandAddSubscriptionToTxn) -> None:
         txn = TxnId(request.txnid_most_bits, request.txnid_least_bits)
-        subscriptions = [
-            (str(TopicName.parse(s.topic)), s.subscription) for s in request.subscription
-        ]
+        subscriptions = [(_as_sent(s.topic), s.subscription) for s in request.subscription]
         await (await self._coordinator_of(txn)).add_subscriptions(txn, subscriptions)
         self._answer(_BASE.ADD_SUBSCRIPTION_TO_TXN, request.request_id, txn)
 
@@ -177,3 +175,11 @@ async def acknowledge_in_transaction(
                 message=str(error) if error is not None else None,
             )
         )
+
+
+def _as_sent(topic: str) -> str:
+    """A topic named in a transaction, checked but kept as the client spelled it: Pulsar's
+    coordinator keeps the names so, and ``transactionMetadata`` shows them so (clients
+    look their topics up in it by the names they sent)."""
+    TopicName.parse(topic)
+    return topic

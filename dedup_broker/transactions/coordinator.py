@@ -26,7 +26,11 @@ from dedup_broker.transactions.coordinator_state import (
     TxnId,
     TxnStatus,
 )
-from dedup_broker.transactions.errors import CoordinatorNotReadyError, InvalidTxnStatusError
+from dedup_broker.transactions.errors import (
+    CoordinatorNotReadyError,
+    InvalidTxnStatusError,
+    TransactionNotFoundError,
+)
 
 ENDING_PATIENCE_SECONDS = 25.0
 """How long END_TXN keeps driving an ending that meets retriable failures before it
@@ -135,8 +139,8 @@ class TransactionCoordinator:
             )
 
     async def end_txn(self, txn_id: TxnId, action: TxnAction) -> TransactionMeta:
-        """END_TXN: returns once the transaction ended that way (a retry of an ended one
-        returns at once)."""
+        """END_TXN: returns once the transaction ended that way (a retry while it is
+        ending drives the same ending; once ended, it is ``TransactionNotFound``)."""
         await self._change(lambda: self._state.end(txn_id, action, self._clock_ms()))
         deadline = time.monotonic() + ENDING_PATIENCE_SECONDS
         while True:
@@ -173,8 +177,8 @@ class TransactionCoordinator:
         for txn_id in self._state.timed_out(self._clock_ms()):
             try:
                 await self.end_txn(txn_id, TxnAction.ABORT)
-            except InvalidTxnStatusError:
-                continue  # its client committed it meanwhile
+            except (InvalidTxnStatusError, TransactionNotFoundError):
+                continue  # its client ended it meanwhile
             aborted.append(txn_id)
             self.counts.timed_out += 1
         return aborted

@@ -29,7 +29,8 @@ from dedup_broker.transactions.errors import (
 ID_BLOCK = 1_000
 """Transaction ids reserved per reservation record."""
 ENDED_REMEMBERED = 10_000
-"""Ended transactions kept to answer a retried END_TXN (its answer lost on the way)."""
+"""Ended transactions kept for the admin routes (a transaction's metadata shows how it
+ended); to every client request they are unknown, as in Pulsar."""
 
 
 class TxnStatus(Enum):
@@ -198,10 +199,12 @@ class CoordinatorState:
         return replace(meta, subscriptions=meta.subscriptions + new, updated_at_ms=now_ms)
 
     def end(self, txn_id: TxnId, action: TxnAction, now_ms: int) -> TransactionMeta | None:
-        """END_TXN: the transaction now committing or aborting; None if it already is (or
-        already ended that way): a retried END_TXN, whose ending the caller drives again
-        or simply confirms. The other action than the one under way is refused."""
-        meta = self._live.get(txn_id) or self._ended.get(txn_id)
+        """END_TXN: the transaction now committing or aborting; None if it already is: a
+        retried END_TXN, whose ending the caller drives again. The other action than the
+        one under way is refused; an ended transaction is not found any more (Pulsar's
+        coordinator forgets it once ended, and its clients expect ``TransactionNotFound``
+        for a second commit or abort)."""
+        meta = self._live.get(txn_id)
         if meta is None:
             raise TransactionNotFoundError(f"transaction {txn_id} not found")
         if meta.status == TxnStatus.OPEN:
@@ -271,7 +274,9 @@ class CoordinatorState:
         return lowest - 1
 
     def _open(self, txn_id: TxnId, what: str) -> TransactionMeta:
-        meta = self.get(txn_id)
+        meta = self._live.get(txn_id)
+        if meta is None:  # never opened, or ended: unknown to clients, as in Pulsar
+            raise TransactionNotFoundError(f"transaction {txn_id} not found")
         if meta.status != TxnStatus.OPEN:
             raise InvalidTxnStatusError(
                 f"cannot {what} transaction {txn_id}: it is {meta.status.name}"

@@ -5,17 +5,30 @@
 //
 //	produce URL TOPIC COUNT [name=N] [batching=none|default|key] [chunking=true]
 //	        [size=BYTES] [keys=K] [first=F] [sendTimeoutMs=MS] [maxMessages=M]
-//	        [delayMs=D] [TLS and token options]
+//	        [delayMs=D] [schema=bytes] [TLS and token options]
 //	    sends COUNT messages with sequence ids F..F+COUNT-1 (SendAsync, then Flush, so
 //	    that a run of ids can share a batch): "m-<id>", or BYTES bytes of payload(id);
 //	    with keys=K the key "k<id % K>". Prints {"event":"producer","lastSequenceId":N},
 //	    then in id order {"event":"sent","sequenceId":..,"messageId":".."} or
-//	    {"event":"failed","sequenceId":..,"error":".."}.
+//	    {"event":"failed","sequenceId":..,"error":".."}. schema=bytes: the producer
+//	    declares the client's BytesSchema (type NONE on the wire) and sends values.
 //	consume URL TOPIC SUBSCRIPTION COUNT [timeoutMs=MS] [type=Exclusive|Shared|
-//	        Failover|Key_Shared] [TLS and token options]
+//	        Failover|Key_Shared] [schema=bytes] [TLS and token options]
 //	    receives up to COUNT messages from the earliest position, acknowledging each;
 //	    prints {"event":"received",...} per message and {"event":"timeout","after":N}
-//	    when none came for timeoutMs.
+//	    when none came for timeoutMs. schema=bytes: the consumer declares BytesSchema and
+//	    decodes each message with GetSchemaValue (which asks the broker for the schema
+//	    version the message carries); "value" is then the decoded value and
+//	    "schemaVersion" the version as hex.
+//	terminate URL TOPIC SUBSCRIPTION ADMIN_URL [sendTimeoutMs=MS] [timeoutMs=MS]
+//	        [TLS and token options]
+//	    subscribes (and never acknowledges), then sends 1 KiB messages one at a time
+//	    (Send, then 1 ms) and once one was stored terminates the topic through
+//	    ADMIN_URL (POST .../terminate, no credentials); prints
+//	    {"event":"terminated","status":N}, then for the first send that fails
+//	    {"event":"sendFailed","topicTerminated":B,"producerClosed":B,"error":"..",
+//	    "afterMs":N} (B: errors.Is ErrTopicTerminated / ErrProducerClosed, afterMs since
+//	    the termination), or {"event":"noError"} when none failed within timeoutMs.
 //
 //	txn URL TOPIC SUBSCRIPTION COUNT [timeoutMs=MS] [TLS and token options]
 //	    with transactions enabled: subscribes (Exclusive, from the earliest), sends
@@ -47,8 +60,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -120,7 +135,7 @@ func (o options) flag(name string) bool {
 func main() {
 	if len(os.Args) < 5 {
 		fail(fmt.Errorf("usage: produce URL TOPIC COUNT ... | consume URL TOPIC SUBSCRIPTION COUNT ... | " +
-			"txn URL TOPIC SUBSCRIPTION COUNT ..."))
+			"txn URL TOPIC SUBSCRIPTION COUNT ... | terminate URL TOPIC SUBSCRIPTION ADMIN_URL ..."))
 	}
 	opts := options{}
 	for _, arg := range os.Args[2:] {
@@ -172,6 +187,11 @@ func main() {
 			fail(err)
 		}
 		transactions(client, os.Args[3], os.Args[4], count, opts)
+	case "terminate":
+		if len(os.Args) < 6 {
+			fail(fmt.Errorf("terminate URL TOPIC SUBSCRIPTION ADMIN_URL"))
+		}
+		terminateWhileSending(client, os.Args[3], os.Args[4], os.Args[5], opts)
 	default:
 		fail(fmt.Errorf("unknown mode %q", os.Args[1]))
 	}
@@ -204,7 +224,23 @@ func producerOptions(topic string, opts options) pulsar.ProducerOptions {
 		result.DisableBatching = true
 		result.EnableChunking = true
 	}
+	if bytesSchema(opts) {
+		result.Schema = pulsar.NewBytesSchema(nil)
+	}
 	return result
+}
+
+// bytesSchema: schema=bytes, the client's BytesSchema declared (none by default).
+func bytesSchema(opts options) bool {
+	switch schema := opts.text("schema", "none"); schema {
+	case "none":
+		return false
+	case "bytes":
+		return true
+	default:
+		fail(fmt.Errorf("schema %q", schema))
+		return false
+	}
 }
 
 type outcome struct {
@@ -225,6 +261,9 @@ func produce(client pulsar.Client, topic string, count int, opts options) {
 	for n := range count {
 		sequenceID := first + int64(n)
 		message := &pulsar.ProducerMessage{Payload: payload(sequenceID, size), SequenceID: &sequenceID}
+		if bytesSchema(opts) {
+			message.Payload, message.Value = nil, payload(sequenceID, size)
+		}
 		if keys > 0 {
 			message.Key = "k" + strconv.FormatInt(sequenceID%keys, 10)
 		}
@@ -282,12 +321,17 @@ func consume(client pulsar.Client, topic, subscription string, count int, opts o
 	if !ok {
 		fail(fmt.Errorf("subscription type %q", opts["type"]))
 	}
-	consumer, err := client.Subscribe(pulsar.ConsumerOptions{
+	consumerOptions := pulsar.ConsumerOptions{
 		Topic:                       topic,
 		SubscriptionName:            subscription,
 		Type:                        kind,
 		SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest,
-	})
+	}
+	decode := bytesSchema(opts)
+	if decode {
+		consumerOptions.Schema = pulsar.NewBytesSchema(nil)
+	}
+	consumer, err := client.Subscribe(consumerOptions)
 	if err != nil {
 		fail(err)
 	}
@@ -304,7 +348,16 @@ func consume(client pulsar.Client, topic, subscription string, count int, opts o
 			emit(map[string]any{"event": "timeout", "after": n})
 			return
 		}
-		emit(receivedEvent(message))
+		event := receivedEvent(message)
+		if decode {
+			var value []byte
+			if err := message.GetSchemaValue(&value); err != nil {
+				fail(fmt.Errorf("decoding %s: %w", formatID(message.ID()), err))
+			}
+			event["value"] = string(value)
+			event["schemaVersion"] = hex.EncodeToString(message.SchemaVersion())
+		}
+		emit(event)
 		if err := consumer.Ack(message); err != nil {
 			fail(err)
 		}
@@ -401,4 +454,61 @@ func transactions(client pulsar.Client, topic, subscription string, count int, o
 	again := subscribeExclusive(client, topic, subscription)
 	defer again.Close()
 	emit(map[string]any{"event": "redelivered", "count": len(receiveFor(again, wait))})
+}
+
+// terminateWhileSending is the Go client's own termination check: a producer sending
+// when its topic is terminated must fail with ErrTopicTerminated (or ErrProducerClosed),
+// not time out.
+func terminateWhileSending(client pulsar.Client, topic, subscription, adminURL string, opts options) {
+	consumer := subscribeExclusive(client, topic, subscription)
+	defer consumer.Close()
+	if _, ok := opts["sendTimeoutMs"]; !ok {
+		opts["sendTimeoutMs"] = "2000"
+	}
+	producer, err := client.CreateProducer(producerOptions(topic, opts))
+	if err != nil {
+		fail(err)
+	}
+	defer producer.Close()
+	stored, failed := make(chan struct{}, 1), make(chan error, 1)
+	go func() {
+		for {
+			_, err := producer.Send(context.Background(), &pulsar.ProducerMessage{Payload: make([]byte, 1024)})
+			if err != nil {
+				failed <- err
+				return
+			}
+			select {
+			case stored <- struct{}{}:
+			default:
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	select {
+	case <-stored:
+	case err := <-failed:
+		fail(fmt.Errorf("sending before the termination: %w", err))
+	}
+	path := strings.TrimPrefix(topic, "persistent://")
+	response, err := http.Post(strings.TrimSuffix(adminURL, "/")+"/admin/v2/persistent/"+path+"/terminate",
+		"application/json", nil)
+	if err != nil {
+		fail(fmt.Errorf("terminating %s: %w", topic, err))
+	}
+	_ = response.Body.Close()
+	terminatedAt := time.Now()
+	emit(map[string]any{"event": "terminated", "status": response.StatusCode})
+	select {
+	case err := <-failed:
+		emit(map[string]any{
+			"event":           "sendFailed",
+			"topicTerminated": errors.Is(err, pulsar.ErrTopicTerminated),
+			"producerClosed":  errors.Is(err, pulsar.ErrProducerClosed),
+			"error":           err.Error(),
+			"afterMs":         time.Since(terminatedAt).Milliseconds(),
+		})
+	case <-time.After(time.Duration(opts.number("timeoutMs", 10000)) * time.Millisecond):
+		emit(map[string]any{"event": "noError"})
+	}
 }

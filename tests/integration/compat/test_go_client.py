@@ -1,17 +1,21 @@
 """The official Pulsar Go client (``pulsar-client-go``, built from the Go module proxy)
 produces and consumes unmodified: unbatched and batched sends (default and key-based
-batching), deduplication of resent sequence ids, and ``pulsar+ssl://`` with the CA as
-trust certificate."""
+batching), deduplication of resent sequence ids, ``pulsar+ssl://`` with the CA as
+trust certificate, its ``BytesSchema`` (the schema version its messages carry is one its
+consumers can ask for), and a producer whose topic is terminated under it (it fails with
+the client's ``ErrTopicTerminated``, as on Pulsar, instead of timing out)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from harness.admin_http import http_request
 from harness.broker_process import BrokerProcess, free_port
-from harness.pulsar_go import ensure_go_client, go_consume, go_produce
+from harness.pulsar_go import ensure_go_client, go_consume, go_produce, go_terminate_while_sending
 from harness.pulsar_java import Batching, ReceivedMessage, java_payload, sha256_hex
 from tests.integration.conftest import make_broker, serve
 from tests.tls_certificates import Certificates, make_certificates
@@ -25,6 +29,13 @@ def go_client() -> Path:
 @pytest.fixture
 def dedup_broker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[BrokerProcess]:
     yield from serve(kafka_bootstrap, tmp_path, broker_deduplication_enabled=True)
+
+
+@pytest.fixture(scope="module")
+def plain_broker(
+    kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerProcess]:
+    yield from serve(kafka_bootstrap, tmp_path_factory.mktemp("go-plain"))
 
 
 @pytest.fixture
@@ -132,3 +143,42 @@ def test_go_client_over_tls_with_the_ca_as_trust_cert(
         url, topic, "go-sub", 10, tls_trust_certs=certs.ca, tls_validate_hostname=True
     )
     assert _seen(consumed.messages) == [_expected(i) for i in range(10)]
+
+
+def test_go_bytes_schema_messages_decode_with_the_version_they_carry(
+    go_client: Path, plain_broker: BrokerProcess, topic: str
+) -> None:
+    """The Go client's ``BytesSchema`` names type ``NONE``: registered as the topic's
+    version 0, as Pulsar does, written by the producer into its messages, and found when
+    the consumer's ``GetSchemaValue`` asks for it (the Go client's ``TestBytesSchema``
+    and ``TestTableViewSchemas``)."""
+    url = plain_broker.service_url
+    produced = go_produce(url, topic, 3, schema="bytes")
+    assert [m.sequence_id for m in produced.sent] == [0, 1, 2]
+    events = go_consume(url, topic, "go-bytes", 3, timeout_ms=5000, schema="bytes")
+    assert [m.value for m in events.messages] == [java_payload(i).decode() for i in range(3)]
+    path = topic.removeprefix("persistent://")
+    status, body = http_request("GET", f"{plain_broker.http_url}/admin/v2/schemas/{path}/schema")
+    assert status == 200, body
+    schema = json.loads(body)
+    assert (schema["version"], schema["type"], schema["data"]) == (0, "NONE", "")
+
+
+def test_go_producer_of_a_terminated_topic_fails_with_topic_terminated(
+    go_client: Path, plain_broker: BrokerProcess, topic: str
+) -> None:
+    """A producer sending one message after the other when its topic is terminated (a
+    consumer that acknowledges nothing on it): the first send that fails says
+    ``ErrTopicTerminated`` (or ``ErrProducerClosed``) within the send timeout, as the Go
+    client's ``TestTopicTermination`` expects from Pulsar: the broker closes the producer
+    and refuses it when it comes back; a send met meanwhile is not refused on its own
+    (a SEND_ERROR makes the Go client forget the producer and its sends time out), and
+    the consumer is not told the end while it has unacknowledged messages (the Go client
+    drops its connection, its producer's too, on that command)."""
+    seen = go_terminate_while_sending(
+        plain_broker.service_url, topic, "go-ended", plain_broker.http_url, send_timeout_ms=2000
+    )
+    assert seen.status == 200
+    assert seen.error is not None
+    assert seen.topic_terminated or seen.producer_closed, seen
+    assert seen.after_ms < 2000, seen

@@ -184,8 +184,22 @@ async def test_producers() -> None:
     r = registry()
     assert await r.for_producer(TOPIC, None) == b""
     assert await r.for_producer(TOPIC, V1) == version_bytes(0)
-    assert await r.for_producer(TOPIC, SchemaInfo(SchemaType.NONE, b"")) == b""
     assert await r.for_producer(TOPIC, V2) == version_bytes(1)
+    with pytest.raises(IncompatibleSchemaError):
+        await r.for_producer(TOPIC, STRING)
+    with pytest.raises(IncompatibleSchemaError):  # NONE named by a producer is a schema
+        await r.for_producer(TOPIC, SchemaInfo(SchemaType.NONE, b""))
+
+
+async def test_a_producer_naming_none_registers_it_as_pulsar_does() -> None:
+    """The Go client's ``BytesSchema`` names type ``NONE``: a version, which its messages
+    carry and its consumers ask for; a producer without a schema still gets none."""
+    r = registry()
+    raw = SchemaInfo(SchemaType.NONE, b"", {"pulsar": "hello"})
+    assert await r.for_producer(TOPIC, raw) == version_bytes(0)
+    assert await r.for_producer(TOPIC, SchemaInfo(SchemaType.NONE, b"")) == version_bytes(0)
+    assert r.get(TOPIC, 0).info == raw
+    assert await r.for_producer(TOPIC, None) == b""
     with pytest.raises(IncompatibleSchemaError):
         await r.for_producer(TOPIC, STRING)
 
