@@ -74,12 +74,13 @@ def received_messages(service_url: str, topic: str, expected: int) -> list[pulsa
 
 
 def stable_count(broker: BrokerProcess, topic: str) -> int:
-    """The number of stored messages once it stopped changing (in-flight sends landed)."""
-    previous = -1
+    """The number of stored messages once it stopped changing (in-flight sends landed):
+    the same count three times, two seconds apart (a busy machine can hold a send back
+    longer than one second)."""
+    counts: list[int] = []
     for _ in range(30):
-        count = len(stored_values(broker.service_url, topic))
-        if count == previous:
-            return count
-        previous = count
-        time.sleep(1.0)
-    return previous
+        counts.append(len(stored_values(broker.service_url, topic)))
+        if len(counts) >= 3 and counts[-1] == counts[-2] == counts[-3]:
+            break
+        time.sleep(2.0)
+    return counts[-1]
