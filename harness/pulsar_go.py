@@ -57,11 +57,12 @@ def _source_digest() -> str:
 
 
 def _build_environment() -> dict[str, str]:
-    """``GOTOOLCHAIN=local``: the module needs no newer Go than the machine's, and the go
-    command must not fetch a toolchain; ``-mod=readonly``: the build uses the committed
-    go.sum and never rewrites the sources."""
+    """``GOTOOLCHAIN=auto``: a machine's Go at least as new as go.mod's builds with
+    itself, an older one (Debian 12's 1.19) fetches the version go.mod names from the Go
+    module proxy; ``-mod=readonly``: the build uses the committed go.sum and never
+    rewrites the sources."""
     env = dict(os.environ)
-    env["GOTOOLCHAIN"] = "local"
+    env["GOTOOLCHAIN"] = "auto"
     env["GOFLAGS"] = "-mod=readonly -buildvcs=false"
     return env
 
