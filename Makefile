@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .PHONY: venv test test-unit test-integration verify soak lint format typecheck layers check proto bench bench-main-job demo run \
-        kafka-up kafka-down redis-up redis-down clean
+        kafka-up kafka-down redis-up redis-down clean preflight preflight-test preflight-demo bare-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,8 +15,26 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+## Every external piece (Java, Maven, Kafka's jars, Redis, PostgreSQL, optional tools):
+## found, provisioned, or missing with its install line. The system's Python runs it, so it
+## answers in seconds, before the virtual environment exists; test and demo run it first.
+PREFLIGHT := $(PYTHON) -m dedup_broker.devservers.preflight
+preflight:
+	@$(PREFLIGHT)
+
+preflight-test:
+	@$(PREFLIGHT) --for test
+
+preflight-demo:
+	@$(PREFLIGHT) --for demo
+
+## The release check (docs/dev-servers.md): make preflight and make demo from a fresh clone
+## in a bare Debian root filesystem, as a non-root user. Needs root and debootstrap; slow.
+bare-check:
+	bash .ci/bare-check
+
 ## The test suite: unit tests, then integration and chaos tests on real Kafka and Redis.
-test: $(STAMP)
+test: preflight-test $(STAMP)
 	$(PY) -m pytest -q --durations=25 tests
 
 test-unit: $(STAMP)
@@ -33,10 +51,25 @@ soak: $(STAMP)
 	$(PY) -m verify --profile long
 	CLUSTER_CHAOS_CYCLES=$${CLUSTER_CHAOS_CYCLES:-200} $(PY) -m pytest -q -s tests/chaos/test_cluster_chaos.py
 	for i in 1 2 3 4 5; do $(PY) -m pytest -q tests/integration/cluster/test_zombie.py || exit 1; done
+	for i in 1 2 3 4 5 6 7 8 9 10; do $(PY) -m pytest -q tests/chaos/test_kafka_node_loss.py || exit 1; done
+	SPARK_CLUSTER_ALL=1 $(PY) -m pytest -q tests/integration/connectors/test_spark_cluster.py
 	TXN_CHAOS_INPUTS=$${TXN_CHAOS_INPUTS:-50000} TXN_CHAOS_KILLS=$${TXN_CHAOS_KILLS:-30} $(PY) -m pytest -q -s -o timeout=7200 tests/chaos/test_transactions_chaos.py
 
 test-integration: $(STAMP)
 	$(PY) -m pytest -q tests/integration tests/chaos
+
+## Container images built on this machine (docs/deployment.md): Debian 12 by debootstrap,
+## Python/Java/Redis layers, Kafka from its Maven jars, the broker from docker/Dockerfile.
+## As root it installs docker.io/debootstrap and starts dockerd when none answers (and stops
+## it again); only missing or stale images are built.
+.PHONY: images test-containers
+images: $(STAMP)
+	$(PY) -m dedup_broker.devservers.container_tier images
+
+## The container tier (tests/containers): the images, then Kafka (1 and 3 nodes), Redis and
+## broker containers and the compose stack, with kills; fails where Docker cannot run.
+test-containers: $(STAMP)
+	$(PY) -m dedup_broker.devservers.container_tier test
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -65,7 +98,8 @@ proto: $(STAMP)
 	    system_topics/ledger_deletion.proto
 
 ## The main job: Kafka, Redis and the broker, then the demo pipeline (examples/demo).
-demo run: $(STAMP)
+## DEMO_SPARK_MASTER=spark://host:port runs its query on a standalone cluster.
+demo run: preflight-demo $(STAMP)
 	$(PY) -m examples.demo
 
 ## Publish throughput, latency and server CPU: direct Kafka, the broker, Pulsar standalone
@@ -82,6 +116,8 @@ bench: $(STAMP)
 	$(PY) -m bench.memory
 	$(PY) -m bench.deletion_worker
 	$(PY) -m bench.many_topics
+	$(PY) -m bench.scrape
+	$(PY) -m bench.node_loss
 
 # The main job's figures alone: the publish path (throughput, server CPU, p50/p99,
 # key-window) and the Spark connectors, each next to its anchor from the same run.
@@ -89,8 +125,9 @@ bench-main-job: $(STAMP)
 	$(PY) -m bench.publish
 	$(PY) -m bench
 
+## KAFKA_NODES=3: a replicated 3-node cluster (docs/deployment.md) on 9092, 9094, 9096.
 kafka-up: $(STAMP)
-	$(PY) -m dedup_broker.app.cli dev kafka-up
+	$(PY) -m dedup_broker.app.cli dev kafka-up --nodes $${KAFKA_NODES:-1}
 
 kafka-down: $(STAMP)
 	$(PY) -m dedup_broker.app.cli dev kafka-down

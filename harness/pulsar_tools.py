@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 
 from dedup_broker.devservers.distribution import cache_root, ensure_resolved, find_java
+from dedup_broker.devservers.pieces import java_compiler
 from dedup_broker.errors import DevServerError
 
 PULSAR_TOOLS_VERSION = "4.0.6"
@@ -102,15 +103,18 @@ def compile_driver(home: Path, source_name: str, class_name: str) -> Path:
     source_path = home / "src" / source_name
     source_path.parent.mkdir(parents=True, exist_ok=True)
     source_path.write_bytes(source)
-    javac = Path(find_java()).with_name("javac")
+    compiler = java_compiler()
     result = subprocess.run(
-        [str(javac), "-d", str(classes), "-cp", f"{home / 'libs'}/*", str(source_path)],
+        [*compiler, "-d", str(classes), "-cp", f"{home / 'libs'}/*", str(source_path)],
         capture_output=True,
         text=True,
         check=False,
     )
     if result.returncode != 0:
-        raise DevServerError(f"javac failed to compile {source_path}:\n{result.stderr}")
+        raise DevServerError(
+            f"{'javac' if len(compiler) == 1 else 'the Eclipse compiler'} failed to compile "
+            f"{source_path}:\n{result.stdout}{result.stderr}"
+        )
     stamp.write_bytes(source)
     return classes
 

@@ -103,7 +103,7 @@ def _read(consumer: Consumer, backlog: _Backlog, timeout: float) -> list[bytes |
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
                     return values
-                raise StorageError(f"reading {where}: {error}")
+                raise StorageError(f"reading {where}: {error.str()}")
             offset = msg.offset()
             if offset is None or offset >= backlog.end:
                 return values

@@ -23,11 +23,13 @@ run in a thread, one at a time, so its rebalance callbacks never race the loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import StorageError
@@ -50,6 +52,8 @@ _POLL_S = 0.5
 _BATCH = 64
 """Records taken by one ``consume`` and worked on together."""
 _FORWARD_TIMEOUT_S = 30.0
+LAG_SECONDS = 10.0
+"""How often the group's lag is measured for ``/metrics``."""
 
 
 @dataclass(slots=True)
@@ -104,9 +108,11 @@ class DeletionWorker:
         checker: IntentChecker,
         forwarder: RecordSender,
         metrics: WorkerMetrics,
+        lag: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         """``consumer``: not subscribed yet (see :func:`worker_consumer_settings`);
-        ``forwarder`` writes the RETRY and DLQ copies."""
+        ``forwarder`` writes the RETRY and DLQ copies; ``lag`` (blocking) counts the
+        records the group has not committed, per topic (``lag.group_lag``)."""
         self.topics = DeletionTopics.from_config(config)
         self.metrics = metrics
         self._delay_ms = config.two_phase_deletion_reconsume_later_in_seconds * 1000
@@ -115,6 +121,7 @@ class DeletionWorker:
         self._checker = checker
         self._forwarder = forwarder
         self._held: dict[tuple[str, int], _Held] = {}
+        self._lag = lag
 
     async def run(self, stop: asyncio.Event) -> None:
         """Work intents until ``stop`` is set; the consumer is closed at the end."""
@@ -122,6 +129,7 @@ class DeletionWorker:
             [self.topics.main, self.topics.retry], on_revoke=self._revoked, on_lost=self._revoked
         )
         log.info("deletion worker consuming %s and %s", self.topics.main, self.topics.retry)
+        measuring = asyncio.ensure_future(self._measure_lag(stop))
         try:
             while not stop.is_set():
                 self._resume_due()
@@ -137,7 +145,23 @@ class DeletionWorker:
                 if runs:
                     await self._work(list(runs.values()))
         finally:
+            measuring.cancel()
+            await asyncio.gather(measuring, return_exceptions=True)
             await asyncio.to_thread(self._consumer.close)
+
+    async def _measure_lag(self, stop: asyncio.Event) -> None:
+        """The group's lag every ``LAG_SECONDS``: what a stuck group lets grow."""
+        measure = self._lag
+        while measure is not None and not stop.is_set():
+            try:
+                lag = await asyncio.to_thread(measure)
+            except (KafkaException, StorageError) as exc:
+                log.debug("deletion worker: measuring the group's lag: %s", exc)
+            else:
+                for topic, records in lag.items():
+                    self.metrics.lag.labels(topic=topic).set(records)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), LAG_SECONDS)
 
     async def _work(self, runs: list[list[Message]]) -> None:
         """Each partition's records of one batch, all worked on at once, then one commit

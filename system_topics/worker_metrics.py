@@ -12,8 +12,9 @@ from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, make_wsgi_app
+from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
 
+from dedup_broker.kafka_logging import KafkaClientErrors
 from dedup_broker.metrics_registry import new_registry
 from system_topics.decision import REJECTED, SUCCEEDED, Action, Verdict
 from system_topics.intents import CopyKind
@@ -55,6 +56,13 @@ class WorkerMetrics:
             "Intents sent to the DLQ after the last retry",
             registry=r,
         )
+        self.lag = Gauge(
+            PREFIX + "lag",
+            "Records of the main and RETRY topics the worker group has not committed",
+            ("topic",),
+            registry=r,
+        )
+        r.register(KafkaClientErrors())
 
     def record(self, verdict: Verdict, action: Action, kind: CopyKind = CopyKind.LEDGER) -> None:
         if verdict in SUCCEEDED:

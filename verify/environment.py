@@ -1,6 +1,6 @@
-"""The servers of a run, all started here and stopped by pid: a Kafka and a Redis the run
-may restart and freeze, and a cluster of brokers on them; plus the admin calls the run
-makes."""
+"""The servers of a run, all started here and stopped by pid: a 3-node Kafka (replicated
+as in production) whose nodes the run may kill, freeze and restart, a Redis it may
+restart, and a cluster of brokers on them; plus the admin calls the run makes."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import pulsar
 
-from dedup_broker.devservers.kafka import NativeKafka
+from dedup_broker.devservers.kafka_cluster import NativeKafkaCluster
 from dedup_broker.devservers.redis import NativeRedis
 from harness.broker_process import BrokerProcess
 from harness.cluster_processes import ClusterProcesses
@@ -34,6 +34,7 @@ MAX_MESSAGE_SIZE = 256 * 1024
 def broker_settings(profile: Profile, redis_url: str) -> dict[str, Any]:
     return {
         "broker_deduplication_enabled": True,
+        "kafka_replication_factor": 3,
         "managed_ledger_max_entries_per_ledger": profile.entries_per_ledger,
         "managed_ledger_min_ledger_rollover_time_minutes": 0,
         # Nothing is trimmed: every reading path must find the whole history.
@@ -58,7 +59,9 @@ class Servers:
 
     def __init__(self, run_dir: Path, profile: Profile, brokers: int = 3) -> None:
         self.run_dir = run_dir
-        self.kafka = NativeKafka(run_dir / "kafka", heap="1g", startup_timeout=180)
+        self.kafka = NativeKafkaCluster(
+            run_dir / "kafka", nodes=3, heap="512m", startup_timeout=180
+        )
         self.redis = NativeRedis(run_dir / "redis")
         self.profile = profile
         self.size = brokers
@@ -82,13 +85,14 @@ class Servers:
         """Stop everything; the data stays for a look at a failed run (``discard_data``)."""
         if self.cluster is not None:
             self.cluster.stop()
-        for server in (self.redis, self.kafka):
-            if server.pid is not None:
-                _signal(server.pid, signal.SIGCONT)
-            server.stop()
+        if self.redis.pid is not None:
+            _signal(self.redis.pid, signal.SIGCONT)
+        self.redis.stop()
+        self.kafka.stop()  # frozen nodes are woken first
 
     def discard_data(self) -> None:
-        shutil.rmtree(self.run_dir / "kafka" / "data", ignore_errors=True)
+        for node in self.kafka.nodes:
+            shutil.rmtree(node.log_dir, ignore_errors=True)
         shutil.rmtree(self.run_dir / "redis", ignore_errors=True)
 
     @property

@@ -1,8 +1,10 @@
 """Faults, one at a time, from a thread: brokers killed, frozen, restarted, topics
-unloaded, Kafka restarted or frozen, Redis restarted empty."""
+unloaded, Kafka nodes killed, frozen or restarted one after another, Redis restarted
+empty."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
@@ -24,8 +26,9 @@ class FaultKind(Enum):
     PAUSE = "sigstop"
     RESTART = "restart"
     UNLOAD = "unload"
-    KAFKA_RESTART = "kafka-restart"
+    KAFKA_NODE_KILL = "kafka-node-kill-9"
     KAFKA_PAUSE = "kafka-sigstop"
+    KAFKA_ROLLING = "kafka-rolling-restart"
     REDIS_RESTART = "redis-restart"
 
 
@@ -34,8 +37,9 @@ WEIGHTS = {
     FaultKind.PAUSE: 2,
     FaultKind.RESTART: 1,
     FaultKind.UNLOAD: 1,
-    FaultKind.KAFKA_RESTART: 1,
+    FaultKind.KAFKA_NODE_KILL: 2,
     FaultKind.KAFKA_PAUSE: 1,
+    FaultKind.KAFKA_ROLLING: 1,
     FaultKind.REDIS_RESTART: 1,
 }
 
@@ -109,12 +113,20 @@ class Faults:
             topic = self.rng.choice(self.topics)
             self.admin.unload(topic)
             return topic
-        if kind is FaultKind.KAFKA_PAUSE:
-            freeze(self.servers.kafka.pid, self.profile.kafka_pause_seconds)
-            return "kafka"
-        if kind is FaultKind.KAFKA_RESTART:
-            self.servers.kafka.stop()
-            _again(self.servers.kafka.start, "starting Kafka")
+        kafka = self.servers.kafka
+        if kind in (FaultKind.KAFKA_NODE_KILL, FaultKind.KAFKA_PAUSE):
+            # Any node of three leads some ledgers, fence partitions, coordinators.
+            node = self.rng.randint(1, len(kafka.nodes))
+            if kind is FaultKind.KAFKA_PAUSE:
+                freeze(kafka.node(node).pid, self.profile.kafka_pause_seconds)
+            else:
+                kafka.kill_node(node)
+                _again(lambda: kafka.start_node(node), f"starting Kafka node {node}")
+            return f"kafka-{node}"
+        if kind is FaultKind.KAFKA_ROLLING:
+            for node in range(1, len(kafka.nodes) + 1):
+                kafka.stop_node(node)
+                _again(functools.partial(kafka.start_node, node), f"starting Kafka node {node}")
             return "kafka"
         self.servers.redis.stop()
         time.sleep(1.0)

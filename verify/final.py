@@ -10,7 +10,7 @@ import pulsar
 from verify.check import Mode, PathSpec
 from verify.environment import Admin
 from verify.history import History
-from verify.load import PARTITIONS, Kind, Topic, id_of
+from verify.load import PARTITIONS, Kind, Topic, id_of, key_of
 
 log = logging.getLogger(__name__)
 
@@ -25,22 +25,30 @@ def partitions_of(topic: Topic) -> list[str]:
     return [topic.name]
 
 
+def order_group(topic: Topic, message_id: int) -> str:
+    """What a reading path's order is promised within: the key on the partitioned topic
+    (each key lives in one partition), the whole topic otherwise."""
+    return key_of(topic.kind, message_id) if topic.kind is Kind.PARTITIONED else ""
+
+
 def read_from_earliest(
     client: pulsar.Client, history: History, topic: Topic, path: str = "reader"
 ) -> PathSpec:
     """``has_message_available()`` / ``read_next()`` from ``MessageId.earliest``, one Reader
-    per partition; the order is promised per partition."""
+    per partition; the order is promised per key on the partitioned topic (its producer
+    batches by key, and a key-based batcher sends one key's batch before another's in no
+    set order) and for the whole topic otherwise."""
     spec = PathSpec(path, topic.tag, Mode.EXACTLY_ONCE, True)
     history.path(spec)
-    for index, partition in enumerate(partitions_of(topic)):
-        group = str(index) if topic.kind is Kind.PARTITIONED else ""
+    for partition in partitions_of(topic):
         reader = client.create_reader(
             partition, pulsar.MessageId.earliest, receiver_queue_size=RECEIVER_QUEUE
         )
         try:
             while reader.has_message_available():
                 message = reader.read_next(READ_MS)
-                history.delivered(spec, id_of(message.data()), 0, group)
+                message_id = id_of(message.data())
+                history.delivered(spec, message_id, 0, order_group(topic, message_id))
         finally:
             reader.close()
     return spec
@@ -95,8 +103,7 @@ def read_with_spark(
                 )
                 for row in rows
             )
-            for partition, _ledger, _entry, _batch, message_id in ordered:
-                group = str(partition) if topic.kind is Kind.PARTITIONED else ""
-                history.delivered(spec, message_id, 0, group)
+            for _partition, _ledger, _entry, _batch, message_id in ordered:
+                history.delivered(spec, message_id, 0, order_group(topic, message_id))
     finally:
         spark.stop()

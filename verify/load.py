@@ -230,7 +230,14 @@ class Load:
         takes an explicit sequence id 0 for "none" and numbers the message itself."""
         producer.flush()
         producer.close()
-        restarted = self._pip6_producer()
+        while True:
+            try:
+                restarted = self._pip6_producer()
+                break
+            except pulsar.Timeout:  # a long outage: the application starts it again
+                log.info("%s: producer not created in time; trying again", self.topic.tag)
+                if self._stop.is_set():
+                    raise
         resume = max(1, self.sent - rng.randint(1, CHECKPOINT_BACK))
         for message_id in range(resume, self.sent):
             self._send_pip6(restarted, message_id)

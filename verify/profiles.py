@@ -45,6 +45,16 @@ SHORT = Profile(
     reader_case_rounds=4,
     reader_case_per_round=20_000,
     reader_case_reads=4,
+    # Every kind but the rolling restart of the three Kafka nodes (make soak has it).
+    faults=(
+        "kill-9",
+        "sigstop",
+        "restart",
+        "unload",
+        "kafka-node-kill-9",
+        "kafka-sigstop",
+        "redis-restart",
+    ),
 )
 
 LONG = Profile(

@@ -225,8 +225,7 @@ def _rss_mb(pid: int | None) -> int:
 
 def _all_servers_up(servers: Servers) -> None:
     """Whatever a fault left stopped (a failed restart) is started again."""
-    if servers.kafka.pid is None:
-        servers.kafka.start()
+    servers.kafka.start()  # the nodes not running
     if servers.redis.pid is None:
         servers.redis.start()
     for broker in servers.brokers:

@@ -22,19 +22,23 @@ from dedup_broker.backlog.checker import BacklogQuotaChecker
 from dedup_broker.backlog.quota import default_quotas
 from dedup_broker.cluster.listeners import AdvertisedListeners, parse_advertised_listeners
 from dedup_broker.cluster.membership import BrokerAddress, owners_topic
+from dedup_broker.cluster.metrics import ClusterMetrics
 from dedup_broker.cluster.service import HANDOVER_WAIT_SECONDS, Cluster
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.broker import Broker
 from dedup_broker.domain.metrics import BrokerMetrics
+from dedup_broker.domain_base.dynamic_configuration import DynamicConfiguration
 from dedup_broker.domain_base.policies import Policies
 from dedup_broker.errors import BrokerError
 from dedup_broker.http.backlog_quota import BACKLOG_ERROR_STATUSES, backlog_quota_routes
+from dedup_broker.http.brokers import dynamic_configuration_routes, live_broker_routes
 from dedup_broker.http.cluster import cluster_routes, redirect_middleware
 from dedup_broker.http.compaction import COMPACTION_ERROR_STATUSES, compaction_routes
 from dedup_broker.http.encryption import encryption_routes
 from dedup_broker.http.key_dedup import KEY_DEDUP_ERROR_STATUSES, key_dedup_routes
 from dedup_broker.http.ledger_deletion import ledger_deletion_routes
 from dedup_broker.http.messages import MESSAGES_ERROR_STATUSES, message_routes
+from dedup_broker.http.namespace_policies import namespace_policy_routes
 from dedup_broker.http.non_persistent import non_persistent_routes
 from dedup_broker.http.owners import OwnerCalls
 from dedup_broker.http.pip6 import pip6_routes
@@ -57,6 +61,7 @@ from dedup_broker.http.topics import (
     topic_routes,
 )
 from dedup_broker.http.transactions import TRANSACTION_ERROR_STATUSES, transaction_routes
+from dedup_broker.kafka_logging import KafkaClientErrors
 from dedup_broker.key_dedup.metrics import KeyDedupMetrics
 from dedup_broker.key_dedup.service import KeyDedupService, key_dedup_defaults
 from dedup_broker.key_dedup.store import KeyStore
@@ -119,11 +124,15 @@ def http_app(
         *broker_routes(registry, ready),
         *configuration_routes(config),
         *(
-            cluster_routes(topics, broker.cluster, listeners, authorizer.tenancy)
+            [
+                *cluster_routes(topics, broker.cluster, listeners, authorizer.tenancy),
+                *live_broker_routes(broker.cluster),
+            ]
             if broker.cluster
             else []
         ),
-        *topic_routes(topics, namespaces, owners),
+        *dynamic_configuration_routes(DynamicConfiguration(policies.table, config)),
+        *topic_routes(topics, namespaces, owners, policies),
         *message_routes(topics),
         *backlog_quota_routes(policies, config),
         *encryption_routes(policies),
@@ -137,6 +146,7 @@ def http_app(
         *schema_routes(broker.schemas),
         *transaction_routes(broker, owners),
         *topic_policy_routes(policies, config, topics),
+        *namespace_policy_routes(policies),
     ]
     statuses = {
         **TOPIC_ERROR_STATUSES,
@@ -206,6 +216,10 @@ class BrokerApp:
         self.cluster = cluster = Cluster(
             config, storage.acquire_fence, broker_client_credentials(config)
         )
+        self.registry.register(
+            ClusterMetrics(config.cluster_name, config.cluster_ownership_slots, cluster)
+        )
+        self.registry.register(KafkaClientErrors())
         self.broker = broker = Broker(
             config,
             storage,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dedup_broker.config import BrokerConfig
-from dedup_broker.errors import ConfigError
+from dedup_broker.errors import ConfigError, DevServerError
 
 
 def _config(args: argparse.Namespace) -> BrokerConfig:
@@ -149,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
+    except DevServerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

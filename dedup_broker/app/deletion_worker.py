@@ -9,6 +9,7 @@ producer of RETRY and DLQ copies, its ``/metrics``) and hands it to
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any
 
@@ -21,6 +22,7 @@ from dedup_broker.storage.offload.filesystem import offloader_from_config
 from dedup_broker.storage.service.catalog import KafkaLedgerCatalog
 from system_topics.checks import IntentChecker
 from system_topics.doctor import inspect
+from system_topics.lag import group_lag
 from system_topics.topics import DeletionTopics
 from system_topics.worker import DeletionWorker, worker_consumer_settings
 from system_topics.worker_metrics import WorkerMetrics
@@ -35,8 +37,10 @@ async def run_worker(config: BrokerConfig, metrics: WorkerMetrics, stop: asyncio
     producer = SharedProducer(config, asyncio.get_running_loop())
     checker = IntentChecker(config, catalog, owners, offloader_from_config(config))
     try:
-        consumer = Consumer(worker_consumer_settings(config, DeletionTopics.from_config(config)))
-        await DeletionWorker(config, consumer, checker, producer, metrics).run(stop)
+        topics = DeletionTopics.from_config(config)
+        consumer = Consumer(worker_consumer_settings(config, topics))
+        lag = functools.partial(group_lag, config.kafka_connection(), topics)
+        await DeletionWorker(config, consumer, checker, producer, metrics, lag).run(stop)
     finally:
         await checker.close()
         await producer.close()

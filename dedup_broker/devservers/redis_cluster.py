@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dedup_broker.devservers import process
+from dedup_broker.devservers import pieces, process
 from dedup_broker.devservers.redis import NativeRedis
 from dedup_broker.errors import DevServerError
 
@@ -70,9 +70,7 @@ class NativeRedisCluster:
         return f"redis+cluster://127.0.0.1:{self.ports[0]}"
 
     def start(self, timeout: float = 30.0) -> None:
-        cli = shutil.which("redis-cli")
-        if cli is None:
-            raise DevServerError("redis-cli not found (Debian: apt-get install redis-tools)")
+        cli = pieces.redis_tool("redis-cli")
         try:
             for node in self.nodes:
                 node.start()

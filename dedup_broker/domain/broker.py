@@ -63,7 +63,7 @@ class Broker:
         self._housekeeping: asyncio.Task[None] | None = None
         self.stats_updates = StatsUpdates(self.rated_topics)
         self._stats_task = PeriodicTask(
-            "stats update", config.stats_update_frequency_in_secs, self.stats_updates.update
+            "stats update", config.stats_update_frequency_in_secs, self.update_stats
         )
         self._instance = uuid.uuid4().hex[:10]
         self._producer_counter = count()
@@ -72,8 +72,10 @@ class Broker:
             config, storage, cluster, self.transaction_endings, metrics.registry
         )
         key_dedup.bind(self.topic_registry)
-        metrics.watch_topics(lambda: list(self.topic_registry.topics.values()))
         non_persistent = self.topic_registry.non_persistent
+        self.topic_metrics = metrics.watch_topics(
+            config, lambda: self.topic_registry.topics.values(), non_persistent.values
+        )
         metrics.non_persistent.watch_topics(lambda: list(non_persistent.values()))
 
     @property
@@ -105,6 +107,12 @@ class Broker:
         await self.transactions.close()
         await self.topic_registry.close()
         await self.key_dedup.close()
+
+    async def update_stats(self) -> None:
+        """Rates are sampled and the write buckets' period closes at the same moment."""
+        await self.stats_updates.update()
+        for topic in list(self.topic_registry.topics.values()):
+            topic.write_stats.roll()
 
     def rated_topics(self) -> list[RatedTopic]:
         """The loaded topics, persistent and not, whose rates the stats update samples."""

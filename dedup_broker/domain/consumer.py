@@ -4,8 +4,9 @@ subscription types."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, NamedTuple, Protocol
@@ -171,6 +172,8 @@ class Consumer:
     period (``topic_rates``)."""
     last_sent: float = 0.0
     """``time.monotonic()`` of its last entries sent to be acknowledged."""
+    last_flow_ms: int = 0
+    """When its client last gave permits (FLOW), ms since the epoch."""
     closed: bool = False
     told_end_of_topic: bool = False
     """It heard REACHED_END_OF_TOPIC (a terminated topic tells each consumer once)."""
@@ -246,6 +249,7 @@ class Consumer:
             "msgRateRedeliver": rate(self.rates, 2),
             "msgOutCounter": self.msgs_out,
             "bytesOutCounter": self.bytes_out,
+            "lastConsumedFlowTimestamp": self.last_flow_ms,
             "priorityLevel": self.priority_level,
             "metadata": dict(self.metadata),
         }
@@ -270,3 +274,25 @@ async def let_acks_arrive(consumers: Iterable[Consumer]) -> None:
             return
         await asyncio.sleep(min(remaining, 0.01))
         waiting = [c for c in waiting if c.pending]
+
+
+@functools.cache  # one check per limit, shared by every subscription
+def can_take(unacked_limit: int) -> Callable[[Consumer], bool]:
+    """Whether a consumer may receive now: permits left, its connection not full, and
+    fewer unacknowledged messages than its limit (0: none), else ``unacked_limit``."""
+
+    def check(consumer: Consumer) -> bool:
+        return room(consumer, unacked_limit) > 0 and consumer.writable
+
+    return check
+
+
+def room(consumer: Consumer, unacked_limit: int) -> int:
+    """Messages a consumer may be sent now: its permits, and no more than its limit of
+    unacknowledged messages leaves (its own, else ``unacked_limit``; 0: no limit)."""
+    limit = consumer.max_unacked_messages
+    if limit is None:
+        limit = unacked_limit
+    if limit <= 0:
+        return consumer.permits
+    return min(consumer.permits, limit - consumer.unacked_messages)

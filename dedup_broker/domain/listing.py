@@ -11,6 +11,8 @@ from dedup_broker.config import BrokerConfig
 from dedup_broker.domain.partitioned import PARTITIONS_KEY, PartitionedTopics
 from dedup_broker.domain.topic_list import TopicListWatches
 from dedup_broker.domain_base.names import TopicName
+from dedup_broker.domain_base.namespace_policies import max_topics_per_namespace
+from dedup_broker.domain_base.policies import Policies
 from dedup_broker.errors import PermanentError
 from dedup_broker.security.authorization import Tenancy
 from dedup_broker.storage.api import StorageService
@@ -36,8 +38,10 @@ class NamespaceListing:
         """Pattern consumers' watches of namespaces (topics created or deleted later)."""
 
     def check_topic_limit(self, name: TopicName, new_topics: int) -> None:
-        """Raises unless ``name``'s namespace may hold ``new_topics`` more topics."""
-        limit = self.config.max_topics_per_namespace
+        """Raises unless ``name``'s namespace may hold ``new_topics`` more topics (its
+        ``maxTopicsPerNamespace``, else the broker's)."""
+        policies = Policies(self._storage.policies)
+        limit = max_topics_per_namespace(policies, self.config, name.namespace_name)
         if limit and len(self.topics_of_namespace(name.namespace_name)) + new_topics > limit:
             raise TopicLimitError(
                 f"Exceed maximum number of topics in namespace {name.namespace_name} "

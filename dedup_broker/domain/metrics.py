@@ -1,31 +1,28 @@
 """The broker domain's Prometheus metrics (names follow Pulsar's ``pulsar_*`` where they
-exist): what was published, dispatched and deduplicated."""
+exist): the publish latency and Kafka's failed writes, counted on the hot path, and the
+per-topic families (``topic_metrics``), read from the topics when scraped."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
-from typing import Protocol
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from dedup_broker.domain.non_persistent.metrics import NonPersistentMetrics
+from dedup_broker.domain.topic_metrics import TopicMetrics
+from dedup_broker.domain.write_stats import WriteStats
+
+if TYPE_CHECKING:
+    from dedup_broker.config import BrokerConfig
+    from dedup_broker.domain.metered import MeteredTopic, StoredTopic
 
 
-class Dispatching(Protocol):
-    """A subscription, as the gauges read it."""
-
-    @property
-    def msgs_out(self) -> int: ...
-
-    @property
-    def bytes_out(self) -> int: ...
-
-
-class WithSubscriptions(Protocol):
-    """A topic, as the gauges read it."""
+class Written(Protocol):
+    """A topic, as the publish path's metrics see it."""
 
     @property
-    def subscriptions(self) -> Mapping[str, Dispatching]: ...
+    def write_stats(self) -> WriteStats: ...
 
 
 PUBLISH_LATENCY_BUCKETS = (
@@ -47,15 +44,11 @@ PUBLISH_LATENCY_BUCKETS = (
 
 
 class BrokerMetrics:
-    """Counters updated on the hot paths; gauges read from the topics at scrape time."""
+    """Counters updated on the hot paths; the topics' families read when scraped."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = r = registry
         self.non_persistent = NonPersistentMetrics(r)
-        self.msgs_in = Counter("pulsar_in_messages_total", "Messages published", registry=r)
-        self.bytes_in = Counter(
-            "pulsar_in_bytes_total", "Bytes published (entry bytes)", registry=r
-        )
         self.publish_latency = Histogram(
             "pulsar_broker_publish_latency_seconds",
             "From SEND received to Kafka acknowledgement",
@@ -67,33 +60,19 @@ class BrokerMetrics:
             "Entry writes Kafka did not acknowledge",
             registry=r,
         )
-        self.dedup_verdicts = Counter(
-            "dedup_broker_deduplication_verdicts_total",
-            "Deduplication verdicts on SEND but NotDup: Dup, PartlyDup (a batch stored "
-            "in part, its new messages written), and Unknown each time a SEND waiting for "
-            "its earlier copy asks again",
-            ("verdict",),
-            registry=r,
-        )
-        self._topics = Gauge("pulsar_topics_count", "Topics loaded on this broker", registry=r)
-        self._out_msgs = Gauge(
-            "pulsar_out_messages_total", "Messages dispatched to consumers", registry=r
-        )
-        self._out_bytes = Gauge(
-            "pulsar_out_bytes_total", "Bytes dispatched to consumers", registry=r
-        )
 
-    def watch_topics(self, topics: Callable[[], Collection[WithSubscriptions]]) -> None:
-        """Gauges over the loaded topics, read when scraped."""
-        self._topics.set_function(lambda: float(len(topics())))
-        self._out_msgs.set_function(
-            lambda: float(sum(s.msgs_out for t in topics() for s in t.subscriptions.values()))
-        )
-        self._out_bytes.set_function(
-            lambda: float(sum(s.bytes_out for t in topics() for s in t.subscriptions.values()))
-        )
+    def watch_topics(
+        self,
+        config: BrokerConfig,
+        topics: Callable[[], Collection[StoredTopic]],
+        non_persistent: Callable[[], Collection[MeteredTopic]],
+    ) -> TopicMetrics:
+        """Pulsar's per-topic (or per-namespace) families over the loaded topics."""
+        families = TopicMetrics(config, topics, non_persistent)
+        self.registry.register(families)
+        return families
 
-    def record_publish(self, messages: int, size: int, seconds: float) -> None:
-        self.msgs_in.inc(messages)
-        self.bytes_in.inc(size)
+    def record_publish(self, topic: Written, size: int, seconds: float) -> None:
+        """An entry Kafka acknowledged ``seconds`` after its SEND arrived."""
         self.publish_latency.observe(seconds)
+        topic.write_stats.record(seconds, size)

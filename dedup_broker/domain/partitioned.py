@@ -8,6 +8,8 @@ from collections.abc import Awaitable, Callable
 
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain_base.names import TopicDomain, TopicName
+from dedup_broker.domain_base.namespace_policies import auto_topic_creation
+from dedup_broker.domain_base.policies import Policies
 from dedup_broker.errors import InvalidTopicNameError, PermanentError, TopicNotFoundError
 from dedup_broker.storage.api import StorageService
 from dedup_broker.transactions.service import ASSIGN_TOPIC
@@ -39,6 +41,7 @@ class PartitionedTopics:
     ) -> None:
         self.config = config
         self._storage = storage
+        self._policies = Policies(storage.policies)
         self._limit = limit
         self._require_namespace = require_namespace
         self.clustered = False
@@ -76,18 +79,15 @@ class PartitionedTopics:
     def _auto_created_partitions(self, name: TopicName) -> int:
         """Partitions a topic nobody created gets when a client asks for them (0: none):
         the coordinators' assign topic with transactions on (Pulsar makes it when a cluster
-        is initialized), and any topic under ``allowAutoTopicCreationType=partitioned``."""
+        is initialized), and any topic where automatic creation makes partitioned topics
+        (the namespace's ``autoTopicCreation``, else ``allowAutoTopicCreationType``)."""
         if name == ASSIGN_TOPIC and self.config.transaction_coordinator_enabled:
             return self.config.transaction_coordinator_count
-        return self.config.default_num_partitions if self._auto_creates_partitioned(name) else 0
-
-    def _auto_creates_partitioned(self, name: TopicName) -> bool:
-        return (
-            self.config.allow_auto_topic_creation
-            and self.config.allow_auto_topic_creation_type == "partitioned"
-            and not name.is_partition
-            and not self._storage.managed_ledger_exists(name.managed_ledger_name)
-        )
+        creation = auto_topic_creation(self._policies, self.config, name.namespace_name)
+        if not (creation.allowed and creation.partitioned) or name.is_partition:
+            return 0
+        exists = self._storage.managed_ledger_exists(name.managed_ledger_name)
+        return 0 if exists else creation.partitions
 
     async def create_partitioned_topic(self, name: TopicName, partitions: int) -> None:
         if name.is_partition:

@@ -1,7 +1,8 @@
 """A partitioned topic's stats from its partitions' (``topics partitioned-stats``), added
 up as Pulsar's ``TopicStatsImpl.add`` does: rates, counters and sizes are summed,
 ``averageMsgSize`` is the mean of the partitions', publishers and each subscription's
-consumers are added by position, subscriptions by name.
+consumers are added by position, subscriptions by name; the earliest creation and the
+latest publish time are kept.
 
 It works on the stats as JSON: partitions served by other brokers answer over HTTP."""
 
@@ -59,9 +60,14 @@ def aggregate(partitions: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         ).items():
             if isinstance(subscription, dict):
                 by_name.setdefault(name, []).append(subscription)
+    created = [c for s in stats if (c := _number(s.get("topicCreationTimeStamp"))) > 0]
     return {
         **_sums(stats, TOPIC_SUMS),
         "averageMsgSize": _mean(stats, "averageMsgSize"),
+        "topicCreationTimeStamp": int(min(created, default=0)),
+        "lastPublishTimeStamp": int(
+            max((_number(s.get("lastPublishTimeStamp")) for s in stats), default=0)
+        ),
         "publishers": [
             {
                 **group[0],

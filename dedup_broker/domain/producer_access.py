@@ -169,7 +169,7 @@ class ProducerHost:
         """The producers the topic takes now (0: no limit); a kind of topic with
         policies reads its own."""
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
         """A topic unloaded meanwhile (handover, shutdown) takes no new clients: they look
         it up again and attach where it is served now."""
         if self.closed:
@@ -179,7 +179,7 @@ class ProducerHost:
         """Attach a Shared producer (nothing to wait for, no epoch to store)."""
         if producer.access_mode is not ProducerAccessMode.SHARED:
             raise ValueError("exclusive producers attach with attach_producer()")
-        self._check_open()
+        self.check_open()
         self._check_name_free(producer)
         self.access.admit(producer, self.producers)
         self._register(producer)
@@ -202,7 +202,7 @@ class ProducerHost:
         if producer.access_mode is ProducerAccessMode.SHARED:
             self.add_producer(producer)
             return self.access.epoch
-        self._check_open()
+        self.check_open()
         self._check_name_free(producer)
         if producer.access_mode is ProducerAccessMode.EXCLUSIVE_WITH_FENCING:
             self.access.fence_waiting()

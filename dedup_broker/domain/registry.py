@@ -17,6 +17,7 @@ from dedup_broker.domain.non_persistent.topic import NonPersistentTopic
 from dedup_broker.domain.topic import Topic, TopicServices, apply_key_dedup_policy
 from dedup_broker.domain_base.handover import Destination
 from dedup_broker.domain_base.names import TopicDomain, TopicName
+from dedup_broker.domain_base.namespace_policies import AutoTopicCreation, auto_topic_creation
 from dedup_broker.errors import (
     InvalidTopicNameError,
     PermanentError,
@@ -139,7 +140,12 @@ class TopicRegistry:
             )
 
     def _may_create_non_persistent(self, name: TopicName) -> bool:
-        return self._is_declared_partition(name) or self.config.allow_auto_topic_creation
+        return self._is_declared_partition(name) or self._auto_creation(name).allowed
+
+    def _auto_creation(self, name: TopicName) -> AutoTopicCreation:
+        """The namespace's ``autoTopicCreation`` override, else the broker's settings."""
+        policies = self._services.policies
+        return auto_topic_creation(policies, self.config, name.namespace_name)
 
     def _is_declared_partition(self, name: TopicName) -> bool:
         """A partition of a partitioned topic (``TopicNotFoundError`` past its count)."""
@@ -202,7 +208,7 @@ class TopicRegistry:
     def _may_create(self, name: TopicName) -> bool:
         if self._is_declared_partition(name):
             return True
-        if not self.config.allow_auto_topic_creation:
+        if not self._auto_creation(name).allowed:
             return False
         if not self._storage.managed_ledger_exists(name.managed_ledger_name):
             self._namespaces.check_topic_limit(name, 1)
@@ -307,8 +313,8 @@ class TopicRegistry:
         await _close_all(topics, "closing")
 
     async def delete_topic(self, name: TopicName, force: bool = False) -> None:
-        """Delete a topic and, unless it is a partition, its schemas (a partitioned
-        topic's schemas go with the partitioned topic, as in Pulsar)."""
+        """Delete a topic and, unless it is a partition, its schemas and policies (a
+        partitioned topic's go with the partitioned topic, as in Pulsar)."""
         self.check_served(name)
         if not name.is_persistent:
             live = self.non_persistent.get(str(name))
@@ -330,6 +336,7 @@ class TopicRegistry:
         await self._storage.delete_managed_ledger(name.managed_ledger_name)
         if not name.is_partition:
             await self._schemas.delete(name)
+            await self._services.policies.forget_topic(name)
 
     async def delete_partitioned_topic(
         self, name: TopicName, force: bool = False, elsewhere: PartitionDeleter | None = None
@@ -349,6 +356,7 @@ class TopicRegistry:
                 await self.delete_topic(partition, force=force)
         await self._partitioned.remove(name)
         await self._schemas.delete(name)
+        await self._services.policies.forget_topic(name)
 
 
 async def _close_all(topics: list[ServedTopic], doing: str) -> None:

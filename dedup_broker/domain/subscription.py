@@ -12,7 +12,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from dedup_broker.config import BrokerConfig
@@ -23,6 +23,8 @@ from dedup_broker.domain.consumer import (
     ConsumerBusyError,
     Delivery,
     SubscriptionType,
+    can_take,
+    room,
 )
 from dedup_broker.domain.delayed_delivery import DelayedDelivery
 from dedup_broker.domain.dispatchers import KeySharedDispatcher, dispatcher_for
@@ -64,6 +66,10 @@ class SubscriptionOwner(Protocol):
 
     @property
     def pending_acks(self) -> HeldAcknowledgements | None: ...
+
+    def delays_delivery(self) -> bool:
+        """Its ``delayedDelivery`` policy (asked once per dispatch round)."""
+        ...
 
 
 class Subscription:
@@ -351,7 +357,8 @@ class Subscription:
                 return False
             if not entries:
                 return self._redeliveries.waiting()
-            ready = [e for e in entries if not self._hold(e)]
+            delays = self._owner.delays_delivery()
+            ready = [e for e in entries if not self._hold(e, delays)]
             if ready:
                 # The consumers may have changed while the read was in flight.
                 now = self._dispatcher.targets(self.consumers, self._can_take) or targets
@@ -369,22 +376,23 @@ class Subscription:
                 self.cursor,
                 self.ledger,
                 self.config.dispatcher_max_read_batch_size,
-                self._hold,
+                functools.partial(self._hold, delays=self._owner.delays_delivery()),
             )
             self._deliver(chosen.deliveries)
             return chosen.progressed
 
-    def _hold(self, entry: Entry) -> bool:
+    def _hold(self, entry: Entry, delays: bool) -> bool:
         """Not delivered now: never, for what the topic hides (acknowledged here, so it
         leaves the backlog); not while a transaction holds its acknowledgement (again if
-        that aborts); or until its delivery time (Shared and Key_Shared)."""
+        that aborts); or until its delivery time (Shared and Key_Shared, when the topic's
+        ``delayedDelivery`` policy, ``delays``, is active)."""
         if self._owner.transactions.hidden(entry.data):
             self.cursor.delete((entry.position,))
             return True
         held = self._owner.pending_acks
         if held is not None and held.holds(self.name, entry.position):
             return True
-        if not (self.config.delayed_delivery_enabled and self._dispatcher.delays):
+        if not (delays and self._dispatcher.delays):
             return False
         if self._delayed is None:
             self._delayed = DelayedDelivery(self._delayed_due)
@@ -439,7 +447,6 @@ class Subscription:
 
     def stats(self) -> dict[str, object]:
         active = self._dispatcher.active
-        delayed = len(self._delayed) if self._delayed is not None else 0
         return {
             "type": PULSAR_TYPE_NAMES[self.type],
             "msgBacklog": self.backlog(),
@@ -447,36 +454,14 @@ class Subscription:
             "bytesOutCounter": self.bytes_out,
             "isDurable": self.durable,
             "unackedMessages": sum(c.unacked_messages for c in self.consumers),
-            "msgDelayed": delayed,
-            "msgBacklogNoDelayed": max(0, self.backlog() - delayed),
+            "msgDelayed": delayed_messages(self),
+            "msgBacklogNoDelayed": max(0, self.backlog() - delayed_messages(self)),
             "blockedSubscriptionOnUnackedMsgs": False,
             "isReplicated": False,
             "subscriptionProperties": {},
             "activeConsumerName": active.name if active else None,
             "consumers": [self._dispatcher.describe(c, c.stats()) for c in self.consumers],
         }
-
-
-@functools.cache  # one check per limit, shared by every subscription
-def can_take(unacked_limit: int) -> Callable[[Consumer], bool]:
-    """Whether a consumer may receive now: permits left, its connection not full, and
-    fewer unacknowledged messages than its limit (0: none), else ``unacked_limit``."""
-
-    def check(consumer: Consumer) -> bool:
-        return room(consumer, unacked_limit) > 0 and consumer.writable
-
-    return check
-
-
-def room(consumer: Consumer, unacked_limit: int) -> int:
-    """Messages a consumer may be sent now: its permits, and no more than its limit of
-    unacknowledged messages leaves (its own, else ``unacked_limit``; 0: no limit)."""
-    limit = consumer.max_unacked_messages
-    if limit is None:
-        limit = unacked_limit
-    if limit <= 0:
-        return consumer.permits
-    return min(consumer.permits, limit - consumer.unacked_messages)
 
 
 def trigger_all(subscriptions: Mapping[str, Subscription]) -> None:
@@ -494,3 +479,8 @@ def messages_in_entry(entry: Entry) -> int:
     if metadata.HasField("num_messages_in_batch"):
         return max(1, metadata.num_messages_in_batch)
     return 1
+
+
+def delayed_messages(subscription: Subscription) -> int:
+    """Messages held until their delivery time (``msgDelayed``)."""
+    return len(subscription._delayed) if subscription._delayed is not None else 0

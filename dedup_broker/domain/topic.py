@@ -16,18 +16,17 @@ from typing import TYPE_CHECKING
 from dedup_broker.compaction.policy import compaction_threshold
 from dedup_broker.compaction.topic import CompanionTopics, TopicCompaction
 from dedup_broker.config import BrokerConfig
-from dedup_broker.domain import topic_stats
+from dedup_broker.domain import subscription_admin, topic_stats
 from dedup_broker.domain.consumer import SubscriptionType, check_consumer_limits, let_acks_arrive
 from dedup_broker.domain.ledger_limits import LedgerLimits
 from dedup_broker.domain.metrics import BrokerMetrics
 from dedup_broker.domain.producer_access import TOPIC_EPOCH_PROPERTY, ProducerHost
 from dedup_broker.domain.send_order import WriteEnds, publish_in_turn
 from dedup_broker.domain.subscription import Subscription, trigger_all
+from dedup_broker.domain.subscription_admin import LATEST_LEDGER_ID
 from dedup_broker.domain.subscription_errors import (
-    ConsumerStillConnectedError,
     ReadCompactedNotAllowedError,
     ReservedSubscriptionError,
-    SubscriptionExistsError,
     SubscriptionNotFoundError,
     check_not_reserved,
 )
@@ -38,6 +37,8 @@ from dedup_broker.domain.termination import (
     terminated_property,
 )
 from dedup_broker.domain.transactional_acks import TopicPendingAcks
+from dedup_broker.domain.write_stats import WriteStats
+from dedup_broker.domain_base import topic_policies
 from dedup_broker.domain_base.handover import Destination
 from dedup_broker.domain_base.names import TopicName
 from dedup_broker.domain_base.outcomes import UNKNOWN, PublishOutcome, PublishResult, settled
@@ -63,9 +64,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LATEST_LEDGER_ID = (1 << 63) - 1
-"""Ledger id of ``MessageId.latest`` as the clients send it."""
-
 
 @dataclass(frozen=True, slots=True)
 class TopicServices:
@@ -88,6 +86,8 @@ class Topic(ProducerHost):
         "_write_ends",
         "bytes_in",
         "dedup",
+        "last_publish_ms",
+        "loaded_ms",
         "made_key_dedup",
         "managed_ledger",
         "msgs_in",
@@ -95,6 +95,7 @@ class Topic(ProducerHost):
         "services",
         "subscriptions",
         "transactions",
+        "write_stats",
     )
 
     def __init__(
@@ -111,9 +112,10 @@ class Topic(ProducerHost):
             limit, services.policies, services.config, name, "max_producers_per_topic"
         )
         self.managed_ledger = ledger
+        self.write_stats = WriteStats()  # Pulsar's write latency and entry size buckets
         self.subscriptions: dict[str, Subscription] = {}
-        self.msgs_in = 0
-        self.bytes_in = 0
+        self.msgs_in = self.bytes_in = self.last_publish_ms = 0
+        self.loaded_ms = int(time.time() * 1000)
         self._last_entry_batch: tuple[Position, int] | None = None
         self.dedup = TopicDeduplication(
             name, ledger, services.config, services.policies, self.producers
@@ -153,7 +155,7 @@ class Topic(ProducerHost):
             if is_system_cursor(cursor_name):
                 continue
             cursor = await ledger.cursors.open(cursor_name)
-            topic.subscriptions[cursor_name] = topic._new_subscription(
+            topic.subscriptions[cursor_name] = topic.new_subscription(
                 cursor_name, cursor, SubscriptionType.EXCLUSIVE, durable=True
             )
         await topic.transactions.recover()
@@ -182,7 +184,7 @@ class Topic(ProducerHost):
             )
         return self._compaction
 
-    def _new_subscription(
+    def new_subscription(
         self, name: str, cursor: ManagedCursor, sub_type: SubscriptionType, durable: bool
     ) -> Subscription:
         return Subscription(
@@ -266,12 +268,10 @@ class Topic(ProducerHost):
             return _refused(self.name, send, exc)
         verdict = admission.verdict
         if verdict is not Verdict.NOT_DUP:
-            self.services.metrics.dedup_verdicts.labels(verdict=verdict.value).inc()
             if verdict is Verdict.DUP:
                 return settled(PublishOutcome.duplicate(admission.stored_at))
             return settled(UNKNOWN)
         if admission.rewritten is not None:  # a resend in part: only its new messages
-            self.services.metrics.dedup_verdicts.labels(verdict=Verdict.PARTLY_DUP.value).inc()
             metadata, entry = admission.rewritten
         in_batch = batch_size(metadata)
         count = max(in_batch, 1)
@@ -303,11 +303,12 @@ class Topic(ProducerHost):
             position = done.result()
             self.dedup.persisted(admission, position)
             self._last_entry_batch = (position, in_batch)
+            self.last_publish_ms = int(time.time() * 1000)
             self.msgs_in += count
             self.bytes_in += len(entry)
             producer.msgs_in += count
             producer.bytes_in += len(entry)
-            self.services.metrics.record_publish(count, len(entry), time.monotonic() - started)
+            self.services.metrics.record_publish(self, len(entry), time.monotonic() - started)
             result.set_result(PublishOutcome.stored(position))
 
         appended.add_done_callback(written)
@@ -344,7 +345,7 @@ class Topic(ProducerHost):
         start_inclusive: bool,
         read_compacted: bool = False,
     ) -> Subscription:
-        self._check_open()
+        self.check_open()
         name = consumer.subscription_name
         if read_compacted and sub_type not in (
             SubscriptionType.EXCLUSIVE,
@@ -363,6 +364,11 @@ class Topic(ProducerHost):
         if start is not None and start.ledger_id == LATEST_LEDGER_ID:
             start = None
         if subscription is None:
+            policies = self.services.policies
+            if durable and not topic_policies.creates_subscriptions(
+                policies, self.config, self.name
+            ):
+                raise SubscriptionNotFoundError(f"Subscription does not exist: {name}")
             cursor: ManagedCursor
             if durable:
                 cursor = await self.managed_ledger.cursors.open(name, initial_position)
@@ -372,7 +378,7 @@ class Topic(ProducerHost):
                 cursor = self.managed_ledger.cursors.new_non_durable(
                     start, inclusive=start_inclusive, name=name
                 )
-            subscription = self.subscriptions.get(name) or self._new_subscription(
+            subscription = self.subscriptions.get(name) or self.new_subscription(
                 name, cursor, sub_type, durable
             )
             self.subscriptions[name] = subscription
@@ -387,48 +393,16 @@ class Topic(ProducerHost):
         """The consumer's client closed it, or its connection went away."""
         consumer.subscription.consumer_left(consumer)
 
+    async def unsubscribe(self, name: str) -> None:
+        await subscription_admin.unsubscribe(self, name)
+
     def subscription_expired(self, subscription: Subscription) -> None:
         if self.subscriptions.get(subscription.name) is subscription:
             del self.subscriptions[subscription.name]
             asyncio.get_running_loop().create_task(subscription.close())
 
-    async def create_subscription(self, name: str, start: Position | None) -> None:
-        """A durable subscription with no consumer yet (``pulsar-admin topics
-        create-subscription``): from ``start`` (None: the end of the topic)."""
-        self._check_open()
-        check_not_reserved(name)
-        if name in self.subscriptions or self.managed_ledger.cursors.exists(name):
-            raise SubscriptionExistsError(f"Subscription {name} already exists for {self.name}")
-        earliest = start is not None and start.ledger_id < 0
-        cursor = await self.managed_ledger.cursors.open(name, "earliest" if earliest else "latest")
-        if start is not None and not earliest and start.ledger_id != LATEST_LEDGER_ID:
-            await cursor.reset(start)
-        self.subscriptions[name] = self._new_subscription(
-            name, cursor, SubscriptionType.EXCLUSIVE, True
-        )
-
-    async def ensure_subscription(self, name: str) -> None:
-        """A producer's ``initial_subscription_name`` (dead-letter topics rely on it): a
-        durable subscription from the earliest message, unless it exists already."""
-        if name in self.subscriptions or self.managed_ledger.cursors.exists(name):
-            return
-        await self.create_subscription(name, Position(-1, -1))
-
-    async def unsubscribe(self, name: str) -> None:
-        subscription = self.subscriptions.get(name)
-        if subscription is None:
-            if self.managed_ledger.cursors.exists(name):
-                await self.managed_ledger.cursors.delete(name)
-                return
-            raise SubscriptionNotFoundError(f"subscription {name!r} not found on {self.name}")
-        if subscription.consumers:
-            raise ConsumerStillConnectedError(
-                f"subscription {name!r} has {len(subscription.consumers)} connected consumer(s)"
-            )
-        del self.subscriptions[name]
-        await subscription.close()
-        if subscription.durable:
-            await self.managed_ledger.cursors.delete(name)
+    def delays_delivery(self) -> bool:
+        return topic_policies.delays_delivery(self.services.policies, self.config, self.name)
 
     # --- last message id ------------------------------------------------------------
     async def last_message_id(self) -> tuple[Position, int]:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from dedup_broker.backlog.quota import estimated_backlog_size
 from dedup_broker.domain.topic_rates import in_rates, out_rates
+from dedup_broker.domain_base.topic_metadata import created_ms
 
 if TYPE_CHECKING:
     from dedup_broker.domain.subscription import Subscription
@@ -51,8 +52,11 @@ def internal_stats(topic: Topic) -> dict[str, object]:
 
 def stats(topic: Topic) -> dict[str, object]:
     """A topic's stats as Pulsar's admin API answers them: rates over the last stats
-    period; ``backlogSize`` is the largest backlog size of its durable subscriptions."""
+    period; ``backlogSize`` is the largest backlog size of its durable subscriptions;
+    ``topicCreationTimeStamp`` is when the admin API created it, else when this broker
+    loaded it (a topic a client's use created)."""
     ledger = topic.managed_ledger
+    created = created_ms(topic.services.policies, topic.name)
     subscriptions = topic.subscriptions.values()
     durable = [s for s in subscriptions if s.durable]
     sent = out_rates(c for s in subscriptions for c in s.consumers)
@@ -67,6 +71,8 @@ def stats(topic: Topic) -> dict[str, object]:
         "storageSize": ledger.total_size,
         "backlogSize": max((estimated_backlog_size(ledger, s.cursor) for s in durable), default=0),
         "offloadedStorageSize": sum(info.size for info in ledger.ledgers() if info.offloaded),
+        "topicCreationTimeStamp": created if created is not None else topic.loaded_ms,
+        "lastPublishTimeStamp": topic.last_publish_ms,
         "deduplicationStatus": topic.dedup.status.value,
         "keyDeduplication": (
             topic.made_key_dedup.stats() if topic.made_key_dedup is not None else {"enabled": False}
@@ -88,4 +94,5 @@ def subscription_stats(topic: Topic, subscription: Subscription) -> dict[str, ob
         **subscription.stats(),
         **out_rates(subscription.consumers),
         "backlogSize": estimated_backlog_size(topic.managed_ledger, subscription.cursor),
+        "consumersAfterMarkDeletePosition": {},
     }

@@ -54,6 +54,13 @@ class Policies:
     async def set_topic_value(self, topic: TopicName, name: str, value: object | None) -> None:
         await self._write(self._topic_key(topic), name, value)
 
+    async def forget_topic(self, topic: TopicName) -> None:
+        """The topic (a partitioned one with its partitions) was deleted: its policies go
+        with it, as in Pulsar, so a topic made later under its name starts afresh."""
+        key = self._topic_key(topic)
+        if self.table.get(key) is not None:
+            await self.table.delete(key)
+
     def effective(self, topic: TopicName, name: str) -> Any:
         """The topic's setting, else its namespace's; ``None`` when neither is set."""
         value = self.topic_value(topic, name)

@@ -1,6 +1,7 @@
 """Pulsar's topic and namespace policies that limit or shape a topic: unacknowledged
 messages, producers, consumers, subscriptions, message size and TTL, rates, persistence,
-inactive topics, delayed delivery, subscription types.
+inactive topics, delayed delivery, subscription types, automatic subscription creation,
+replication clusters. The features declare their own (retention, offloading, schemas).
 
 Each is stored under one name in the policies table, on the topic (a partition follows
 its partitioned topic) and on the namespace; what applies is the topic's value, else the
@@ -10,9 +11,11 @@ out of range with Pulsar's own message (412, or 400 where Pulsar answers that).
 
 The broker applies ``maxUnackedMessagesOnConsumer``, ``maxProducers``, ``maxConsumers`` and
 ``maxConsumersPerSubscription`` when a client attaches (``limit``; their broker level is
-the setting ``maxUnackedMessagesPerConsumer``, ``maxProducersPerTopic``, ...); the others
-are stored and served, and their broker level is what this broker does (no TTL, no
-throttling, no deletion of inactive topics, every subscription type).
+the setting ``maxUnackedMessagesPerConsumer``, ``maxProducersPerTopic``, ...),
+``autoSubscriptionCreation`` when a consumer names a subscription that does not exist and
+``delayedDelivery`` (its ``active`` flag) as Shared and Key_Shared subscriptions dispatch;
+the others are stored and served, and their broker level is what this broker does (no
+TTL, no throttling, no deletion of inactive topics, every subscription type, one cluster).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ __all__ = [
     "Level",
     "PolicyOutOfRangeError",
     "TopicPolicy",
+    "creates_subscriptions",
+    "delays_delivery",
     "limit",
 ]
 
@@ -210,6 +215,12 @@ def _persistence(value: object, level: Level, config: BrokerConfig) -> dict[str,
     return policy
 
 
+def _cluster_names(value: object, level: Level, config: BrokerConfig) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise BadPolicyError(f"expected a list of cluster names, got {value!r}")
+    return list(dict.fromkeys(value))
+
+
 SUBSCRIPTION_TYPES = ("Exclusive", "Shared", "Failover", "Key_Shared")
 
 
@@ -236,6 +247,8 @@ def _fixed(value: object) -> Callable[[BrokerConfig], object]:
 
 
 _UNACKED = "maxUnackedNum must be 0 or more"
+AUTO_SUBSCRIPTION_CREATION = "auto_subscription_creation_override"
+DELAYED_DELIVERY = "delayed_delivery_policies"
 
 POLICIES: tuple[TopicPolicy, ...] = (
     TopicPolicy(
@@ -301,7 +314,7 @@ POLICIES: tuple[TopicPolicy, ...] = (
         lambda config: config.max_message_size,
     ),
     TopicPolicy(
-        "delayed_delivery_policies",
+        DELAYED_DELIVERY,
         "delayedDelivery",
         "delayedDelivery",
         _shaped(_DELAYED_DELIVERY),
@@ -368,6 +381,20 @@ POLICIES: tuple[TopicPolicy, ...] = (
         ),
     ),
     TopicPolicy(
+        AUTO_SUBSCRIPTION_CREATION,
+        "autoSubscriptionCreation",
+        "autoSubscriptionCreation",
+        _shaped({"allowAutoSubscriptionCreation": (_boolean, False)}),
+        _fixed({"allowAutoSubscriptionCreation": True}),
+    ),
+    TopicPolicy(
+        "replication_clusters",
+        "replication",
+        None,
+        _cluster_names,
+        lambda config: [config.cluster_name],
+    ),
+    TopicPolicy(
         "subscription_types_enabled",
         "subscriptionTypesEnabled",
         "subscriptionTypesEnabled",
@@ -385,6 +412,21 @@ def limit(policies: Policies, config: BrokerConfig, topic: TopicName, stored: st
     (``max_producers_per_topic``, ...)."""
     value = _BY_STORED[stored].applied(policies, config, topic)
     return value if isinstance(value, int) else 0
+
+
+def creates_subscriptions(policies: Policies, config: BrokerConfig, topic: TopicName) -> bool:
+    """``autoSubscriptionCreation`` of the topic, else its namespace (the broker always
+    creates the subscription a consumer names)."""
+    value = _BY_STORED[AUTO_SUBSCRIPTION_CREATION].applied(policies, config, topic)
+    return not isinstance(value, dict) or value.get("allowAutoSubscriptionCreation") is not False
+
+
+def delays_delivery(policies: Policies, config: BrokerConfig, topic: TopicName) -> bool:
+    """Whether Shared and Key_Shared subscriptions hold messages back until their delivery
+    time: ``delayedDelivery.active`` of the topic, else its namespace, else the broker's
+    ``delayedDeliveryEnabled``."""
+    value = _BY_STORED[DELAYED_DELIVERY].applied(policies, config, topic)
+    return not isinstance(value, dict) or value.get("active") is not False
 
 
 class ConsumerLimits(NamedTuple):

@@ -6,7 +6,7 @@
 - ``GET .../{topic}/compaction``: ``{"status": NOT_RUN|RUNNING|SUCCESS|ERROR, "lastError"}``;
   on a partitioned topic the worst of its partitions
 - ``POST``/``PUT``/``GET``/``DELETE /admin/v2/namespaces/{tenant}/{namespace}/compactionThreshold``
-  body bytes: the namespace's automatic-compaction threshold (0: off)
+  body bytes: the namespace's automatic-compaction threshold (0: off; unset: no content)
 """
 
 from __future__ import annotations
@@ -109,10 +109,10 @@ class _CompactionApi:
         )
 
     async def get_threshold(self, request: web.Request) -> web.Response:
+        """The namespace's threshold; no content while it sets none (as Pulsar answers:
+        the broker's ``brokerServiceCompactionThresholdInBytes`` applies then)."""
         value = self.policies.namespace_value(namespace_of(request), COMPACTION_THRESHOLD)
-        if value is None:
-            value = self.config.broker_service_compaction_threshold_in_bytes
-        return json_response(value)
+        return no_content() if value is None else json_response(value)
 
     async def set_threshold(self, request: web.Request) -> web.Response:
         threshold = await read_int(request, "a number of bytes")

@@ -6,15 +6,23 @@
   messages split by the client from ``X-Pulsar-num-batch-message``);
 - ``GET .../{topic}/examinemessage?initialPosition=earliest|latest&messagePosition=N``: the
   N-th entry from either end;
+- ``GET .../{topic}/subscription/{subscription}/position/{n}``: the n-th message the
+  subscription has not acknowledged (``pulsar-admin topics peek-messages``); a
+  subscription that does not exist is created at the earliest message, as Pulsar does;
+- ``GET .../{topic}/messageid/{timestamp}``: the id of the first message published at or
+  after ``timestamp`` (ms);
 - ``POST .../{topic}/terminate``: no more messages; answers the last message id.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from http import HTTPStatus
 
 from aiohttp import web
 
+from dedup_broker.domain import subscription_admin
 from dedup_broker.domain.registry import TopicRegistry
 from dedup_broker.domain.termination import TopicTerminatedError
 from dedup_broker.domain_base.dates import pulsar_date
@@ -46,6 +54,8 @@ def message_routes(topics: TopicRegistry) -> list[web.RouteDef]:
     return [
         web.get(TOPIC + "/ledger/{ledgerId}/entry/{entryId}", api.message_by_id),
         web.get(TOPIC + "/examinemessage", api.examine),
+        web.get(TOPIC + "/subscription/{subscription}/position/{position}", api.peek),
+        web.get(TOPIC + "/messageid/{timestamp}", api.message_id_at),
         web.post(TOPIC + "/terminate", api.terminate),
     ]
 
@@ -96,6 +106,41 @@ class _MessagesApi:
             )
         return entry_response(await ledger.read_entry(position))
 
+    async def peek(self, request: web.Request) -> web.Response:
+        """Counted from the subscription's mark-delete position, skipping what it
+        acknowledged individually (1: its first unacknowledged message)."""
+        topic = await self.topics.loaded(topic_of(request))
+        steps = _whole(request.match_info["position"], "the message position")
+        name = request.match_info["subscription"]
+        if name not in topic.subscriptions:
+            await subscription_admin.ensure_subscription(topic, name)
+        cursor = topic.subscriptions[name].cursor
+        ledger = topic.managed_ledger
+        position = cursor.mark_delete_position
+        while steps > 0:
+            position = ledger.next_position(position)
+            if position > ledger.last_confirmed:
+                raise EntryNotFoundError("Message not found")
+            if not cursor.is_acknowledged(position):
+                steps -= 1
+        return entry_response(await ledger.read_entry(position))
+
+    async def message_id_at(self, request: web.Request) -> web.Response:
+        name = topic_of(request)
+        topic = await self.topics.loaded(name)
+        timestamp = _whole(request.match_info["timestamp"], "the timestamp")
+        ledger = topic.managed_ledger
+        position = await ledger.find_position_by_time(timestamp)
+        if position > ledger.last_confirmed or position < ledger.first_position():
+            raise EntryNotFoundError(f"no message published at or after {timestamp} in {name}")
+        return json_response(
+            {
+                "ledgerId": position.ledger_id,
+                "entryId": position.entry_id,
+                "partitionIndex": name.partition_index,
+            }
+        )
+
     async def terminate(self, request: web.Request) -> web.Response:
         name = topic_of(request)
         topic = await self.topics.loaded(name)
@@ -109,14 +154,31 @@ class _MessagesApi:
         )
 
 
+def _whole(text: str, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"{what} is a number, got {text!r}") from None
+
+
+_HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
+"""What an HTTP header name may hold: a property named otherwise (``details=man``) travels
+only in ``X-Pulsar-Property``, as clients would refuse the whole answer."""
+
+
 def entry_response(entry: Entry) -> web.Response:
     """Pulsar's answer for one entry: the payload (uncompressed) and the metadata's
-    ``X-Pulsar-*`` headers."""
+    ``X-Pulsar-*`` headers; the properties as one JSON object in ``X-Pulsar-Property``
+    (what current clients read) and one header each (older clients)."""
     message = parse_message(entry.data)
     metadata = message.metadata
     headers = {"X-Pulsar-Message-ID": f"{entry.position.ledger_id}:{entry.position.entry_id}"}
+    if metadata.properties:
+        properties = {pair.key: pair.value for pair in metadata.properties}
+        headers["X-Pulsar-Property"] = json.dumps(properties, ensure_ascii=False)
     for pair in metadata.properties:
-        headers[f"X-Pulsar-PROPERTY-{pair.key}"] = pair.value
+        if _HEADER_NAME.fullmatch(pair.key):  # older clients read these
+            headers[f"X-Pulsar-PROPERTY-{pair.key}"] = pair.value
     if metadata.HasField("publish_time"):
         headers["X-Pulsar-publish-time"] = pulsar_date(metadata.publish_time)
     if metadata.HasField("event_time") and metadata.event_time:

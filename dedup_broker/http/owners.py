@@ -34,16 +34,26 @@ class OwnerCalls:
         self._config = config
         self._owner_of = owner_of
 
-    async def call(self, name: TopicName, method: str, suffix: str = "", query: str = "") -> Any:
-        """``method`` on the owner's ``{topic}{suffix}``: its JSON, or ``None`` for 404/204."""
+    async def call(
+        self,
+        name: TopicName,
+        method: str,
+        suffix: str = "",
+        query: str = "",
+        body: bytes | None = None,
+    ) -> Any:
+        """``method`` on the owner's ``{topic}{suffix}`` (with ``body``, JSON): its JSON,
+        or ``None`` for 404/204."""
         path = topic_path(name) + suffix + (f"?{query}" if query else "")
-        return await self.request(name, method, path)
+        return await self.request(name, method, path, body)
 
     async def get(self, name: TopicName, path: str) -> Any:
         """GET ``path`` (with its query) of the broker serving ``name``."""
         return await self.request(name, "GET", path)
 
-    async def request(self, name: TopicName, method: str, path: str) -> Any:
+    async def request(
+        self, name: TopicName, method: str, path: str, body: bytes | None = None
+    ) -> Any:
         owner = await self._owner_of(name)
         if owner is None:
             raise ServiceNotReadyError(f"{name} moved to this broker during the call; retry")
@@ -52,7 +62,13 @@ class OwnerCalls:
             aiohttp.ClientSession(
                 timeout=TIMEOUT, headers=broker_client_headers(self._config)
             ) as session,
-            session.request(method, url, ssl=broker_client_ssl_context(self._config)) as response,
+            session.request(
+                method,
+                url,
+                data=body,
+                headers={"Content-Type": "application/json"} if body else None,
+                ssl=broker_client_ssl_context(self._config),
+            ) as response,
         ):
             if response.status in (HTTPStatus.NOT_FOUND, HTTPStatus.NO_CONTENT):
                 return None

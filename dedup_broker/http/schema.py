@@ -7,6 +7,8 @@
   202 with ``{"version": {"version": n}}`` (Pulsar's ``PostSchemaResponse``)
 - ``DELETE .../schema``: every version, ``{"version": n}`` (the last one deleted)
 - ``POST .../compatibility``: ``{"compatibility": bool, "schemaCompatibilityStrategy"}``
+- ``POST .../version`` with a ``PostSchemaPayload``: ``{"version": n}``, the version
+  holding that schema (404 when none does)
 - ``POST/GET/DELETE /admin/v2/namespaces/{tenant}/{namespace}/schemaCompatibilityStrategy``
   (the body a JSON string such as ``"BACKWARD"``; ``GET`` answers ``"UNDEFINED"`` unset)
 """
@@ -53,6 +55,7 @@ def schema_routes(registry: SchemaRegistry) -> list[web.RouteDef]:
         web.post(SCHEMA_TOPIC + "/schema", api.post_schema),
         web.delete(SCHEMA_TOPIC + "/schema", api.delete_schema),
         web.post(SCHEMA_TOPIC + "/compatibility", api.compatibility),
+        web.post(SCHEMA_TOPIC + "/version", api.version_of_schema),
         web.get(NAMESPACE_STRATEGY, api.get_strategy),
         web.post(NAMESPACE_STRATEGY, api.set_strategy),
         web.put(NAMESPACE_STRATEGY, api.set_strategy),
@@ -136,6 +139,13 @@ class _SchemaApi:
                 "schemaCompatibilityStrategy": self.registry.strategy_of(name).value,
             }
         )
+
+    async def version_of_schema(self, request: web.Request) -> web.Response:
+        schema = parse_payload(await read_json(request))
+        found = self.registry.find(_topic(request), schema)
+        if found is None:
+            raise SchemaNotFoundError("Not found schema")
+        return json_response({"version": found.version})
 
     async def get_strategy(self, request: web.Request) -> web.Response:
         strategy = self.registry.namespace_strategy(namespace_of(request))

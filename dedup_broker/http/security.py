@@ -8,6 +8,9 @@ the routes of tenants, namespaces and their permissions.
   (``PUT`` with Pulsar's ``Policies``: its ``auth_policies`` are granted)
 - ``GET .../{namespace}/permissions``; ``POST/DELETE .../{namespace}/permissions/{role}``
   with ``["produce", "consume"]``
+- ``GET .../{namespace}/permissions/subscription`` (subscription -> roles);
+  ``POST .../permissions/subscription/{subscription}`` with ``["role", ...]``;
+  ``DELETE .../permissions/{subscription}/{role}``
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from dedup_broker.security.authorization import (
     TenantInfo,
     actions_of,
 )
+from dedup_broker.security.subscription_permissions import SubscriptionGrantNotFoundError
 from dedup_broker.security.tls import PeerCertificate, peer_certificate
 
 UNAUTHENTICATED_PATHS = frozenset({"/metrics", "/admin/v2/brokers/health"})
@@ -62,7 +66,10 @@ TRANSACTIONS = "/admin/v3/transactions/"
 transaction's metadata, buffer and pending-ack stats): any authenticated role (the
 anonymous role too) may read them; only ``abortTransaction`` needs a superuser."""
 
-CLUSTER = "/admin/v2/clusters/{cluster}"
+CLUSTERS = "/admin/v2/clusters"
+"""Listing the clusters needs no permission in Pulsar: any authenticated role (the
+anonymous role too) may read it; a cluster's data needs a superuser."""
+CLUSTER = CLUSTERS + "/{cluster}"
 TENANTS = "/admin/v2/tenants"
 TENANT = TENANTS + "/{tenant}"
 PERMISSIONS = NAMESPACES + "/permissions"
@@ -74,6 +81,7 @@ SECURITY_ERROR_STATUSES: ErrorStatuses = {
     TenancyConflictError: HTTPStatus.CONFLICT,
     TenancyNotFoundError: HTTPStatus.NOT_FOUND,
     InvalidTenancyError: HTTPStatus.BAD_REQUEST,
+    SubscriptionGrantNotFoundError: HTTPStatus.NOT_FOUND,
 }
 
 
@@ -141,7 +149,8 @@ def _names_a_namespace(request: web.Request) -> bool:
 def authorization_middleware(authorizer: Authorizer) -> Middleware:
     """Every route is checked, by its path shape: lookups need produce or consume on the
     topic; a tenant's routes (its namespaces, topics, policies) need an admin of the tenant
-    (reading the tenant too); transaction reads need no permission; everything else
+    (reading the tenant too); transaction reads and the list of clusters need no
+    permission; everything else
     (creating tenants, clusters, brokers, ledger deletion, aborting a transaction) needs a
     superuser. A refusal is a 403 with the reason."""
 
@@ -165,6 +174,8 @@ def _authorize(authorizer: Authorizer, request: web.Request) -> None:
     if shape.startswith(TRANSACTIONS):
         if request.method != "GET":
             authorizer.check_superuser(role, what)
+    elif request.method == "GET" and shape == CLUSTERS:
+        return
     elif shape.startswith("/lookup/") or (request.method == "GET" and shape in LOOKUP_SHAPES):
         domain = params.get("domain") or shape.split("/")[3]
         topic = TopicName.parse(
@@ -197,6 +208,9 @@ def tenancy_routes(authorizer: Authorizer, namespaces: NamespaceListing) -> list
         web.get(PERMISSIONS, api.get_permissions),
         web.post(PERMISSIONS + "/{role}", api.grant),
         web.delete(PERMISSIONS + "/{role}", api.revoke),
+        web.get(PERMISSIONS + "/subscription", api.get_subscription_permissions),
+        web.post(PERMISSIONS + "/subscription/{subscription}", api.grant_subscription),
+        web.delete(PERMISSIONS + "/{subscription}/{role}", api.revoke_subscription),
         web.get(TOPIC_PERMISSIONS, api.get_topic_permissions),
         web.post(TOPIC_PERMISSIONS + "/{role}", api.grant_topic),
         web.delete(TOPIC_PERMISSIONS + "/{role}", api.revoke_topic),
@@ -206,6 +220,7 @@ def tenancy_routes(authorizer: Authorizer, namespaces: NamespaceListing) -> list
 class _TenancyApi:
     def __init__(self, authorizer: Authorizer, namespaces: NamespaceListing) -> None:
         self.tenancy = authorizer.tenancy
+        self.subscriptions = authorizer.subscriptions
         self.namespaces = namespaces
 
     async def create_cluster(self, request: web.Request) -> web.Response:
@@ -289,6 +304,27 @@ class _TenancyApi:
     async def revoke(self, request: web.Request) -> web.Response:
         await self.tenancy.table.refresh()
         await self.tenancy.revoke(namespace_of(request), request.match_info["role"])
+        return no_content()
+
+    async def get_subscription_permissions(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        return json_response(self.subscriptions.roles(namespace_of(request)))
+
+    async def grant_subscription(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        roles = await read_json(request)
+        if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"expected a list of roles, got {roles!r}")
+        subscription = request.match_info["subscription"]
+        await self.subscriptions.grant(namespace_of(request), subscription, roles)
+        return no_content()
+
+    async def revoke_subscription(self, request: web.Request) -> web.Response:
+        await self.tenancy.table.refresh()
+        params = request.match_info
+        await self.subscriptions.revoke(
+            namespace_of(request), params["subscription"], params["role"]
+        )
         return no_content()
 
     async def get_topic_permissions(self, request: web.Request) -> web.Response:

@@ -2,8 +2,9 @@
 
 For each policy, in Pulsar's REST shape:
 
-- ``GET/POST/DELETE /admin/v2/persistent/{tenant}/{namespace}/{topic}/<name>`` (e.g.
-  ``maxUnackedMessagesOnConsumer``): the topic's value (no content when it has none;
+- ``GET/POST/PUT/DELETE /admin/v2/persistent/{tenant}/{namespace}/{topic}/<name>`` (e.g.
+  ``maxUnackedMessagesOnConsumer``, ``retention``, ``schemaCompatibilityStrategy``, which
+  Pulsar sets with ``PUT``): the topic's value (no content when it has none;
   ``?applied=true``: the one that applies, the namespace's or the broker's when the topic
   has none). A partition is refused (412) and a topic that does not exist is a 404, as
   in Pulsar; a partitioned topic's partitions follow its policies.
@@ -27,7 +28,9 @@ from dedup_broker.domain.registry import TopicRegistry
 from dedup_broker.domain_base.names import TopicName
 from dedup_broker.domain_base.policies import Policies
 from dedup_broker.domain_base.topic_policies import (
-    POLICIES,
+    POLICIES as DOMAIN_POLICIES,
+)
+from dedup_broker.domain_base.topic_policies import (
     BadPolicyError,
     Level,
     PolicyOutOfRangeError,
@@ -36,6 +39,12 @@ from dedup_broker.domain_base.topic_policies import (
 from dedup_broker.http.bodies import json_response, no_content, read_text
 from dedup_broker.http.errors import ErrorStatuses, HttpError
 from dedup_broker.http.paths import NAMESPACES, TOPIC, namespace_of, query_flag, topic_of
+from dedup_broker.retention.policy import RETENTION_POLICY
+from dedup_broker.schema.registry import TOPIC_POLICIES as SCHEMA_TOPIC_POLICIES
+from dedup_broker.tiered.policy import OFFLOAD_POLICIES
+
+POLICIES = (*DOMAIN_POLICIES, RETENTION_POLICY, OFFLOAD_POLICIES, *SCHEMA_TOPIC_POLICIES)
+"""The domain's policies and those the features declare."""
 
 TOPIC_POLICY_ERROR_STATUSES: ErrorStatuses = {
     BadPolicyError: HTTPStatus.BAD_REQUEST,
@@ -57,6 +66,7 @@ def topic_policy_routes(
         routes += [
             web.get(topic_path, api.handler(api.get_topic, policy)),
             web.post(topic_path, api.handler(api.set_topic, policy)),
+            web.put(topic_path, api.handler(api.set_topic, policy)),
             web.delete(topic_path, api.handler(api.remove_topic, policy)),
         ]
         if policy.namespace_route is not None:

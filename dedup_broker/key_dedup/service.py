@@ -74,13 +74,12 @@ class KeyDedupService:
         self.store = store
         self.policies = policies
         self.metrics = metrics
-        self.dropped = metrics.dropped
         self._directory: TopicDirectory | None = None
         self.scopes: dict[str, KeyScope] = {}
         self.accepted_without_redis = 0
         self.pending_ttl_ms = config.key_deduplication_pending_timeout_seconds * 1000
         self.defaults = key_dedup_defaults(config)
-        metrics.count_round_trips(lambda: store.round_trips)
+        metrics.watch(self.scopes.values, lambda: store.round_trips)
 
     def bind(self, directory: TopicDirectory) -> None:
         """The broker whose topics this service deduplicates (set once, at wiring)."""
@@ -132,7 +131,7 @@ class KeyDedupService:
             return
         if self.scopes.get(scope.scope_id) is scope:
             del self.scopes[scope.scope_id]
-            self.metrics.forget_scope(scope.scope_id)
+            self.metrics.forget_scope(scope)
         asyncio.get_running_loop().create_task(scope.close())
 
     async def _load_members(self, scope: KeyScope) -> list[ScopeMember]:

@@ -278,10 +278,11 @@ class KeyStore:
         url: str,
         timeout_seconds: float = 2.0,
         cluster: bool = False,
-        observe: Callable[[float, bool], None] | None = None,
+        observe: Callable[[str, float, bool], None] | None = None,
         connection: Mapping[str, str] | None = None,
     ) -> None:
-        """``connection``: redis-py's TLS arguments (``BrokerConfig.redis_connection``)."""
+        """``connection``: redis-py's TLS arguments (``BrokerConfig.redis_connection``);
+        ``observe`` is told each round trip: its scope id, duration and success."""
         self.url = url
         self.cluster = cluster or is_cluster_url(url)
         self._observe = observe
@@ -308,13 +309,15 @@ class KeyStore:
     async def close(self) -> None:
         await self._client.aclose()
 
-    async def _call(self, script: Any, keys: Sequence[str | bytes], args: Sequence[object]) -> Any:
-        return await self._timed(lambda: script(keys=list(keys), args=list(args)))
+    async def _call(
+        self, scope: ScopeKeys, script: Any, keys: Sequence[str | bytes], args: Sequence[object]
+    ) -> Any:
+        return await self._timed(scope, lambda: script(keys=list(keys), args=list(args)))
 
-    async def _plain(self, method: str, *args: object) -> Any:
-        return await self._timed(lambda: getattr(self._client, method)(*args))
+    async def _plain(self, scope: ScopeKeys, method: str, *args: object) -> Any:
+        return await self._timed(scope, lambda: getattr(self._client, method)(*args))
 
-    async def _timed(self, call: Callable[[], Awaitable[Any]]) -> Any:
+    async def _timed(self, scope: ScopeKeys, call: Callable[[], Awaitable[Any]]) -> Any:
         """One round trip: counted, timed, and a Redis failure made a store error."""
         started = time.monotonic()
         self.round_trips += 1
@@ -323,10 +326,10 @@ class KeyStore:
         except (RedisError, OSError) as exc:
             self.errors += 1
             if self._observe is not None:
-                self._observe(time.monotonic() - started, False)
+                self._observe(scope.scope_id, time.monotonic() - started, False)
             raise KeyStoreUnavailableError(f"Redis at {self.url}: {exc}") from exc
         if self._observe is not None:
-            self._observe(time.monotonic() - started, True)
+            self._observe(scope.scope_id, time.monotonic() - started, True)
         return result
 
     async def claim(
@@ -350,6 +353,7 @@ class KeyStore:
             return {}
         buckets, expire_at = scope.claimable(now_ms, window_ms)
         result = await self._call(
+            scope,
             self._claim,
             [scope.marker, *buckets],
             [
@@ -391,6 +395,7 @@ class KeyStore:
             fields += keys
         current, expire_at = scope.current(now_ms, window_ms)
         result = await self._call(
+            scope,
             self._confirm,
             [scope.marker, scope.checkpoints, current, scope.obsolete(now_ms, window_ms)],
             [expire_at, len(checkpoints), len(anchors) // 2, *pairs, *anchors, *fields],
@@ -401,7 +406,8 @@ class KeyStore:
         self, scope: ScopeKeys, keys: Sequence[bytes], owner: bytes, now_ms: int, window_ms: int
     ) -> None:
         if keys:
-            await self._call(self._release, scope.readable(now_ms, window_ms), [owner, *keys])
+            readable = scope.readable(now_ms, window_ms)
+            await self._call(scope, self._release, readable, [owner, *keys])
 
     async def take_over(
         self,
@@ -417,6 +423,7 @@ class KeyStore:
         holds the key."""
         buckets, expire_at = scope.claimable(now_ms, window_ms)
         done = await self._call(
+            scope,
             self._take_over,
             buckets,
             [
@@ -432,21 +439,21 @@ class KeyStore:
         return bool(done)
 
     async def marker_present(self, scope: ScopeKeys) -> bool:
-        return bool(await self._plain("exists", scope.marker))
+        return bool(await self._plain(scope, "exists", scope.marker))
 
     async def set_marker(self, scope: ScopeKeys) -> None:
-        await self._plain("set", scope.marker, f"built {int(time.time() * 1000)}")
+        await self._plain(scope, "set", scope.marker, f"built {int(time.time() * 1000)}")
 
     async def set_checkpoints(self, scope: ScopeKeys, checkpoints: dict[str, str]) -> None:
-        await self._plain("hset", scope.checkpoints, None, None, checkpoints)
+        await self._plain(scope, "hset", scope.checkpoints, None, None, checkpoints)
 
     async def checkpoints(self, scope: ScopeKeys) -> dict[str, str]:
-        raw = await self._plain("hgetall", scope.checkpoints)
+        raw = await self._plain(scope, "hgetall", scope.checkpoints)
         return {_text(k): _text(v) for k, v in raw.items()}
 
     async def forget_scope(self, scope: ScopeKeys) -> None:
         """Drops the marker and checkpoints: the next user rebuilds the window."""
-        await self._plain("delete", scope.marker, scope.checkpoints)
+        await self._plain(scope, "delete", scope.marker, scope.checkpoints)
 
 
 def _text(value: bytes | str) -> str:

@@ -343,7 +343,6 @@ class TopicKeyDedup:
         dropped, unchecked = sorting.dropped, sorting.unchecked
         scope.unchecked += unchecked
         scope.dropped += dropped
-        self.service.dropped.inc(dropped)
         if dropped == len(sorting.keep):
             self._duplicate(item, sorting.after)
             return

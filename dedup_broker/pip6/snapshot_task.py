@@ -24,7 +24,7 @@ class Snapshots(Protocol):
 
 
 class SnapshotTask:
-    __slots__ = ("_name", "_state", "_task", "closed", "lock")
+    __slots__ = ("_name", "_state", "_task", "closed", "failed", "lock", "stored")
 
     def __init__(self, name: str, state: Snapshots) -> None:
         self._name = name
@@ -33,6 +33,10 @@ class SnapshotTask:
         self.lock = LazyLock()
         """Held while a snapshot is stored (and while the state is reset)."""
         self.closed = False
+        self.stored = 0
+        """Snapshots stored in the background (``/metrics``)."""
+        self.failed = 0
+        """Background snapshots that failed (``/metrics``: a snapshot alert)."""
 
     def start(self) -> None:
         """Starts a background snapshot unless one is already running."""
@@ -47,9 +51,12 @@ class SnapshotTask:
             # A full interval may have been persisted while one snapshot was being
             # stored; with no further entry nothing else would trigger the one due.
             state = self._state
-            while await state.snapshot_once() and state.snapshot_due() and not self.closed:
-                pass
+            while await state.snapshot_once():
+                self.stored += 1
+                if not state.snapshot_due() or self.closed:
+                    break
         except Exception as exc:
+            self.failed += 1
             # Entries stay counted, so the next persisted entry or timer tick retries.
             log.warning("deduplication snapshot of %s failed: %s", self._name, exc)
         finally:

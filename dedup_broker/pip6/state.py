@@ -491,4 +491,6 @@ class MessageDeduplication:
             "entriesSinceSnapshot": self._entries_since_snapshot,
             "snapshotIntervalSeconds": self.snapshot_interval_seconds,
             "lastRecoveryMillis": self._recovery_ms,
+            "snapshotsTaken": self._snapshots.stored,
+            "snapshotFailures": self._snapshots.failed,
         }

@@ -63,7 +63,16 @@ class Admission:
 
 
 class TopicDeduplication:
-    __slots__ = ("_change", "_connected", "config", "ledger", "name", "policies", "state")
+    __slots__ = (
+        "_change",
+        "_connected",
+        "config",
+        "ledger",
+        "name",
+        "policies",
+        "state",
+        "verdicts",
+    )
 
     def __init__(
         self,
@@ -82,6 +91,8 @@ class TopicDeduplication:
         self.state: MessageDeduplication | None = None
         self._connected = connected
         self._change = LazyLock()
+        self.verdicts: dict[str, int] = {}
+        """Verdicts given but NotDup, by their value (PartlyDup included): ``/metrics``."""
 
     @property
     def enabled(self) -> bool:
@@ -114,7 +125,17 @@ class TopicDeduplication:
                 log.info("deduplication disabled on %s", self.name)
 
     def check(self, send: pb.CommandSend, entry: bytes, metadata: pb.MessageMetadata) -> Admission:
-        """The verdict for one SEND, with what ``persisted`` needs once it is stored."""
+        """The verdict for one SEND, with what ``persisted`` needs once it is stored;
+        counted unless NotDup (an Unknown each time a waiting SEND asks again)."""
+        admission = self._verdict(send, entry, metadata)
+        verdict = Verdict.PARTLY_DUP if admission.rewritten is not None else admission.verdict
+        if verdict is not Verdict.NOT_DUP:
+            self.verdicts[verdict.value] = self.verdicts.get(verdict.value, 0) + 1
+        return admission
+
+    def _verdict(
+        self, send: pb.CommandSend, entry: bytes, metadata: pb.MessageMetadata
+    ) -> Admission:
         state = self.state
         name = metadata.producer_name
         lowest = as_signed64(send.sequence_id)

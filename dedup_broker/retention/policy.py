@@ -1,4 +1,5 @@
-"""Retention policies (namespace level, broker defaults) and the periodic trim check.
+"""Retention policies (topic and namespace levels, broker defaults) and the periodic trim
+check.
 
 Pulsar's semantics: ``retentionTimeInMinutes`` and ``retentionSizeInMB``; -1 is
 unlimited in that dimension, 0 keeps nothing consumed; ``(0, >0)`` and ``(>0, 0)`` are
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain_base.names import TopicName
 from dedup_broker.domain_base.policies import Policies
+from dedup_broker.domain_base.topic_policies import Level, TopicPolicy
 from dedup_broker.errors import PermanentError
 from dedup_broker.periodic import PeriodicTask
 from dedup_broker.storage.api import Retention, is_system_cursor
@@ -57,17 +59,33 @@ def retention_json(retention: Retention) -> dict[str, int]:
     }
 
 
+def _topic_level_retention(value: object, level: Level, config: BrokerConfig) -> dict[str, int]:
+    return retention_json(parse_retention(value))
+
+
+RETENTION_POLICY = TopicPolicy(
+    RETENTION,
+    "retention",
+    None,  # the namespace's routes are http/retention.py's
+    _topic_level_retention,
+    lambda config: retention_json(
+        Retention(config.default_retention_time_in_minutes, config.default_retention_size_in_mb)
+    ),
+)
+"""``/retention`` of a topic (``http/topic_policies.py``): trims follow it at the next check."""
+
+
 def topic_retention(
     policies: Policies, config: BrokerConfig, name: TopicName, ledger: ManagedLedger | None = None
 ) -> Retention:
-    """The namespace's policy, else the broker defaults.
+    """The topic's policy, else its namespace's, else the broker defaults.
 
     One exception to Pulsar: with no policy anywhere (broker defaults 0/0), a topic
     without any subscription (only the broker's own cursors) keeps everything, since
     nobody has said its data is consumed and its readers expect to find it. An explicit
-    namespace policy or non-zero broker defaults apply to such a topic as in Pulsar.
+    topic or namespace policy or non-zero broker defaults apply to such a topic as in Pulsar.
     """
-    stored = policies.namespace_value(name.namespace_name, RETENTION)
+    stored = policies.effective(name, RETENTION)
     if isinstance(stored, dict):
         try:
             return parse_retention(stored)

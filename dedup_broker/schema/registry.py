@@ -23,6 +23,7 @@ from typing import Any
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain_base.names import TopicName
 from dedup_broker.domain_base.policies import Policies
+from dedup_broker.domain_base.topic_policies import BadPolicyError, Level, TopicPolicy
 from dedup_broker.errors import ConfigError
 from dedup_broker.name_locks import NameLocks
 from dedup_broker.schema.compatibility import (
@@ -39,7 +40,8 @@ from dedup_broker.schema.compatibility import (
 SCHEMA_KEY = "schemas/"
 NEXT_VERSION_KEY = "schema-next/"
 STRATEGY_POLICY = "schema_compatibility_strategy"
-"""The namespace policy (Pulsar's ``schema_compatibility_strategy`` field)."""
+"""The namespace and topic policy (Pulsar's ``schema_compatibility_strategy`` field)."""
+VALIDATION_ENFORCED_POLICY = "schema_validation_enforced"
 VERSION_BYTES = 8
 
 
@@ -61,6 +63,44 @@ def default_strategy(config: BrokerConfig) -> CompatibilityStrategy:
         return CompatibilityStrategy.parse(config.schema_compatibility_strategy)
     except InvalidStrategyError as exc:
         raise ConfigError(f"schemaCompatibilityStrategy: {exc}") from None
+
+
+def _strategy_body(value: object, level: Level, config: BrokerConfig) -> str | None:
+    """A strategy's name (``UNDEFINED``: none, the namespace's applies)."""
+    if not isinstance(value, str):
+        raise BadPolicyError(f"expected a schema compatibility strategy, got {value!r}")
+    if value.strip().upper() == "UNDEFINED":
+        return None
+    return CompatibilityStrategy.parse(value).value
+
+
+def _flag(value: object, level: Level, config: BrokerConfig) -> bool:
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if not isinstance(value, bool):
+        raise BadPolicyError(f"expected true or false, got {value!r}")
+    return value
+
+
+TOPIC_POLICIES = (
+    TopicPolicy(
+        STRATEGY_POLICY,
+        "schemaCompatibilityStrategy",
+        None,  # the namespace's routes are http/schema.py's
+        _strategy_body,
+        lambda config: default_strategy(config).value,
+    ),
+    TopicPolicy(
+        VALIDATION_ENFORCED_POLICY,
+        "schemaValidationEnforced",
+        "schemaValidationEnforced",
+        _flag,
+        lambda config: config.is_schema_validation_enforced,
+        namespace_unset=False,
+    ),
+)
+"""A topic's schema policies (``http/topic_policies.py`` serves them): its compatibility
+strategy, and whether producers without a schema are refused once it has one."""
 
 
 @dataclass(frozen=True)
@@ -119,8 +159,21 @@ class SchemaRegistry:
         await self.policies.set_namespace_value(namespace, STRATEGY_POLICY, value)
 
     def strategy_of(self, topic: TopicName) -> CompatibilityStrategy:
-        """The namespace's strategy, else the broker's ``schemaCompatibilityStrategy``."""
+        """The topic's strategy, else its namespace's, else the broker's
+        ``schemaCompatibilityStrategy``."""
+        stored = self.policies.topic_value(topic, STRATEGY_POLICY)
+        if isinstance(stored, str):
+            try:
+                return CompatibilityStrategy.parse(stored)
+            except InvalidStrategyError:
+                pass
         return self.namespace_strategy(topic.namespace_name) or self.default_strategy
+
+    def validation_enforced(self, topic: TopicName) -> bool:
+        """``schemaValidationEnforced`` of the topic, else its namespace, else the broker's
+        ``isSchemaValidationEnforced``."""
+        stored = self.policies.effective(topic, VALIDATION_ENFORCED_POLICY)
+        return stored if isinstance(stored, bool) else self.config.is_schema_validation_enforced
 
     # --- reads ------------------------------------------------------------------------
     @staticmethod
@@ -236,13 +289,13 @@ class SchemaRegistry:
     async def for_producer(self, topic: TopicName, schema: SchemaInfo | None) -> bytes:
         """The ``schema_version`` a PRODUCER_SUCCESS carries (empty: no schema).
 
-        A producer without a schema is accepted on any topic unless
-        ``isSchemaValidationEnforced`` and the topic has a schema. A schema it names is
-        registered whatever its type, ``NONE`` too, as Pulsar does: the Go client's
-        ``BytesSchema`` names ``NONE``, writes the version it gets into its messages and
-        its consumers ask for that version."""
+        A producer without a schema is accepted on any topic unless the topic has a
+        schema and its ``schemaValidationEnforced`` (``validation_enforced``) holds. A
+        schema it names is registered whatever its type, ``NONE`` too, as Pulsar does:
+        the Go client's ``BytesSchema`` names ``NONE``, writes the version it gets into
+        its messages and its consumers ask for that version."""
         if schema is None or schema.type in (SchemaType.BYTES, SchemaType.AUTO_CONSUME):
-            if self.config.is_schema_validation_enforced and self.latest(topic) is not None:
+            if self.validation_enforced(topic) and self.latest(topic) is not None:
                 raise IncompatibleSchemaError(
                     f"producers to {topic} must use a schema (isSchemaValidationEnforced)"
                 )

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from dedup_broker.config import BrokerConfig
 from dedup_broker.domain_base.names import NAME_PART, TopicName
 from dedup_broker.errors import ConfigError, PermanentError, TopicNotFoundError
+from dedup_broker.security.subscription_permissions import SubscriptionPermissions
 
 if TYPE_CHECKING:
     from dedup_broker.storage.api import MetadataTable
@@ -396,6 +397,7 @@ class Authorizer:
         self.check_settings(config)
         self.enabled = config.authorization_enabled
         self.tenancy = tenancy
+        self.subscriptions = SubscriptionPermissions(tenancy.table)
         self.super_users = frozenset(
             role.strip() for role in config.super_user_roles.split(",") if role.strip()
         )
@@ -452,6 +454,16 @@ class Authorizer:
         if not self.allowed(role, topic.namespace_name, (action,), topic):
             self._check_namespace_exists(topic)
             raise AuthorizationError(f"{_who(role)} is not authorized to {action.value} on {topic}")
+
+    def check_subscription(self, role: str | None, topic: TopicName, subscription: str) -> None:
+        """A subscription given roles (``permissions/subscription``) admits only them,
+        tenant admins and superusers."""
+        if self.is_tenant_admin(role, topic.tenant):
+            return
+        if not self.subscriptions.admits(topic.namespace_name, subscription, role):
+            raise AuthorizationError(
+                f"{_who(role)} is not authorized to consume subscription {subscription} of {topic}"
+            )
 
     def check_lookup(self, role: str | None, topic: TopicName) -> None:
         """Lookups (and partitioned metadata) need produce or consume, on the namespace or

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING
 
 from dedup_broker.domain.consumer import Consumer, Delivery, SubscriptionType
 from dedup_broker.domain.key_hash import KeySharedMode, KeySharedSettings
 from dedup_broker.domain.non_persistent.topic import NonPersistentTopic
-from dedup_broker.domain.topic import LATEST_LEDGER_ID
+from dedup_broker.domain.subscription_admin import LATEST_LEDGER_ID
 from dedup_broker.domain_base.handover import Destination, outcome
 from dedup_broker.domain_base.producer import NO_METADATA
 from dedup_broker.errors import PermanentError, ProtocolError, ServiceNotReadyError
@@ -145,7 +146,9 @@ class ConsumerCommands:
 
     async def _subscribe(self, request: pb.CommandSubscribe) -> None:
         name = topic_name(self.connection, request.topic)
-        self.connection.authorizer.check_topic(self.connection.role, name, AuthAction.CONSUME)
+        authorizer, role = self.connection.authorizer, self.connection.role
+        authorizer.check_topic(role, name, AuthAction.CONSUME)
+        authorizer.check_subscription(role, name, request.subscription)
         if request.consumer_id in self.consumers:
             self.connection.send_command(commands.success(request.request_id))
             return
@@ -193,7 +196,6 @@ class ConsumerCommands:
                 return
             self.consumers[request.consumer_id] = consumer
             self._topics[request.consumer_id] = topic
-            self.connection.metrics.consumers.inc()
             self.connection.send_command(commands.success(request.request_id))
             if sub_type == SubscriptionType.FAILOVER:
                 active = consumer.subscription.active_consumer is consumer
@@ -215,6 +217,7 @@ class ConsumerCommands:
         if flow.consumer_id in self._moving:
             return
         consumer = self._consumer(flow.consumer_id)
+        consumer.last_flow_ms = int(time.time() * 1000)
         consumer.subscription.on_flow(consumer, flow.messagePermits)
 
     def _on_ack(self, frame: Frame) -> Awaitable[None] | None:
@@ -361,13 +364,11 @@ class ConsumerCommands:
     def _forget(self, consumer_id: int) -> None:
         del self.consumers[consumer_id]
         del self._topics[consumer_id]
-        self.connection.metrics.consumers.dec()
 
     def connection_lost(self) -> None:
         self._moving.clear()
         for consumer_id, consumer in list(self.consumers.items()):
             self._topics[consumer_id].consumer_closed(consumer)
-            self.connection.metrics.consumers.dec()
         self.consumers.clear()
         self._topics.clear()
 

@@ -1,7 +1,9 @@
-"""The session layer's Prometheus metrics: connections, attached clients, bad input.
+"""The session layer's Prometheus metrics: connections and bad input.
 
-Pulsar's connection counters are named ``..._total_count`` and exposed as gauges;
-prometheus_client would rename a counter of that name, so they are gauges here too.
+Pulsar names its connection counters ``pulsar_connection_created_total_count`` and types
+them gauges; here they are counters, ``pulsar_connection_created_total`` and
+``pulsar_connection_closed_total``, so that ``rate()`` reads them right. Producers and
+consumers are counted per topic from the topics themselves (``domain.topic_metrics``).
 """
 
 from __future__ import annotations
@@ -14,15 +16,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 class SessionMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
-        self.connections_opened = Gauge(
-            "pulsar_connection_created_total_count", "Client connections accepted", registry=r
+        self.connections_opened = Counter(
+            "pulsar_connection_created_total", "Client connections accepted", registry=r
         )
-        self.connections_closed = Gauge(
-            "pulsar_connection_closed_total_count", "Client connections closed", registry=r
+        self.connections_closed = Counter(
+            "pulsar_connection_closed_total", "Client connections closed", registry=r
         )
         self._active = Gauge("pulsar_active_connections", "Client connections open now", registry=r)
-        self.producers = Gauge("pulsar_producers_count", "Producers connected", registry=r)
-        self.consumers = Gauge("pulsar_consumers_count", "Consumers connected", registry=r)
         self.checksum_errors = Counter(
             "dedup_broker_checksum_errors_total",
             "SEND frames whose CRC32C did not match",

@@ -13,6 +13,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from dedup_broker.backlog.quota import check_producer
+from dedup_broker.domain import subscription_admin
 from dedup_broker.domain.topic import Topic
 from dedup_broker.domain_base.handover import Destination, outcome
 from dedup_broker.domain_base.outcomes import (
@@ -170,7 +171,7 @@ class ProducerCommands:
                     self.broker.policies, self.broker.config, name, topic.managed_ledger
                 )
                 if initial_subscription:
-                    await topic.ensure_subscription(initial_subscription)
+                    await subscription_admin.ensure_subscription(topic, initial_subscription)
             user_named = request.HasField("producer_name") and bool(request.producer_name)
             producer = Producer(
                 link=self,
@@ -194,7 +195,6 @@ class ProducerCommands:
                 return
             attached = _Attached(producer, topic, schema_version)
             self.producers[request.producer_id] = attached
-            self.connection.metrics.producers.inc()
             self._success(request.request_id, attached, epoch)
         finally:
             self._creating.pop(request.producer_id).set_result(None)
@@ -301,7 +301,6 @@ class ProducerCommands:
         for _ in attached.pending:
             self.connection.publish_finished()
         attached.pending.clear()
-        self.connection.metrics.producers.dec()
 
     def connection_lost(self) -> None:
         self._closed_by_broker.clear()
@@ -309,5 +308,4 @@ class ProducerCommands:
             topic.remove_producer(producer)
         for attached in list(self.producers.values()):
             attached.topic.remove_producer(attached.producer)
-            self.connection.metrics.producers.dec()
         self.producers.clear()

@@ -316,6 +316,11 @@ class LedgerPolicies(Protocol):
         """``offloadThresholdInSeconds`` (negative: off)."""
         ...
 
+    def offload_deletion_lag_ms(self) -> int:
+        """``offloadDeletionLagMs``: how long a ledger's Kafka copy outlives its offload
+        (negative: forever)."""
+        ...
+
 
 class LedgerOffloads(Protocol):
     """A managed ledger's offloads to tiered storage (``ManagedLedger.offloads``)."""

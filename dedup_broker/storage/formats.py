@@ -62,7 +62,8 @@ def cursors_topic(cluster_name: str) -> str:
 
 
 def fences_topic(cluster_name: str) -> str:
-    """One partition: the write fences' small records (proofs, and one per commit)."""
+    """The write fences' small records (proofs, and one per commit): a partition per
+    ownership slot (``internal_topic_partitions``)."""
     return f"{cluster_name}.fences"
 
 

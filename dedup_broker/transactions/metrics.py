@@ -23,8 +23,14 @@ class CoordinatorMetrics(Collector):
     def __init__(self, served: Callable[[], Mapping[int, TransactionCoordinator]]) -> None:
         self._served = served
 
+    def describe(self) -> Iterator[Metric]:
+        """The families without samples (what the metrics reference lists)."""
+        return self._families({})
+
     def collect(self) -> Iterator[Metric]:
-        served = self._served()
+        return self._families(self._served())
+
+    def _families(self, served: Mapping[int, TransactionCoordinator]) -> Iterator[Metric]:
         active = GaugeMetricFamily(
             "pulsar_txn_active_count", "Transactions open or ending", labels=["coordinator_id"]
         )

@@ -8,32 +8,52 @@ available, then exits.
 
 ``--slow-prefix TEXT --slow-ms N``: rows whose source value starts with TEXT take N ms each
 in the transformation, so that a caller can kill the query while the batch holding them is
-partly written.
+partly written; with ``--slow-flag FILE`` the task transforming them writes its process id
+to FILE, so that a caller can find (and kill) the executor running it.
+
+``--master``: ``local[N]`` (default ``local[2]``) or a standalone cluster's
+``spark://host:port`` (see ``connectors.spark_cluster``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from connectors.datasource import FORMAT, register
-from connectors.local_spark import local_session
+from connectors.spark_cluster import spark_session
 
 
-def _derived(slow_prefix: str | None, slow_ms: int) -> Any:
-    """``value-done``; slowly for values starting with ``slow_prefix``."""
+def _derived(slow_prefix: str | None, slow_ms: int, slow_flag: str | None) -> Any:
+    """``value-done``; slowly for values starting with ``slow_prefix``, telling
+    ``slow_flag`` which process does it."""
     from pyspark.sql import functions as f
     from pyspark.sql.types import BinaryType
 
     def derive(value: bytes) -> bytes:
         text = value.decode()
         if slow_prefix is not None and text.startswith(slow_prefix):
+            if slow_flag is not None:
+                _tell_pid(Path(slow_flag))
             time.sleep(slow_ms / 1000)
         return f"{text}-done".encode()
 
     return f.udf(derive, BinaryType()).asNondeterministic()(f.col("value"))
+
+
+def _tell_pid(flag: Path) -> None:
+    """Write this process's id to ``flag`` unless it holds it already."""
+    pid = str(os.getpid())
+    try:
+        if flag.read_text() == pid:
+            return
+    except OSError:
+        pass
+    flag.write_text(pid)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,9 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--slow-prefix")
     parser.add_argument("--slow-ms", type=int, default=0)
+    parser.add_argument("--slow-flag", help="file the slow task writes its process id to")
     args = parser.parse_args(argv)
 
-    spark = local_session(args.master, "dedup-broker-datasource-job")
+    spark = spark_session(args.master, "dedup-broker-datasource-job")
     # Rows reach the Python writer in Arrow batches: small ones keep a batch's rows moving
     # (and make a kill in the middle of a micro-batch leave part of it written).
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
@@ -63,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         .option("maxOffsetsPerTrigger", str(args.max_per_batch))
         .load()
     )
-    derived = source.select("key", _derived(args.slow_prefix, args.slow_ms).alias("value"))
+    derived = source.select(
+        "key", _derived(args.slow_prefix, args.slow_ms, args.slow_flag).alias("value")
+    )
     query = (
         derived.writeStream.format(FORMAT)
         .option("serviceUrl", args.service_url)

@@ -6,6 +6,9 @@ deduplication on. Then: replayable input files -> Spark Structured Streaming -> 
 During the run the Spark query is ``kill -9``ed in the middle of a micro-batch and
 restarted from its checkpoint, and the broker is ``kill -9``ed and restarted. The
 summary compares what went in with what the topic stores and what the results hold.
+
+Spark runs in local mode, or with ``spark_master`` on a standalone cluster sharing this
+machine's file system (input files, checkpoint, the pause flag).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 import pulsar
 
 from dedup_broker.devservers import provide_kafka, provide_redis
+from dedup_broker.errors import DevServerError
 from examples.demo.results import (
     ConsumeStats,
     consume_into_results,
@@ -44,11 +48,16 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 """Where ``examples`` is importable from: the streaming job's working directory."""
 
 
-def run_demo(total: int) -> int:
-    """Run the whole pipeline for ``total`` rows; 0 when nothing was lost or duplicated."""
+def run_demo(total: int, spark_master: str | None = None) -> int:
+    """Run the whole pipeline for ``total`` rows (on ``spark_master``, else Spark's local
+    mode); 0 when nothing was lost or duplicated."""
     print("dedup-broker demo: starting Kafka and Redis (first run downloads Kafka) ...")
     kafka = provide_kafka()
-    redis = provide_redis()
+    try:
+        redis = provide_redis()
+    except BaseException:
+        kafka.stop()
+        raise
     work_dir = Path(tempfile.mkdtemp(prefix="dedup-broker-demo-"))
     try:
         print(f"  Kafka: {kafka.bootstrap_servers} ({kafka.kind})")
@@ -59,11 +68,16 @@ def run_demo(total: int) -> int:
             settings={"broker_deduplication_enabled": True, "redis_url": redis.url},
             log_dir=work_dir,
         )
-        broker.start()
+        try:
+            broker.start()
+        except (RuntimeError, TimeoutError) as exc:
+            broker.stop()
+            raise DevServerError(f"the broker did not start: {exc}") from None
         print(f"  broker: {broker.service_url}, admin {broker.http_url}")
+        print(f"  Spark: {spark_master or 'local mode'}")
         print(f"  work directory (input, checkpoint, results.db, logs): {work_dir}")
         try:
-            return Pipeline(broker, total, work_dir).run()
+            return Pipeline(broker, total, work_dir, spark_master).run()
         finally:
             broker.stop()
     finally:
@@ -72,8 +86,11 @@ def run_demo(total: int) -> int:
 
 
 class Pipeline:
-    def __init__(self, broker: BrokerProcess, total: int, work_dir: Path) -> None:
+    def __init__(
+        self, broker: BrokerProcess, total: int, work_dir: Path, spark_master: str | None = None
+    ) -> None:
         self.broker = broker
+        self.spark_master = spark_master
         self.total = total
         self.work_dir = work_dir
         self.topic = f"persistent://public/default/demo-{uuid.uuid4().hex[:6]}"
@@ -141,6 +158,7 @@ class Pipeline:
 
     # --- Spark ----------------------------------------------------------------------
     def _spark_command(self) -> list[str]:
+        master = ["--master", self.spark_master] if self.spark_master else []
         return [
             sys.executable,
             "-m",
@@ -155,6 +173,7 @@ class Pipeline:
             self.topic,
             "--name",
             "demo-query",
+            *master,
         ]
 
     def _first_spark_run(self) -> bool:

@@ -6,8 +6,12 @@ Reads every file available in ``--input`` (``availableNow``: one file per micro-
 publishes each line as one message in sequence mode, prints one line per batch and exits.
 
 ``--pause-at ID --pause-flag FILE``: while FILE exists, the task holding the row with
-that id publishes the rows before it, writes ``FILE.paused`` and then waits, so that a
-caller can kill the query at a known point in the middle of a batch.
+that id publishes the rows before it, writes its process id to ``FILE.paused`` and then
+waits, so that a caller can kill the query (or the executor running that task) at a known
+point in the middle of a batch.
+
+``--master``: ``local[N,F]`` (default ``local[2,4]``) or a standalone cluster's
+``spark://host:port`` (see ``connectors.spark_cluster``).
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from connectors.local_spark import local_session
 from connectors.sink import PulsarSink, SinkResult
+from connectors.spark_cluster import spark_session
 
 PAUSE_SECONDS = 600.0
 
@@ -34,7 +38,7 @@ def _paused_value(pause_at: int, flag: str) -> Any:
 
     def value(line: str) -> str:
         if needle in line and os.path.exists(flag):
-            Path(flag + ".paused").touch()
+            Path(flag + ".paused").write_text(str(os.getpid()))
             deadline = time.monotonic() + PAUSE_SECONDS
             while os.path.exists(flag) and time.monotonic() < deadline:
                 time.sleep(0.2)
@@ -59,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from pyspark.sql import functions as f
 
-    spark = local_session(args.master, "dedup-broker-demo")
+    spark = spark_session(args.master, "dedup-broker-demo")
     value = f.col("value")
     if args.pause_at is not None and args.pause_flag:
         value = _paused_value(args.pause_at, args.pause_flag)

@@ -25,7 +25,7 @@ from tests.integration.cluster.conftest import SteadyProducer, owner_of, read_al
 
 pytestmark = pytest.mark.chaos
 
-CYCLES = int(os.environ.get("CLUSTER_CHAOS_CYCLES", "6"))
+CYCLES = int(os.environ.get("CLUSTER_CHAOS_CYCLES", "4"))
 TOPICS = 6
 PER_SECOND = 25.0
 DRAIN_MS = 15_000

@@ -10,6 +10,7 @@ from dedup_broker.domain.redeliveries import Redeliveries
 from dedup_broker.domain.send_order import WriteEnds
 from dedup_broker.domain.subscription import Subscription
 from dedup_broker.domain.topic import Topic
+from dedup_broker.domain.write_stats import WriteStats
 from dedup_broker.key_dedup.topic import TopicKeyDedup
 from dedup_broker.lazy import LazyDeque, LazyEvent, LazyLock
 from dedup_broker.pip6.activity import ProducerActivity
@@ -61,6 +62,7 @@ PER_TOPIC = [
     Topic,
     WriteRecovery,
     WriteEnds,
+    WriteStats,
 ]
 
 

@@ -276,7 +276,7 @@ class NonPersistentTopic(ProducerHost):
     ) -> NonPersistentSubscription:
         """Every subscription is live only (durability, initial and start positions have
         nothing to apply to: the consumer gets what is published from now on)."""
-        self._check_open()
+        self.check_open()
         if read_compacted:
             raise ReadCompactedNotAllowedError("non-persistent topics are never compacted")
         name = consumer.subscription_name

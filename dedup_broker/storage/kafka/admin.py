@@ -30,6 +30,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    NewPartitions,
     NewTopic,
     OffsetSpec,
 )
@@ -170,6 +171,26 @@ class KafkaAdmin:
                 log.warning("%s; trying again in %.1fs", exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _START_RETRY_MAX_S)
+
+    async def grow_partitions(self, topic: str, count: int) -> None:
+        """Give ``topic`` ``count`` partitions if it has fewer (Kafka never shrinks)."""
+        metadata = await asyncio.to_thread(self._locked_list_topics, topic)
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None or len(found.partitions) >= count:
+            return
+        futures = self._topics_client.create_partitions(
+            [NewPartitions(topic, count)], request_timeout=self._timeout_s
+        )
+        try:
+            await self._wait(f"grow {topic} to {count} partitions", futures[topic])
+        except StorageError as exc:
+            if "already has" not in str(exc):  # raced by another broker: fine
+                raise
+        log.info("%s grown to %d partitions", topic, count)
+
+    def _locked_list_topics(self, topic: str) -> Any:
+        with self._metadata_requests:
+            return self._client.list_topics(topic, timeout=self._timeout_s)
 
     async def _answers(self) -> bool:
         """Kafka serves this broker's metadata requests (it is reached and authenticated)."""

@@ -60,11 +60,19 @@ OPEN_TRANSACTION_SPAN_S = 1.0
 """An open transaction proves ownership for this long, then commits: far from
 ``transaction.timeout.ms``, past which Kafka would abort it and the fence be lost."""
 _IDLE_WAIT_S = 0.5
+SLOW_FENCE_STEP_S = 2.0
+"""A proof or commit slower than this is logged: the acknowledgements of the slot's
+topics waited for it (a Kafka node lost, a coordinator moving)."""
 
 
 def fence_transactional_ids(cluster_name: str, slot: int) -> tuple[str, str]:
     """The slot's two transactional ids (used in turn; a new holder fences both)."""
     return f"{cluster_name}.slot.{slot}", f"{cluster_name}.slot.{slot}.b"
+
+
+def fence_partition(slot: int, partitions: int) -> int:
+    """The fences partition slot ``slot`` writes its records to."""
+    return slot % partitions if partitions > 0 else 0
 
 
 @dataclass(slots=True)
@@ -108,6 +116,8 @@ class KafkaWriteFence:
         """The producer whose transaction is open (its fence records prove ownership)."""
         self._opened_at = 0.0
         self._record_key = str(slot).encode()
+        self._partition = 0
+        """The fences partition of this slot's records (``fence_partition``)."""
         self._lock = threading.Condition()
         self._confirms: list[asyncio.Future[None]] = []
         self._sends: list[_Send] = []
@@ -203,6 +213,7 @@ class KafkaWriteFence:
 
     # --- fence thread -----------------------------------------------------------------
     def _run(self, initialized: asyncio.Future[None]) -> None:
+        self._partition = self._fence_partition()
         for producer in self._producers:
             while True:
                 try:
@@ -231,7 +242,12 @@ class KafkaWriteFence:
                 self._confirms, self._sends = [], []
             try:
                 due = sends or self._span_left() <= 0
+                started = time.monotonic()
                 outcome = self._commit(sends) if due else self._prove()
+                took = time.monotonic() - started
+                if took > SLOW_FENCE_STEP_S:
+                    step = "commit" if due else "proof"
+                    log.warning("slot %d: a fence %s took %.1fs", self.slot, step, took)
             except Exception as exc:  # never leave waiters waiting on a dead thread
                 log.exception("slot %d: write fence failed", self.slot)
                 self.lost = exc
@@ -248,6 +264,20 @@ class KafkaWriteFence:
         if rest or more:
             self._call_soon(self._settle, rest, more, error)
         self._abandon()  # last: with Kafka unreachable it waits, and nobody waits on it
+
+    def _fence_partition(self) -> int:
+        """Slots spread over the fences partitions (one each where there are as many), so
+        that the loss of a Kafka node stalls the acknowledgements of the slots whose
+        partition it led, not all of them. Any partition proves as well as another: the
+        new holder's aborts reach every partition of the open transaction. Partition 0
+        when the count cannot be read."""
+        try:
+            metadata = self._producers[0].list_topics(self._topic, timeout=self._commit_timeout_s)
+        except KafkaException:
+            return 0
+        found = metadata.topics.get(self._topic)
+        count = len(found.partitions) if found is not None and found.error is None else 0
+        return fence_partition(self.slot, count)
 
     def _span_left(self) -> float:
         """Seconds until the open transaction must be committed (the idle wait if none)."""
@@ -288,7 +318,7 @@ class KafkaWriteFence:
                 self._topic,
                 b"",
                 self._record_key,
-                0,
+                self._partition,
                 on_delivery=lambda error, _msg: delivered.append(error),
             )
         except KafkaException as exc:
@@ -307,8 +337,11 @@ class KafkaWriteFence:
             self.proofs += 1
             return None
         failure = delivered[0] if delivered else None
+        what = f"proof of slot {self.slot} not stored"
+        # A KafkaError built by librdkafka's callbacks cannot always be formatted by
+        # f-strings (its type lacks __format__): storage_error names it by its own text.
         return self._abort(
-            producer, StorageError(f"proof of slot {self.slot} not stored: {failure}")
+            producer, StorageError(what) if failure is None else storage_error(what, failure)
         )
 
     def _commit(self, sends: list[_Send]) -> BaseException | None:
@@ -328,7 +361,7 @@ class KafkaWriteFence:
                     record.partition,
                     on_delivery=_offset_into(record),
                 )
-            producer.produce(self._topic, b"", self._record_key, 0)
+            producer.produce(self._topic, b"", self._record_key, self._partition)
         except KafkaException as exc:
             return self._failed(self._begun, exc)
         except BufferError as exc:

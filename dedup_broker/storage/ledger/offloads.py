@@ -176,9 +176,16 @@ class LedgerOffloads(CoalescedJob):
         task, self._requested = self._requested, None
         await cancel_and_wait(task, self._ledger.name, "offload")
 
+    def _deletion_lag_ms(self) -> int:
+        """The owner's ``offloadDeletionLagMs``, else ``managedLedgerOffloadDeletionLagMs``."""
+        policies = self._ledger.policies
+        if policies is None:
+            return self._ctx.config.managed_ledger_offload_deletion_lag_ms
+        return policies.offload_deletion_lag_ms()
+
     def _arm_timer(self) -> None:
         """Wake up when the next Kafka copy's deletion lag has passed."""
-        lag = self._ctx.config.managed_ledger_offload_deletion_lag_ms
+        lag = self._deletion_lag_ms()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -328,7 +335,7 @@ class LedgerOffloads(CoalescedJob):
 
     async def _delete_kafka_copies(self) -> None:
         """Kafka copies of offloaded ledgers whose deletion lag has passed."""
-        lag = self._ctx.config.managed_ledger_offload_deletion_lag_ms
+        lag = self._deletion_lag_ms()
         if lag < 0:
             return
         ml = self._ledger

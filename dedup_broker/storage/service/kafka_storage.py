@@ -76,6 +76,14 @@ def internal_topics(config: BrokerConfig) -> dict[str, dict[str, str]]:
     }
 
 
+def internal_topic_partitions(config: BrokerConfig) -> dict[str, int]:
+    """The internal topics of more than one partition. The fences topic has one per
+    ownership slot: each slot's acknowledgements wait for its own partition, so the
+    loss of the Kafka node leading it stalls that slot alone (a topic created with one
+    partition by an earlier version grows at start)."""
+    return {formats.fences_topic(config.cluster_name): config.cluster_ownership_slots}
+
+
 class KafkaStorage:
     """Use :meth:`start` to create one."""
 
@@ -141,9 +149,15 @@ class KafkaStorage:
         offload_directory(config)  # a ConfigError fails the start before Kafka is touched
         admin = KafkaAdmin(config)
         topics = internal_topics(config)
+        partitions = internal_topic_partitions(config)
         await asyncio.gather(
-            *(admin.create_topic_when_ready(topic, conf) for topic, conf in topics.items())
+            *(
+                admin.create_topic_when_ready(topic, conf, partitions.get(topic, 1))
+                for topic, conf in topics.items()
+            )
         )
+        for topic, count in partitions.items():
+            await admin.grow_partitions(topic, count)
         producer = SharedProducer(config, asyncio.get_running_loop())
         reader = KafkaReader(config)
         service = cls(config, admin, producer, reader)

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import secrets
-import shutil
 import ssl
-import subprocess
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -20,6 +18,7 @@ from typing import Any
 import jwt
 import pulsar
 
+from dedup_broker.security.htpasswd import ITOA64, apr1_crypt
 from harness.broker_process import BrokerProcess
 from tests.integration.security.test_tls import start_tls_broker
 from tests.tls_certificates import Certificates, make_certificates
@@ -37,13 +36,20 @@ BASIC_USERS = {"carol": "carol-secret", "erin": "erin-secret"}
 
 
 def write_htpasswd(path: Path) -> None:
-    """Apache MD5 hashes, written by Apache's own ``htpasswd -m`` (apache2-utils)."""
-    tool = shutil.which("htpasswd")
-    if tool is None:
-        raise RuntimeError("htpasswd (Debian: apache2-utils) is needed for the secured setup")
-    for number, (user, password) in enumerate(BASIC_USERS.items()):
-        create = ["-c"] if number == 0 else []
-        subprocess.run([tool, "-b", "-m", *create, str(path), user, password], check=True)
+    """Apache MD5 (``$apr1$``) lines as ``htpasswd -m`` writes them, made with the project's
+    own APR1 code and a random salt, so the suite needs no apache2-utils; the unit tests
+    check that code against hashes the real ``htpasswd`` wrote (and against the binary
+    itself where it is installed)."""
+    lines = [
+        f"{user}:{apr1_crypt(password.encode(), random_salt())}\n"
+        for user, password in BASIC_USERS.items()
+    ]
+    path.write_text("".join(lines))
+
+
+def random_salt() -> str:
+    """Eight characters of APR1's alphabet, as ``htpasswd`` draws them."""
+    return "".join(secrets.choice(ITOA64) for _ in range(8))
 
 
 @dataclass

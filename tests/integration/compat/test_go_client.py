@@ -18,11 +18,13 @@ from harness.broker_process import BrokerProcess, free_port
 from harness.pulsar_go import ensure_go_client, go_consume, go_produce, go_terminate_while_sending
 from harness.pulsar_java import Batching, ReceivedMessage, java_payload, sha256_hex
 from tests.integration.conftest import make_broker, serve
+from tests.optional_pieces import require
 from tests.tls_certificates import Certificates, make_certificates
 
 
 @pytest.fixture(scope="module")
 def go_client() -> Path:
+    require("go")
     return ensure_go_client()
 
 

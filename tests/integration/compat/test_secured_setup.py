@@ -267,3 +267,34 @@ def test_a_producer_in_a_missing_namespace_is_topic_not_found(configured: Secure
         return pulsar.Result.Ok
 
     assert asyncio.run(create()) == pulsar.Result.TopicNotFound
+
+
+def test_anonymous_admin_reads_and_subscription_permissions(configured: SecuredBroker) -> None:
+    """The Go admin client's suite calls without credentials: the list of clusters needs
+    no permission, as in Pulsar (a cluster's data needs a superuser). A subscription given
+    roles (``permissions/subscription``) admits only them, to roles that are no tenant
+    admins; revoking the last one opens it again."""
+    assert configured.admin(None, "GET", "/admin/v2/clusters")[0] == 200
+    own = configured.process.cluster_name
+    assert configured.admin(None, "GET", f"/admin/v2/clusters/{own}")[0] == 403
+    permissions = "/admin/v2/namespaces/private/auth/permissions"
+    granted = configured.admin("admin", "POST", f"{permissions}/subscription/guarded", ["other"])
+    assert granted[0] == 204
+    assert configured.admin("admin", "GET", f"{permissions}/subscription") == (
+        200,
+        {"guarded": ["other"]},
+    )
+    topic = f"persistent://private/auth/guarded-{uuid.uuid4().hex[:6]}"
+    client = configured.client("token-principal")
+    try:
+        client.subscribe(topic, "open").close()
+        with pytest.raises(pulsar.AuthorizationError):
+            client.subscribe(topic, "guarded")
+        assert configured.admin("admin", "DELETE", f"{permissions}/guarded/other")[0] == 204
+        assert configured.admin("admin", "GET", f"{permissions}/subscription") == (
+            200,
+            {"guarded": []},
+        )
+        client.subscribe(topic, "guarded").close()
+    finally:
+        client.close()

@@ -36,6 +36,7 @@ from harness.pulsar_java_txn import JavaTransactions
 from harness.raw_client import RawConnection
 from tests.integration.cluster.conftest import owner_of
 from tests.integration.conftest import make_broker
+from tests.optional_pieces import require
 from tests.tls_certificates import Certificates, make_certificates
 
 TC_ASSIGN = "persistent://pulsar/system/transaction_coordinator_assign-partition-0"
@@ -48,6 +49,7 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
 
 @pytest.fixture(scope="module")
 def go_client() -> Path:
+    require("go")
     return ensure_go_client()
 
 

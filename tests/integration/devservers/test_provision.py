@@ -149,6 +149,7 @@ def test_incomplete_cache_without_maven_says_so(
 ) -> None:
     monkeypatch.setenv("DEDUP_BROKER_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setenv("DEDUP_BROKER_PROVISION", "none")  # nor a Maven fetched for it
     (tmp_path / "kafka-9.9.9" / "libs").mkdir(parents=True)
     (tmp_path / "kafka-9.9.9" / "libs" / "kafka_2.13-9.9.9.jar").write_bytes(b"")
     with pytest.raises(DevServerError, match=r"Kafka 9.9.9 is not in the cache at .* Maven"):

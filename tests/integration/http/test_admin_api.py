@@ -69,7 +69,8 @@ def test_metrics_count_messages_and_connections(
     samples = dict(
         line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#")
     )
-    assert float(samples["pulsar_in_messages_total"]) == 7
+    labels = f'{{cluster="{broker.cluster_name}",namespace="public/default",topic="{topic}"}}'
+    assert float(samples["pulsar_in_messages_total" + labels]) == 7
     assert float(samples["pulsar_active_connections"]) >= 1
-    assert float(samples["pulsar_producers_count"]) == 1
+    assert float(samples["pulsar_producers_count" + labels]) == 1
     assert float(samples["pulsar_broker_publish_latency_seconds_count"]) == 7

@@ -67,8 +67,10 @@ def test_property_keys_20k_events_with_repeats_each_stored_once(
         assert stats["repeatsDropped"] == 4_000
         assert stats["messagesKept"] == 16_000
         metrics = http_request("GET", f"{kd_broker.http_url}/metrics")[1].decode()
-        assert "dedup_broker_key_dedup_repeats_dropped_total 4000" in metrics
-        assert "dedup_broker_key_dedup_redis_latency_seconds_count" in metrics
+        namespace = f'{{cluster="{kd_broker.cluster_name}",namespace="public/default"}}'
+        assert f"dedup_broker_key_dedup_hits_total{namespace} 4000" in metrics
+        assert f"dedup_broker_key_dedup_misses_total{namespace} 16000" in metrics
+        assert f"dedup_broker_key_dedup_redis_latency_seconds_count{namespace}" in metrics
         assert 'dedup_broker_key_dedup_keys_tracked{scope="' in metrics
     finally:
         client.close()

@@ -18,6 +18,7 @@ from harness.pulsar_go import ensure_go_client, go_produce
 from harness.pulsar_java import Batching, ensure_java_client, java_payload, java_produce
 from tests.integration.cluster.conftest import owner_of
 from tests.integration.conftest import serve
+from tests.optional_pieces import require
 
 CLIENTS = ["python", "java", "go"]
 SEND_TIMEOUT_MS = 60_000
@@ -27,6 +28,7 @@ SEND_TIMEOUT_MS = 60_000
 def drivers() -> None:
     """Both drivers built once, before any test times anything."""
     ensure_java_client()
+    require("go")
     ensure_go_client()
 
 

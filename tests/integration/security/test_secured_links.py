@@ -27,6 +27,7 @@ from harness.cluster_processes import ClusterProcesses
 from harness.worker_process import WorkerProcess
 from tests.integration.conftest import make_broker
 from tests.integration.system_topics.deletion_helpers import SMALL_LEDGERS, wait_until
+from tests.optional_pieces import require_redis_tls
 from tests.tls_certificates import Certificates, make_certificates
 
 SASL = {
@@ -109,6 +110,8 @@ def test_a_wrong_kafka_password_stops_the_broker_with_the_reason(
 def test_key_dedup_on_a_redis_with_a_password(
     tls: bool, kafka_bootstrap: str, certificates: Certificates, tmp_path: Path
 ) -> None:
+    if tls:
+        require_redis_tls()
     server = RedisTls(certificates.server_cert, certificates.server_key, certificates.ca)
     redis = NativeRedis(tmp_path / "redis", password="redis-secret", tls=server if tls else None)
     redis.start()

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import asyncio
 
-from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+)
 
 from dedup_broker.errors import TopicNotFoundError
+from dedup_broker.storage.kafka.fencing import fence_partition
 from dedup_broker.storage.service.kafka_storage import KafkaStorage
 from tests.integration.storage.helpers import ConfigFactory, read_topic, run
 
@@ -33,6 +38,26 @@ def test_internal_topics_are_created_compacted(
         settings = admin.describe_configs([resource])[resource].result()
         assert settings["cleanup.policy"].value == policy, topic
         assert len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 1
+
+
+def test_fences_have_a_partition_per_slot_and_an_older_topic_grows(
+    make_config: ConfigFactory, admin: AdminClient
+) -> None:
+    """Each slot's proofs in a partition of its own: a Kafka node's loss stalls the slots
+    whose partition it led, not every slot. A one-partition topic of an earlier version
+    grows at start."""
+    config = make_config()
+    fences = f"{config.cluster_name}.fences"
+    admin.create_topics([NewTopic(fences, 1, 1)])[fences].result()
+
+    async def scenario() -> None:
+        storage = await KafkaStorage.start(config)
+        await storage.close()
+
+    run(scenario)
+    partitions = admin.list_topics(fences, timeout=10).topics[fences].partitions
+    assert len(partitions) == config.cluster_ownership_slots
+    assert sorted({fence_partition(slot, len(partitions)) for slot in range(16)}) == list(range(16))
 
 
 def test_concurrent_opens_share_one_instance(make_config: ConfigFactory) -> None:

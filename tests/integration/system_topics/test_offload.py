@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -166,11 +167,19 @@ def test_threshold_policy_offloads_and_topic_delete_removes_the_copies(cluster: 
     assert cluster.admin_json("GET", namespace) == -1
     cluster.admin_json("PUT", namespace, b"0")
     assert cluster.admin_json("GET", namespace) == 0
+    # The namespace's offloadDeletionLagMs keeps the Kafka copies (-1: forever) over the
+    # broker's managedLedgerOffloadDeletionLagMs (0) until it is removed.
+    lag = "/admin/v2/namespaces/public/default/offloadDeletionLagMs"
+    cluster.admin_json("PUT", lag, b"-1")
     topic = f"persistent://public/default/thr-{uuid.uuid4().hex[:8]}"
     _publish(cluster, topic, 22)
     ledgers = cluster.ledgers_of(topic)
     closed = ledgers[:4]  # 5 entries per ledger; the current one holds the last 2
     wait_until(lambda: _offloaded(cluster, topic) == closed, 60, "threshold offload")
+    time.sleep(2)
+    assert set(closed) <= cluster.ledger_topics()
+    cluster.admin_json("DELETE", lag)
+    cluster.admin_json("PUT", namespace, b"0")  # the namespace's topics look again
     wait_until(lambda: not (cluster.ledger_topics() & set(closed)), 60, "Kafka copies gone")
     assert [m[0] for m in _read_all(cluster, topic)] == [b"m-%d" % i for i in range(22)]
 

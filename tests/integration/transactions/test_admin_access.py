@@ -31,6 +31,7 @@ from harness.pulsar_tools import (
     write_client_conf,
 )
 from tests.integration.conftest import serve
+from tests.optional_pieces import require
 
 SECRET = secrets.token_bytes(32)
 V3 = "/admin/v3/transactions"
@@ -67,6 +68,7 @@ def printed(outcome: AdminOutcome) -> Any:
 def test_anonymous_reads_transactions_and_only_a_superuser_aborts(
     secured: BrokerProcess, tmp_path: Path
 ) -> None:
+    require("go")
     ensure_go_client()
     ensure_pulsar_tools()
     topic = f"persistent://public/default/txn-access-{uuid.uuid4().hex[:8]}"

@@ -19,6 +19,7 @@ from dedup_broker.backlog.quota import (
     quota_map_json,
 )
 from dedup_broker.config import BrokerConfig
+from dedup_broker.domain import subscription_admin
 from dedup_broker.domain.topic import Topic
 from dedup_broker.domain_base.producer import Producer
 from dedup_broker.protocol import pulsar_api_pb2 as pb
@@ -62,7 +63,7 @@ async def test_topic_over_namespace_over_broker() -> None:
 async def backlogged(broker: MemoryBroker, entries: int) -> tuple[Topic, Producer]:
     """A topic with a subscription that acknowledged nothing of ``entries`` entries."""
     topic = await broker.topic(TOPIC)
-    await topic.create_subscription("slow", None)
+    await subscription_admin.create_subscription(topic, "slow", None)
     producer = Producer(ProducerSide(), 1, "p", user_provided_name=True)
     topic.add_producer(producer)
     for seq in range(entries):

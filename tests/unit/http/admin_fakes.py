@@ -84,7 +84,6 @@ class FakeBroker:
         )
         self.topics: dict[str, FakeTopic] = {}
         self.key_dedup.bind(self.as_directory())
-        self.metrics.watch_topics(lambda: list(self.topics.values()))  # type: ignore[arg-type]
         self.connections: set[object] = set()
         self._partitions: dict[str, int] = {}
         self.policy_applications = 0

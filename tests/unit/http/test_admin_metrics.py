@@ -4,95 +4,89 @@ from __future__ import annotations
 
 import urllib.error
 import urllib.request
-from typing import Any, cast
 
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.parser import text_string_to_metric_families
 
+from dedup_broker.app.metrics_reference import broker_registry
 from dedup_broker.domain.metrics import PUBLISH_LATENCY_BUCKETS
-from dedup_broker.domain.non_persistent.metrics import DropReason
-from dedup_broker.metrics_registry import CONTENT_TYPE, exposition, new_registry
+from dedup_broker.metrics_registry import CONTENT_TYPE, exposition, families_of, new_registry
+from harness.domain_links import new_producer, publish
+from harness.memory_broker import MemoryBroker
 from system_topics.decision import Action, Verdict
 from system_topics.intents import CopyKind
-from system_topics.mark_phase import TwoPhaseLedgerDeleter
 from system_topics.worker_metrics import WorkerMetrics, serve_metrics
 from tests.metric_names import (
     BROKER_FAMILIES,
+    TRANSACTION_FAMILIES,
     WORKER_FAMILIES,
     exposed_families,
-    label_names,
     sample_names,
 )
-from tests.unit.http.admin_fakes import FakeBroker
 
 
-def broker_text(broker: FakeBroker) -> str:
-    return exposition(broker.registry).decode()
+def broker_text(broker: MemoryBroker) -> str:
+    return exposition(broker.broker.metrics.registry).decode()
 
 
 def test_broker_exposes_todays_names_types_and_labels() -> None:
-    broker = FakeBroker()
-    deleter = TwoPhaseLedgerDeleter(cast(Any, None), cast(Any, None))
-    deleter.register_metrics(broker.registry)
-    broker.metrics.dedup_verdicts.labels(verdict="Dup").inc()
-    broker.key_dedup.metrics._tracked.labels(scope="s").set(2)
-    broker.metrics.non_persistent.dropped(DropReason.NO_PERMITS, 1)
-    deleter.sent.labels(type="ledger").inc()
-    text = broker_text(broker)
-    assert sorted(exposed_families(text)) == sorted(
-        (name, kind) for name, kind, _ in BROKER_FAMILIES
-    )
-    labels = label_names(text)
-    for name, kind, expected in BROKER_FAMILIES:
-        parsed = name.removesuffix("_total") if kind == "counter" else name
-        assert labels.get(parsed, set()) == set(expected), name
+    registry = broker_registry()
+    expected = [*BROKER_FAMILIES, *TRANSACTION_FAMILIES]
+    described = {(f.name, f.kind, f.labels) for f in families_of(registry)}
+    assert described == set(expected)
+    text = exposition(registry).decode()
+    assert sorted(exposed_families(text)) == sorted((name, kind) for name, kind, _ in expected)
     assert not any(name.endswith("_created") for name in sample_names(text))
 
 
-def test_counters_gauges_and_histograms_update() -> None:
-    broker = FakeBroker()
-    metrics = broker.metrics
-    broker.session_metrics.connections_opened.inc()
-    broker.session_metrics.producers.inc(2)
-    broker.session_metrics.producers.dec()
-    metrics.record_publish(messages=3, size=100, seconds=0.003)
-    broker.add_topic("persistent://public/default/a")
+async def test_counters_gauges_and_histograms_update() -> None:
+    broker = MemoryBroker()
+    client = await broker.client()
+    topic = await broker.topic("persistent://public/default/a")
+    producer = new_producer("p")
+    topic.add_producer(producer)
+    for sequence in range(3):
+        await publish(topic, producer, sequence)
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for f in text_string_to_metric_families(broker_text(broker))
         for s in f.samples
     }
-    assert samples[("pulsar_connection_created_total_count", ())] == 1
-    assert samples[("pulsar_producers_count", ())] == 1
-    assert samples[("pulsar_in_messages_total", ())] == 3
-    assert samples[("pulsar_in_bytes_total", ())] == 100
-    assert samples[("pulsar_topics_count", ())] == 1  # read when scraped
+    assert samples[("pulsar_connection_created_total", ())] == 1
+    assert samples[("pulsar_active_connections", ())] == 1
+    labels = (
+        ("cluster", "standalone"),
+        ("namespace", "public/default"),
+        ("topic", "persistent://public/default/a"),
+    )
+    assert samples[("pulsar_producers_count", labels)] == 1  # read when scraped
+    assert samples[("pulsar_in_messages_total", labels)] == 3
+    assert samples[("pulsar_topics_count", labels[:2])] == 1
     latency = "pulsar_broker_publish_latency_seconds"
-    assert samples[(latency + "_count", ())] == 1
-    assert samples[(latency + "_sum", ())] == 0.003
+    assert samples[(latency + "_count", ())] == 3
     buckets = {
         float(dict(labels)["le"]): value
         for (name, labels), value in samples.items()
         if name == latency + "_bucket"
     }
     assert sorted(buckets) == [*PUBLISH_LATENCY_BUCKETS, float("inf")]
-    assert buckets[0.002] == 0 and buckets[0.005] == 1
+    client.disconnect()
 
 
-def test_every_broker_has_its_own_registry() -> None:
-    first, second = FakeBroker(), FakeBroker()
-    first.metrics.msgs_in.inc(5)
-    assert first.registry is not second.registry
-    values = [
+async def test_every_broker_has_its_own_registry() -> None:
+    first, second = MemoryBroker(), MemoryBroker()
+    first.broker.metrics.publish_latency.observe(0.1)
+    assert first.broker.metrics.registry is not second.broker.metrics.registry
+    counts = [
         next(
             s.value
             for f in text_string_to_metric_families(broker_text(broker))
             for s in f.samples
-            if s.name == "pulsar_in_messages_total"
+            if s.name == "pulsar_broker_publish_latency_seconds_count"
         )
         for broker in (first, second)
     ]
-    assert values == [5, 0]
+    assert counts == [1, 0]
 
 
 def test_exposition_has_no_created_series_and_the_text_content_type() -> None:

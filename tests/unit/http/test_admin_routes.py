@@ -53,7 +53,7 @@ def test_health_and_metrics() -> None:
         assert response.status == 200
         assert response.headers["Content-Type"] == CONTENT_TYPE
         families = {f.name: f for f in text_string_to_metric_families(await response.text())}
-        assert families["pulsar_topics_count"].samples[0].value == 1
+        assert families["pulsar_active_connections"].samples[0].value == 0
 
     with_client(broker, check)
 

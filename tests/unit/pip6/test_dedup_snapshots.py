@@ -221,6 +221,8 @@ async def test_stats() -> None:
         "entriesSinceSnapshot": 0,
         "snapshotIntervalSeconds": 120,
         "lastRecoveryMillis": 0,
+        "snapshotsTaken": 0,
+        "snapshotFailures": 0,
     }
     await dedup.enable()
     recovery_ms = dedup.stats()["lastRecoveryMillis"]
@@ -237,6 +239,8 @@ async def test_stats() -> None:
         "entriesSinceSnapshot": 2,
         "snapshotIntervalSeconds": 120,
         "lastRecoveryMillis": recovery_ms,
+        "snapshotsTaken": 0,  # taken in the background only
+        "snapshotFailures": 0,
     }
     before = int(time.time() * 1000)
     await dedup.take_snapshot()
@@ -251,6 +255,8 @@ async def test_stats() -> None:
         "entriesSinceSnapshot": 0,
         "snapshotIntervalSeconds": 120,
         "lastRecoveryMillis": recovery_ms,
+        "snapshotsTaken": 0,  # taken in the background only
+        "snapshotFailures": 0,
     }
 
 

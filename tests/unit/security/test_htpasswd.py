@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from dedup_broker.errors import ConfigError
@@ -13,6 +17,7 @@ from dedup_broker.security.htpasswd import (
     password_matches,
     scheme_of,
 )
+from tests.integration.compat.secured_standalone import BASIC_USERS, write_htpasswd
 
 # Written by Apache's htpasswd 2.4 (htpasswd -nbm / -nbd / -nbB user password).
 WRITTEN_BY_HTPASSWD = [
@@ -55,3 +60,38 @@ def test_a_file_with_every_scheme_reads() -> None:
 def test_unknown_formats_stop_the_broker(line: str) -> None:
     with pytest.raises(ConfigError, match="line 1"):
         parse_htpasswd(line)
+
+
+HTPASSWD = shutil.which("htpasswd")
+needs_htpasswd = pytest.mark.skipif(
+    HTPASSWD is None, reason="Apache's htpasswd (apache2-utils) is not installed"
+)
+
+
+@needs_htpasswd
+@pytest.mark.parametrize("password", ["carol-secret", "", "ünïcødé and spaces, 30+ bytes long"])
+def test_apr1_matches_the_installed_htpasswd(password: str) -> None:
+    """Where the real binary is installed, its fresh hashes are reproduced from their salt."""
+    assert HTPASSWD is not None
+    line = subprocess.run(
+        [HTPASSWD, "-nbm", "user", password], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    hashed = line.split(":", 1)[1]
+    salt = hashed.removeprefix("$apr1$").split("$")[0]
+    assert apr1_crypt(password.encode(), salt) == hashed
+    assert password_matches(password.encode(), hashed)
+
+
+@needs_htpasswd
+def test_the_secured_setups_file_passes_htpasswd_verify(tmp_path: Path) -> None:
+    """The file the secured-setup tests write (no binary needed) is one the real
+    ``htpasswd -v`` accepts, user by user."""
+    assert HTPASSWD is not None
+    path = tmp_path / ".htpasswd"
+    write_htpasswd(path)
+    for user, password in BASIC_USERS.items():
+        subprocess.run([HTPASSWD, "-vb", str(path), user, password], check=True)
+        wrong = subprocess.run(
+            [HTPASSWD, "-vb", str(path), user, password + "x"], capture_output=True, check=False
+        )
+        assert wrong.returncode != 0

@@ -1,0 +1,40 @@
+"""The configuration of a development Kafka cluster's nodes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dedup_broker.devservers.kafka import server_properties
+from dedup_broker.devservers.kafka_cluster import NativeKafkaCluster, replicated_properties
+
+
+def test_nodes_share_one_quorum_and_are_replicated_as_in_production(tmp_path: Path) -> None:
+    cluster = NativeKafkaCluster(
+        tmp_path, nodes=3, ports=[9192, 9194, 9196], controller_ports=[9193, 9195, 9197]
+    )
+    assert cluster.bootstrap_servers == "127.0.0.1:9192,127.0.0.1:9194,127.0.0.1:9196"
+    node = cluster.node(2)
+    props = server_properties(
+        node.port,
+        node.controller_port,
+        node.log_dir,
+        node.extra_properties,
+        node_id=node.node_id,
+        quorum_voters=node.quorum_voters,
+    )
+    assert props["node.id"] == "2"
+    assert props["controller.quorum.voters"] == (
+        "1@127.0.0.1:9193,2@127.0.0.1:9195,3@127.0.0.1:9197"
+    )
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:9194,CONTROLLER://127.0.0.1:9195"
+    assert props["default.replication.factor"] == "3"
+    assert props["min.insync.replicas"] == "2"
+    assert props["transaction.state.log.min.isr"] == "2"
+    assert props["unclean.leader.election.enable"] == "false"
+    assert node.log_dir == tmp_path / "node-2" / "data"
+
+
+def test_a_smaller_cluster_keeps_one_replica_spare() -> None:
+    assert replicated_properties(2)["default.replication.factor"] == "2"
+    assert replicated_properties(2)["min.insync.replicas"] == "1"
+    assert replicated_properties(5)["default.replication.factor"] == "3"
