@@ -33,7 +33,8 @@ JVM_OPTIONS = ("-XX:+UseG1GC", "-XX:G1HeapRegionSize=16M")
 here: with a small heap G1's regions are 1 MiB, and every object of half a region or more
 (a produce request carrying a ledger's batches of several hundred KiB) is allocated
 "humongous", straight into the old generation, which starts concurrent marking cycles
-over and over (docs/benchmarks.md, "Kafka's garbage collector behind the broker")."""
+over and over (`git show 6305f93:docs/benchmarks.md`, "Kafka's garbage collector behind
+the broker")."""
 STORAGE_TOOL = "kafka.tools.StorageTool"
 
 _log = logging.getLogger(__name__)

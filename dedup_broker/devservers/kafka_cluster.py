@@ -88,6 +88,7 @@ class NativeKafkaCluster:
             f"{node_id}@127.0.0.1:{port}" for node_id, port in enumerate(quorum_ports, start=1)
         )
         settings = {**replicated_properties(nodes), **(extra_properties or {})}
+        cluster_id = self._cluster_id()
         self.nodes = [
             NativeKafka(
                 self.data_dir / f"node-{node_id}",
@@ -99,7 +100,7 @@ class NativeKafkaCluster:
                 extra_properties=settings,
                 node_id=node_id,
                 quorum_voters=voters,
-                cluster_id=self._cluster_id(),
+                cluster_id=cluster_id,
             )
             for node_id in range(1, nodes + 1)
         ]
