@@ -35,6 +35,7 @@ from examples.demo.results import (
     quiet_client_logger,
     results_summary,
 )
+from examples.demo.stream_job import write_input_files
 from harness.broker_process import BrokerProcess
 
 FILES = 6
@@ -145,16 +146,15 @@ class Pipeline:
 
     # --- input ----------------------------------------------------------------------
     def _write_input(self) -> list[str]:
-        self.input_dir.mkdir()
-        lines: list[str] = []
-        for index in range(FILES):
-            chunk = [
+        chunks = [
+            [
                 json.dumps({"id": i, "user": f"user-{i % 50}", "amount": (i * 37) % 1000 / 10})
                 for i in range(index * self.per_file, min(self.total, (index + 1) * self.per_file))
             ]
-            (self.input_dir / f"events-{index:03d}.json").write_text("\n".join(chunk) + "\n")
-            lines.extend(chunk)
-        return lines
+            for index in range(FILES)
+        ]
+        write_input_files(self.input_dir, "events-{:03d}.json", chunks)
+        return [line for chunk in chunks for line in chunk]
 
     # --- Spark ----------------------------------------------------------------------
     def _spark_command(self) -> list[str]:

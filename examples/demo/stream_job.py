@@ -29,6 +29,21 @@ from connectors.spark_cluster import spark_session
 PAUSE_SECONDS = 600.0
 
 
+def write_input_files(directory: Path, name: str, chunks: list[list[str]]) -> None:
+    """Each chunk as one JSON-lines file ``name.format(index)``, in that order.
+
+    The query reads the oldest file first, and files written within one tick of the
+    file system's clock would be read in any order: each file gets a modification time
+    one second after the one before.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    first = time.time() - len(chunks)
+    for index, chunk in enumerate(chunks):
+        path = directory / name.format(index)
+        path.write_text("\n".join(chunk) + "\n")
+        os.utime(path, (first + index, first + index))
+
+
 def _paused_value(pause_at: int, flag: str) -> Any:
     """Identity on the line; blocks at the row whose id is ``pause_at`` while ``flag`` exists."""
     from pyspark.sql import functions as f

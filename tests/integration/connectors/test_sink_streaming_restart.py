@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from examples.demo.stream_job import write_input_files
 from harness.broker_process import BrokerProcess
 from tests.integration.connectors.sink_fixtures import stable_count, stored_values
 
@@ -30,15 +31,15 @@ RUN_TIMEOUT = 300.0
 
 
 def _write_input(directory: Path) -> list[str]:
-    directory.mkdir()
-    lines = []
-    for file_index in range(FILES):
-        chunk = []
-        for i in range(file_index * ROWS_PER_FILE, (file_index + 1) * ROWS_PER_FILE):
-            chunk.append(json.dumps({"id": i, "user": f"u{i % 17}", "note": "n" * 180}))
-        (directory / f"part-{file_index:03d}.json").write_text("\n".join(chunk) + "\n")
-        lines.extend(chunk)
-    return lines
+    chunks = [
+        [
+            json.dumps({"id": i, "user": f"u{i % 17}", "note": "n" * 180})
+            for i in range(first, first + ROWS_PER_FILE)
+        ]
+        for first in range(0, FILES * ROWS_PER_FILE, ROWS_PER_FILE)
+    ]
+    write_input_files(directory, "part-{:03d}.json", chunks)
+    return [line for chunk in chunks for line in chunk]
 
 
 def test_streaming_query_killed_mid_batch_and_restarted_stores_each_row_once(

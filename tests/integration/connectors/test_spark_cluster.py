@@ -34,6 +34,7 @@ import pytest
 
 from connectors.spark_cluster import SparkStandaloneCluster
 from dedup_broker.devservers.process import pid_alive, wait_until
+from examples.demo.stream_job import write_input_files
 from harness.admin_http import http_request
 from harness.broker_process import BrokerProcess
 from tests.integration.connectors.sink_fixtures import stored_messages, stored_values
@@ -195,14 +196,12 @@ def _count(broker: BrokerProcess, topic: str) -> int:
 
 def _write_input(directory: Path) -> list[str]:
     """``FILES`` JSON-lines files (the query reads one per micro-batch); every line."""
-    directory.mkdir()
-    lines = []
-    for file_index in range(FILES):
-        ids = range(file_index * ROWS_PER_FILE, (file_index + 1) * ROWS_PER_FILE)
-        chunk = [json.dumps({"id": i, "user": f"u{i % 17}"}) for i in ids]
-        (directory / f"part-{file_index:03d}.json").write_text("\n".join(chunk) + "\n")
-        lines.extend(chunk)
-    return lines
+    chunks = [
+        [json.dumps({"id": i, "user": f"u{i % 17}"}) for i in range(first, first + ROWS_PER_FILE)]
+        for first in range(0, FILES * ROWS_PER_FILE, ROWS_PER_FILE)
+    ]
+    write_input_files(directory, "part-{:03d}.json", chunks)
+    return [line for chunk in chunks for line in chunk]
 
 
 def _fill(service_url: str, topic: str) -> list[str]:
