@@ -15,7 +15,9 @@ Order per key holds through every change:
 
 * Entries to redeliver (a consumer left, nack, redeliver-unacknowledged) wait in the
   subscription's replay set and go first; a newer entry of a key that still has one
-  waiting is held back in the replay set too, behind it.
+  waiting is held back in the replay set too, behind it. A round's choices are checked
+  again after its last read: a consumer may have left while it read, and what it held
+  is then waiting (``KeySharedRouting._recheck``).
 * A consumer that joins while earlier entries are unacknowledged is *recently joined*
   (Pulsar's classic rule): it gets entries before the read position at which it joined,
   but nothing from that position on until everything before it is acknowledged, since
@@ -203,12 +205,13 @@ class KeySharedRouting(Generic[C]):
             messages = entry_key(entry).messages
             room[consumer] -= messages
             result.deliveries.append((consumer, entry, messages))
-        blocked.update(self.hashes.get(p, -1) for p in replay)
         wanted = budget - len(result.deliveries)
         if wanted <= 0 or len(replay) >= LOOK_AHEAD_LIMIT or not cursor.has_more_entries():
-            result.progressed = result.progressed or bool(result.deliveries)
-            return result
-        for entry in await cursor.read_entries(wanted):
+            return self._recheck(result, consumers, replay)
+        entries = await cursor.read_entries(wanted)
+        # Taken after the read: a consumer that left meanwhile gave back what it held.
+        blocked.update(self.hashes.get(p, -1) for p in replay)
+        for entry in entries:
             result.progressed = True
             if hold(entry):  # delayed delivery: back when due, through ``replay``
                 continue
@@ -221,6 +224,43 @@ class KeySharedRouting(Generic[C]):
                 continue
             room[consumer] -= key.messages
             result.deliveries.append((consumer, entry, key.messages))
+        return self._recheck(result, consumers, replay)
+
+    def _recheck(
+        self, result: KeySharedRound[C], consumers: Sequence[C], replay: set[Position]
+    ) -> KeySharedRound[C]:
+        """The round's choices checked again once its last read is done (nothing can change
+        between here and the send). While it read, a consumer may have left: what it held
+        is now in ``replay``, and its keys have other owners. An entry chosen for a consumer
+        that left, or of a key with an older entry in ``replay``, goes back to ``replay``,
+        behind it, so that no entry of a key overtakes an older one waiting there.
+        ``result.deliveries`` are in position order (all of ``replay`` precedes what the
+        cursor reads)."""
+        if result.deliveries:
+            live = set(consumers)
+            oldest: dict[int, Position] = {}
+            for position in replay:
+                slot = self.hashes.get(position)
+                if slot is not None and (slot not in oldest or position < oldest[slot]):
+                    oldest[slot] = position
+            kept: list[tuple[C, Entry, int]] = []
+            for chosen in result.deliveries:
+                consumer, entry, _ = chosen
+                position = entry.position
+                slot = self.hashes.get(position)
+                if slot is None:
+                    slot = self.hashes[position] = entry_key(entry).hash
+                waiting = oldest.get(slot)
+                if consumer in live and (waiting is None or position < waiting):
+                    kept.append(chosen)
+                    continue
+                replay.add(position)
+                if waiting is None or position < waiting:
+                    oldest[slot] = position
+            if len(kept) < len(result.deliveries):
+                result.progressed = True
+                result.deliveries = kept
+        result.progressed = result.progressed or bool(result.deliveries)
         return result
 
     def _owner(self, slot: int, position: Position, room: dict[C, int]) -> C | None:

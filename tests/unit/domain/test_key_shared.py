@@ -3,7 +3,9 @@ leaving and joining, redelivery, STICKY ranges."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
+from typing import Any
 
 import pytest
 
@@ -263,3 +265,76 @@ async def test_consumer_stats_show_the_key_hash_ranges() -> None:
     assert isinstance(subscriptions, dict)
     (stats,) = subscriptions["sub"]["consumers"]
     assert stats["keyHashRanges"] == ["[0, 150]", "[200, 299]"]
+
+
+class HeldRead:
+    """Holds the next call of ``method`` on ``target`` (a cursor's ``read_entries``, a
+    ledger's ``read_entry``) until ``release()``: consumers come and go meanwhile. Both
+    have slots, so the call is held by a subclass the object is switched to."""
+
+    def __init__(self, target: Any, method: str) -> None:
+        self.started = asyncio.Event()
+        self.gate = asyncio.Event()
+        plain = type(target)
+        held_read = self
+
+        async def held(this: Any, *args: Any) -> Any:
+            held_read.started.set()
+            await held_read.gate.wait()
+            this.__class__ = plain
+            return await getattr(this, method)(*args)
+
+        target.__class__ = type("Held", (plain,), {"__slots__": (), method: held})
+
+    async def release(self) -> None:
+        self.gate.set()
+        await settle()
+
+
+async def owner_and_other(topic: Topic, side: ConsumerSide, key: str) -> tuple[Consumer, Consumer]:
+    """Two consumers; the first returned owns ``key``."""
+    a = await subscribe(topic, side, "a", sub_type=KEY_SHARED)
+    b = await subscribe(topic, side, "b", sub_type=KEY_SHARED)
+    owner = a.subscription.consumer_for_key(key.encode())
+    assert owner is not None
+    return (a, b) if owner is a else (b, a)
+
+
+async def test_a_read_in_flight_when_the_owner_leaves_goes_after_its_unacked_entries() -> None:
+    """The owner of a key leaves while newer entries of the key are being read: what it
+    held unacknowledged goes to the next owner first, then the entries just read."""
+    topic = await keyed_topic(["k"] * 5)
+    side = ConsumerSide()
+    owner, other = await owner_and_other(topic, side, "k")
+    subscription = owner.subscription
+    subscription.on_flow(other, 100)
+    subscription.on_flow(owner, 5)
+    await settle()
+    assert side.take() == [(owner.name, at(i), 0) for i in range(5)]
+    held = HeldRead(subscription.cursor, "read_entries")
+    await add_keys(topic, ["k"] * 5)
+    await asyncio.wait_for(held.started.wait(), 5)
+    topic.consumer_closed(owner)
+    await held.release()
+    assert side.take() == [(other.name, at(i), 1 if i < 5 else 0) for i in range(10)]
+
+
+async def test_a_redelivery_round_when_the_owner_leaves_keeps_the_keys_order() -> None:
+    """The owner of a key leaves while a round is reading the first of the key's entries
+    to redeliver to it: none of the later ones overtakes it at the next owner."""
+    topic = await keyed_topic(["k"] * 5)
+    side = ConsumerSide()
+    owner, other = await owner_and_other(topic, side, "k")
+    subscription = owner.subscription
+    subscription.on_flow(other, 100)
+    subscription.on_flow(owner, 5)
+    await settle()
+    assert len(side.take()) == 5
+    subscription.on_redeliver(owner, None)  # no permits left: they wait in the replay set
+    await settle()
+    held = HeldRead(subscription.ledger, "read_entry")
+    subscription.on_flow(owner, 5)
+    await asyncio.wait_for(held.started.wait(), 5)
+    topic.consumer_closed(owner)
+    await held.release()
+    assert side.take() == [(other.name, at(i), 1) for i in range(5)]
