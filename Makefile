@@ -34,8 +34,10 @@ bare-check:
 	bash .ci/bare-check
 
 ## The test suite: unit tests, then integration and chaos tests on real Kafka and Redis.
+## Test files run on TEST_WORKERS processes (most tests wait on servers, not on the CPU);
+## TEST_WORKERS=0 runs them one after another.
 test: preflight-test $(STAMP)
-	$(PY) -m pytest -q --durations=25 tests
+	$(PY) -m pytest -q --durations=25 -n $${TEST_WORKERS:-3} --dist loadfile tests
 
 test-unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
@@ -45,13 +47,17 @@ test-unit: $(STAMP)
 verify: $(STAMP)
 	$(PY) -m verify --profile $${VERIFY_PROFILE:-short}
 
-## The checker's long profile (2 hours), many more kill -9 cycles of the cluster chaos
-## test, the zombie test repeated, and transactions through 30 broker kills.
+## The checker's long profile (2 hours) and a run with Kafka nodes' disks filling up
+## (root: tmpfs disks), many more kill -9 cycles of the cluster chaos
+## test, the zombie test, the Kafka node loss and the Redis failovers repeated, and
+## transactions through 30 broker kills.
 soak: $(STAMP)
 	$(PY) -m verify --profile long
+	$(PY) -m verify --profile long --minutes 20 --faults kafka-disk-full,kafka-node-kill-9,kill-9
 	CLUSTER_CHAOS_CYCLES=$${CLUSTER_CHAOS_CYCLES:-200} $(PY) -m pytest -q -s tests/chaos/test_cluster_chaos.py
 	for i in 1 2 3 4 5; do $(PY) -m pytest -q tests/integration/cluster/test_zombie.py || exit 1; done
 	for i in 1 2 3 4 5 6 7 8 9 10; do $(PY) -m pytest -q tests/chaos/test_kafka_node_loss.py || exit 1; done
+	for i in 1 2 3 4 5 6 7 8 9 10; do $(PY) -m pytest -q tests/chaos/test_redis_failover.py || exit 1; done
 	SPARK_CLUSTER_ALL=1 $(PY) -m pytest -q tests/integration/connectors/test_spark_cluster.py
 	TXN_CHAOS_INPUTS=$${TXN_CHAOS_INPUTS:-50000} TXN_CHAOS_KILLS=$${TXN_CHAOS_KILLS:-30} $(PY) -m pytest -q -s -o timeout=7200 tests/chaos/test_transactions_chaos.py
 

@@ -222,6 +222,10 @@ class BrokerConfig:
 
     # --- key-window deduplication -------------------------------------------------
     redis_url: str = "redis://localhost:6379/0"
+    """Redis of key-window deduplication: ``redis://host:port/db`` (``rediss://`` over
+    TLS), ``redis+cluster://host:port`` for a Redis Cluster, or
+    ``redis+sentinel://host1:port1,host2:port2/<master-name>[/db]`` for a primary with
+    replicas under Sentinel (followed through failovers; ``rediss+sentinel://``)."""
     redis_cluster_enabled: bool = False
     """Talk to ``redisUrl`` as a Redis Cluster (also implied by a ``redis+cluster://`` URL)."""
     redis_ssl_ca_location: str = ""

@@ -6,6 +6,7 @@ import re
 
 from dedup_broker.config import BrokerConfig, camel_case
 from dedup_broker.errors import ConfigError
+from dedup_broker.redis_url import RedisUrlError, check_redis_url, is_sentinel_url
 
 
 def check(config: BrokerConfig) -> None:
@@ -65,6 +66,15 @@ def check(config: BrokerConfig) -> None:
     ):
         raise ConfigError(
             "kafkaSecurityProtocol SASL_* needs kafkaSaslMechanism and kafkaSaslUsername"
+        )
+    try:
+        check_redis_url(config.redis_url)
+    except RedisUrlError as exc:
+        raise ConfigError(f"redisUrl: {exc}") from None
+    if config.redis_cluster_enabled and is_sentinel_url(config.redis_url):
+        raise ConfigError(
+            "redisClusterEnabled and a redis+sentinel:// redisUrl exclude each other: "
+            "a Redis Cluster fails over by itself, without Sentinel"
         )
     if config.redis_connection() and not config.redis_url.startswith(("rediss://", "rediss+")):
         raise ConfigError(

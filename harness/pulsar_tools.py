@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 
 from dedup_broker.devservers.distribution import cache_root, ensure_resolved, find_java
+from dedup_broker.devservers.fetch import locked
 from dedup_broker.devservers.pieces import java_compiler
 from dedup_broker.errors import DevServerError
 
@@ -100,6 +101,16 @@ def compile_driver(home: Path, source_name: str, class_name: str) -> Path:
     compiled = classes.joinpath(*class_name.split(".")).with_suffix(".class")
     if compiled.is_file() and stamp.is_file() and stamp.read_bytes() == source:
         return classes
+    # Test processes running side by side compile one at a time, never over each other.
+    with locked(home / f"{source_name}.lock"):
+        if compiled.is_file() and stamp.is_file() and stamp.read_bytes() == source:
+            return classes
+        _compile(home, source_name, source)
+    return classes
+
+
+def _compile(home: Path, source_name: str, source: bytes) -> None:
+    classes = home / "classes"
     source_path = home / "src" / source_name
     source_path.parent.mkdir(parents=True, exist_ok=True)
     source_path.write_bytes(source)
@@ -115,8 +126,7 @@ def compile_driver(home: Path, source_name: str, class_name: str) -> Path:
             f"{'javac' if len(compiler) == 1 else 'the Eclipse compiler'} failed to compile "
             f"{source_path}:\n{result.stdout}{result.stderr}"
         )
-    stamp.write_bytes(source)
-    return classes
+    (home / source_name).write_bytes(source)
 
 
 def _compiled_batch_driver(home: Path) -> Path:

@@ -1,6 +1,7 @@
 """The servers of a run, all started here and stopped by pid: a 3-node Kafka (replicated
 as in production) whose nodes the run may kill, freeze and restart, a Redis it may
-restart, and a cluster of brokers on them; plus the admin calls the run makes."""
+restart (a primary with two replicas under three Sentinels when the profile fails Redis
+over), and a cluster of brokers on them; plus the admin calls the run makes."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import pulsar
 
 from dedup_broker.devservers.kafka_cluster import NativeKafkaCluster
 from dedup_broker.devservers.redis import NativeRedis
+from dedup_broker.devservers.redis_sentinel import NativeRedisSentinel
 from harness.broker_process import BrokerProcess
 from harness.cluster_processes import ClusterProcesses
 from verify.profiles import Profile
@@ -29,6 +31,13 @@ log = logging.getLogger(__name__)
 
 MAX_MESSAGE_SIZE = 256 * 1024
 """Small, so that chunked messages have several chunks without huge payloads."""
+REDIS_FAILOVER = "redis-failover"
+KAFKA_DISK_FULL = "kafka-disk-full"
+NODE_DISK = "16g"
+"""Each Kafka node's tmpfs when a node's disk is to fill up: room for a long run's data
+(memory holds only what is stored); the fault shrinks it to what is used."""
+SENTINEL_DOWN_AFTER_MS = 3000
+"""Longer than a ``redis-restart``'s 1 s stop, so that a restart is no failover."""
 
 
 def broker_settings(profile: Profile, redis_url: str) -> dict[str, Any]:
@@ -60,9 +69,22 @@ class Servers:
     def __init__(self, run_dir: Path, profile: Profile, brokers: int = 3) -> None:
         self.run_dir = run_dir
         self.kafka = NativeKafkaCluster(
-            run_dir / "kafka", nodes=3, heap="512m", startup_timeout=180
+            run_dir / "kafka",
+            nodes=3,
+            heap="512m",
+            startup_timeout=180,
+            disk_size=NODE_DISK if _fills_disks(profile) else None,
         )
         self.redis = NativeRedis(run_dir / "redis")
+        self.sentinel: NativeRedisSentinel | None = None
+        """With a ``redis-failover`` fault: the Redis of the run (``redis`` is unused)."""
+        if not profile.faults or REDIS_FAILOVER in profile.faults:
+            self.sentinel = NativeRedisSentinel(
+                replicas=2,
+                data_dir=run_dir / "redis",
+                down_after_ms=SENTINEL_DOWN_AFTER_MS,
+                failover_timeout_ms=10_000,
+            )
         self.profile = profile
         self.size = brokers
         self.cluster: ClusterProcesses | None = None
@@ -72,12 +94,13 @@ class Servers:
         self.kafka.start()
         if not self.size:
             return
-        self.redis.start()
+        self.redis_up()
+        url = self.redis.url if self.sentinel is None else self.sentinel.url
         self.cluster = ClusterProcesses(
             self.kafka.bootstrap_servers,
             self.run_dir / "brokers",
             size=self.size,
-            settings=broker_settings(self.profile, self.redis.url),
+            settings=broker_settings(self.profile, url),
         )
         self.cluster.start()
 
@@ -88,7 +111,39 @@ class Servers:
         if self.redis.pid is not None:
             _signal(self.redis.pid, signal.SIGCONT)
         self.redis.stop()
+        if self.sentinel is not None:
+            self.sentinel.stop()
         self.kafka.stop()  # frozen nodes are woken first
+        self.kafka.unmount_disks()  # a tmpfs keeps a failed run's Kafka data in memory
+
+    def redis_up(self) -> None:
+        """Redis (every process of the Sentinel group) started if it is not running."""
+        if self.sentinel is not None:
+            self.sentinel.start(timeout=120)
+        elif self.redis.pid is None:
+            self.redis.start()
+
+    def stop_redis_empty(self) -> str:
+        """Redis stopped, to be started again empty (``redis_up`` after a second): one
+        Redis without persistence, or the Sentinel group's primary with its data removed
+        (too short a stop for a failover: its replicas resync from it and are empty too)."""
+        if self.sentinel is None:
+            self.redis.stop()
+            return "redis"
+        primary = self.sentinel.primary()
+        primary.stop()
+        primary.wipe()
+        return f"redis-{primary.port}"
+
+    def fail_over_redis(self) -> str:
+        """kill -9 of the Sentinel group's primary; once a replica is promoted, the killed
+        node comes back as a replica."""
+        assert self.sentinel is not None, "redis-failover needs the Sentinel group"
+        old = self.sentinel.kill_primary()
+        new = self.sentinel.wait_for_failover(old, timeout=60)
+        log.info("Sentinel promoted %d after the kill of %d", new.port, old.port)
+        self.sentinel.start(timeout=120)
+        return f"redis-{old.port}->{new.port}"
 
     def discard_data(self) -> None:
         for node in self.kafka.nodes:
@@ -111,6 +166,16 @@ class Servers:
         assert self.cluster is not None
         running = self.cluster.running()
         return (running[0] if running else self.brokers[0]).http_url
+
+
+def _fills_disks(profile: Profile) -> bool:
+    """A ``kafka-disk-full`` fault needs the nodes' log directories on tmpfs disks,
+    which only root can mount; without root the fault is left out."""
+    wanted = not profile.faults or KAFKA_DISK_FULL in profile.faults
+    if wanted and os.geteuid() != 0:
+        log.warning("%s left out: mounting the nodes' disks needs root", KAFKA_DISK_FULL)
+        return False
+    return wanted
 
 
 def _signal(pid: int, signum: int) -> None:

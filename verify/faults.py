@@ -1,6 +1,6 @@
 """Faults, one at a time, from a thread: brokers killed, frozen, restarted, topics
-unloaded, Kafka nodes killed, frozen or restarted one after another, Redis restarted
-empty."""
+unloaded, Kafka nodes killed, frozen or restarted one after another, a Kafka node's disk full,
+Redis restarted empty, a Sentinel primary killed -9 (a replica promoted)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from enum import Enum
 
+from dedup_broker.devservers.process import wait_until
 from harness.broker_process import BrokerProcess
 from verify.check import Fault
 from verify.environment import Admin, Servers, freeze
@@ -19,6 +20,11 @@ from verify.history import History
 from verify.profiles import Profile
 
 log = logging.getLogger(__name__)
+
+
+DISK_FULL_SECONDS = 60.0
+"""How long a node with a full disk may take to fail a write and stop (a loaded node
+writes within a second)."""
 
 
 class FaultKind(Enum):
@@ -29,7 +35,9 @@ class FaultKind(Enum):
     KAFKA_NODE_KILL = "kafka-node-kill-9"
     KAFKA_PAUSE = "kafka-sigstop"
     KAFKA_ROLLING = "kafka-rolling-restart"
+    KAFKA_DISK_FULL = "kafka-disk-full"
     REDIS_RESTART = "redis-restart"
+    REDIS_FAILOVER = "redis-failover"
 
 
 WEIGHTS = {
@@ -40,7 +48,9 @@ WEIGHTS = {
     FaultKind.KAFKA_NODE_KILL: 2,
     FaultKind.KAFKA_PAUSE: 1,
     FaultKind.KAFKA_ROLLING: 1,
+    FaultKind.KAFKA_DISK_FULL: 1,
     FaultKind.REDIS_RESTART: 1,
+    FaultKind.REDIS_FAILOVER: 1,
 }
 
 
@@ -71,12 +81,18 @@ class Faults:
 
     def _kinds(self) -> list[FaultKind]:
         chosen = self.profile.faults
-        return [k for k in FaultKind if not chosen or k.value in chosen]
+        kinds = [k for k in FaultKind if not chosen or k.value in chosen]
+        if self.servers.kafka.disk_size is None:  # no disks to fill (not root)
+            kinds = [k for k in kinds if k is not FaultKind.KAFKA_DISK_FULL]
+        return kinds
 
     def _run(self) -> None:
         kinds = self._kinds()
         pending = list(kinds)
         self.rng.shuffle(pending)
+        first = [k for k in kinds if k.value in self.profile.first_faults]
+        first.sort(key=lambda k: self.profile.first_faults.index(k.value))
+        pending = first + [k for k in pending if k not in first]
         weights = [WEIGHTS[k] for k in kinds]
         while not self._stop.wait(self.rng.uniform(*self.profile.fault_every)):
             kind = pending.pop(0) if pending else self.rng.choices(kinds, weights=weights)[0]
@@ -123,15 +139,26 @@ class Faults:
                 kafka.kill_node(node)
                 _again(lambda: kafka.start_node(node), f"starting Kafka node {node}")
             return f"kafka-{node}"
+        if kind is FaultKind.KAFKA_DISK_FULL:
+            node = self.rng.randint(1, len(kafka.nodes))
+            kafka.fill_disk(node)
+            stopped = wait_until(lambda: not kafka.node(node).running, DISK_FULL_SECONDS)
+            kafka.free_disk(node)
+            if not stopped:
+                raise RuntimeError(f"Kafka node {node} kept running on a full disk")
+            _again(lambda: kafka.start_node(node), f"starting Kafka node {node}")
+            return f"kafka-{node}"
         if kind is FaultKind.KAFKA_ROLLING:
             for node in range(1, len(kafka.nodes) + 1):
                 kafka.stop_node(node)
                 _again(functools.partial(kafka.start_node, node), f"starting Kafka node {node}")
             return "kafka"
-        self.servers.redis.stop()
+        if kind is FaultKind.REDIS_FAILOVER:
+            return self.servers.fail_over_redis()
+        target = self.servers.stop_redis_empty()
         time.sleep(1.0)
-        _again(self.servers.redis.start, "starting Redis")
-        return "redis"
+        _again(self.servers.redis_up, "starting Redis")
+        return target
 
 
 def _bring_up(broker: BrokerProcess) -> None:

@@ -226,8 +226,7 @@ def _rss_mb(pid: int | None) -> int:
 def _all_servers_up(servers: Servers) -> None:
     """Whatever a fault left stopped (a failed restart) is started again."""
     servers.kafka.start()  # the nodes not running
-    if servers.redis.pid is None:
-        servers.redis.start()
+    servers.redis_up()
     for broker in servers.brokers:
         if broker.process is None or broker.process.poll() is not None:
             broker.start(timeout=120)

@@ -68,8 +68,6 @@ MEANINGS: dict[str, str] = {
     "producer sequence ids.",
     "broker_deduplication_snapshot_interval_seconds": "Time between those snapshots.",
     "broker_deduplication_max_number_of_producers": "Producers whose sequence ids a topic keeps.",
-    "redis_url": "Redis of key-window deduplication (``redis://``, ``rediss://``, "
-    "``redis+cluster://``).",
     "redis_ssl_key_location": "Private key (PEM) of ``redisSslCertificateLocation``.",
     "key_deduplication_window": "How long a key is remembered (``30s``, ``5m``, ``1h``, ...).",
     "key_deduplication_redis_timeout_seconds": "Bound of one Redis call.",

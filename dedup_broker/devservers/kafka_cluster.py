@@ -3,7 +3,10 @@
 Set up as production clusters are (docs/deployment.md): every topic replicated to three
 nodes, two in sync before a write is acknowledged, no unclean leader election. Node
 faults are the point of it: one node can be killed, frozen or restarted while the others
-serve, and ``leader_of`` says which node a partition's writes wait for.
+serve, and ``leader_of`` says which node a partition's writes wait for. With
+``disk_size`` each node keeps its log on a tmpfs of that size (mounting needs root; it
+holds in memory only what is stored), so that one node's disk can fill up
+(``fill_disk``).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
@@ -23,6 +27,8 @@ from dedup_broker.devservers.kafka import NativeKafka, random_cluster_id
 from dedup_broker.errors import DevServerError
 
 DEFAULT_NODES = 3
+FULL_MARGIN = 64 * 1024
+"""Bytes a full disk still has: less than one batch of Kafka's writes."""
 
 
 def replicated_properties(nodes: int) -> dict[str, str]:
@@ -66,7 +72,10 @@ class NativeKafkaCluster:
         startup_timeout: float = 90.0,
         detached: bool = False,
         extra_properties: Mapping[str, str] | None = None,
+        disk_size: str | None = None,
     ) -> None:
+        """``disk_size`` (``512m``, ``2g``): each node's log directory is a tmpfs of that
+        size, mounted at ``start()`` and unmounted by ``close()`` (root only)."""
         if nodes < 1:
             raise DevServerError(f"a Kafka cluster needs at least one node, not {nodes}")
         self._owns_dir = data_dir is None
@@ -88,6 +97,11 @@ class NativeKafkaCluster:
             f"{node_id}@127.0.0.1:{port}" for node_id, port in enumerate(quorum_ports, start=1)
         )
         settings = {**replicated_properties(nodes), **(extra_properties or {})}
+        if disk_size is not None and os.geteuid() != 0:
+            raise DevServerError(
+                f"a node disk of {disk_size} is a tmpfs mount, and mounting needs root"
+            )
+        self.disk_size = disk_size
         cluster_id = self._cluster_id()
         self.nodes = [
             NativeKafka(
@@ -144,6 +158,9 @@ class NativeKafkaCluster:
         stopped = [node for node in self.nodes if not node.running]
         if not stopped:
             return
+        if self.disk_size is not None:
+            for node in stopped:
+                self._mount_disk(node)
         if self._cluster_id() is None:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             home = distribution.ensure_kafka(self.nodes[0].version)
@@ -194,6 +211,44 @@ class NativeKafkaCluster:
             raise DevServerError(f"Kafka node {node_id} is not running")
         os.kill(pid, signum)
 
+    # --- a node's disk -----------------------------------------------------------------
+    def _mount_disk(self, node: NativeKafka) -> None:
+        if os.path.ismount(node.log_dir):
+            return
+        node.log_dir.mkdir(parents=True, exist_ok=True)
+        _run(
+            "mount",
+            "-t",
+            "tmpfs",
+            "-o",
+            f"size={self.disk_size},mode=0700",
+            "tmpfs",
+            str(node.log_dir),
+        )
+
+    def fill_disk(self, node_id: int) -> int:
+        """Leave node ``node_id``'s disk (its tmpfs) almost no room: it shrinks to what
+        is used plus ``FULL_MARGIN``; the bytes used. Kafka then fails a write to that
+        log directory within moments, takes the directory offline and, the cluster
+        metadata being kept there too, stops."""
+        log_dir = self.node(node_id).log_dir
+        if self.disk_size is None or not os.path.ismount(log_dir):
+            raise DevServerError("only a cluster started with disk_size has disks to fill")
+        stats = os.statvfs(log_dir)
+        used = (stats.f_blocks - stats.f_bfree) * stats.f_frsize
+        _run("mount", "-o", f"remount,size={used + FULL_MARGIN}", str(log_dir))
+        return used
+
+    def free_disk(self, node_id: int) -> None:
+        """Give node ``node_id``'s disk its size back (start the node again if it stopped)."""
+        _run("mount", "-o", f"remount,size={self.disk_size}", str(self.node(node_id).log_dir))
+
+    def unmount_disks(self) -> None:
+        """Unmount the nodes' tmpfs disks (their data goes with them); nodes stopped first."""
+        for node in self.nodes:
+            if os.path.ismount(node.log_dir):
+                _run("umount", "--lazy", str(node.log_dir))
+
     def kill(self) -> None:
         """SIGKILL every node."""
         for node in self.nodes:
@@ -212,8 +267,10 @@ class NativeKafkaCluster:
             thread.join()
 
     def close(self) -> None:
-        """Stop, and remove the data directory if this object created it."""
+        """Stop, unmount the nodes' disks, and remove the data directory if this object
+        created it (a tmpfs disk's data goes with its mount)."""
         self.stop()
+        self.unmount_disks()
         if self._owns_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
@@ -235,3 +292,9 @@ class NativeKafkaCluster:
             for node in self.nodes
         )
         return f"NativeKafkaCluster({self.bootstrap_servers}, {states})"
+
+
+def _run(*argv: str) -> None:
+    result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise DevServerError(f"{' '.join(argv)} failed: {result.stderr.strip()}")

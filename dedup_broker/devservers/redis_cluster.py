@@ -1,9 +1,10 @@
 """A Redis Cluster on 127.0.0.1 from the system's ``redis-server`` and ``redis-cli``.
 
 Several ``redis-server --cluster-enabled yes`` nodes, each in its own directory, joined
-by ``redis-cli --cluster create`` (masters only, no replicas: enough to show that a
-client follows slots across nodes). For tests and development of the Redis Cluster path
-of key-window deduplication.
+by ``redis-cli --cluster create``: masters only by default (enough to show that a
+client follows slots across nodes), or with ``replicas`` replicas each, which the cluster
+promotes when their master dies (``kill_primary``). For tests and development of the
+Redis Cluster path of key-window deduplication.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from dedup_broker.devservers import pieces, process
 from dedup_broker.devservers.redis import NativeRedis
@@ -20,6 +22,8 @@ from dedup_broker.errors import DevServerError
 
 
 class _ClusterNode(NativeRedis):
+    node_timeout_ms = 5000
+
     def argv(self, executable: str) -> list[str]:
         return [
             *super().argv(executable),
@@ -28,7 +32,12 @@ class _ClusterNode(NativeRedis):
             "--cluster-config-file",
             str(self.data_dir / "nodes.conf"),
             "--cluster-node-timeout",
-            "5000",
+            str(self.node_timeout_ms),
+            # A replica fails over however long it was cut off from its master (on a
+            # busy machine a replica may lag past the default validity): tests kill
+            # masters to see a replica take over, never to see the cluster give up.
+            "--cluster-replica-validity-factor",
+            "0",
         ]
 
 
@@ -50,15 +59,32 @@ def _cluster_ports(count: int) -> list[int]:
 
 
 class NativeRedisCluster:
-    """``nodes`` masters (at least 3, Redis Cluster's minimum) on free loopback ports."""
+    """``nodes`` masters (at least 3, Redis Cluster's minimum) on free loopback ports, each
+    with ``replicas`` replicas (persistent then: appendonly, fsync always)."""
 
-    def __init__(self, nodes: int = 3, data_dir: Path | str | None = None) -> None:
+    def __init__(
+        self,
+        nodes: int = 3,
+        data_dir: Path | str | None = None,
+        *,
+        replicas: int = 0,
+        node_timeout_ms: int = 5000,
+    ) -> None:
+        """``node_timeout_ms``: how long a silent node takes to be failed over."""
         if nodes < 3:
             raise DevServerError("a Redis Cluster needs at least 3 masters")
+        if replicas < 0:
+            raise DevServerError("replicas must be >= 0")
         self._owns_dir = data_dir is None
         self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="dedup-broker-redis-cluster-"))
-        ports = _cluster_ports(nodes)
-        self.nodes = [_ClusterNode(self.data_dir / f"node-{p}", port=p) for p in ports]
+        self.replicas = replicas
+        ports = _cluster_ports(nodes * (1 + replicas))
+        self.nodes = [
+            _ClusterNode(self.data_dir / f"node-{p}", port=p, persistent=replicas > 0)
+            for p in ports
+        ]
+        for node in self.nodes:
+            node.node_timeout_ms = node_timeout_ms
 
     @property
     def ports(self) -> list[int]:
@@ -81,7 +107,7 @@ class NativeRedisCluster:
                     "create",
                     *(f"127.0.0.1:{p}" for p in self.ports),
                     "--cluster-replicas",
-                    "0",
+                    str(self.replicas),
                     "--cluster-yes",
                 ],
                 capture_output=True,
@@ -109,10 +135,97 @@ class NativeRedisCluster:
                     check=False,
                 ).stdout.decode(errors="replace")
                 states.append("cluster_state:ok" in out)
-            if all(states):
+            if all(states) and self._replicas_linked():
                 return
             time.sleep(0.2)
         raise DevServerError(f"Redis Cluster on {self.ports} not ready within {timeout:.0f} s")
+
+    def _replicas_linked(self) -> bool:
+        """Every running replica's link to its master is up (trivially without replicas)."""
+        if not self.replicas:
+            return True
+        view = self.cluster_nodes()
+        replicas = [n for n in view if "slave" in n["flags"] and "fail" not in n["flags"]]
+        return len(replicas) >= self.replicas * len(self.primaries()) and all(
+            n["link_up"] for n in replicas
+        )
+
+    def cluster_nodes(self) -> list[dict[str, Any]]:
+        """``CLUSTER NODES`` as a running node sees it: ``port``, ``flags``, ``link_up``."""
+        import redis
+
+        for node in self.nodes:
+            if not node.running:
+                continue
+            client = redis.Redis(port=node.port, socket_timeout=2.0, decode_responses=True)
+            try:
+                answer: dict[str, dict[str, Any]] = client.execute_command(  # type: ignore[no-untyped-call]
+                    "CLUSTER NODES"
+                )
+            except redis.RedisError:
+                continue
+            finally:
+                client.close()
+            return [
+                {
+                    "id": info["node_id"],
+                    "port": int(address.rpartition(":")[2]),
+                    "flags": str(info["flags"]).split(","),
+                    "link_up": bool(info["connected"]),
+                    "slots": list(info["slots"]),
+                }
+                for address, info in answer.items()
+                if address.rpartition(":")[2].isdigit()  # a node joining has no address yet
+            ]
+        raise DevServerError("no node of the Redis Cluster answers")
+
+    def primaries(self) -> list[int]:
+        """Ports of the masters that serve slots and are not failed."""
+        return sorted(
+            n["port"]
+            for n in self.cluster_nodes()
+            if "master" in n["flags"] and "fail" not in n["flags"] and n["slots"]
+        )
+
+    def node(self, port: int) -> NativeRedis:
+        return next(node for node in self.nodes if node.port == port)
+
+    def kill_primary(self, port: int | None = None) -> NativeRedis:
+        """kill -9 of a master (the first one, or ``port``'s); returns its node."""
+        node = self.node(self.primaries()[0] if port is None else port)
+        node.kill()
+        return node
+
+    def wait_for_failover(self, killed: NativeRedis, timeout: float = 30.0) -> list[int]:
+        """Until a replica took over the killed master's slots and the cluster is ok
+        again, as the running nodes see it; returns the masters' ports."""
+        cli = pieces.redis_tool("redis-cli")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            view = self.cluster_nodes()
+            masters = {n["port"] for n in view if "master" in n["flags"] and n["slots"]}
+            if (
+                killed.port not in masters
+                and all(killed.port != n["port"] or "fail" in n["flags"] for n in view)
+                and self._all_ok(cli)
+            ):
+                return sorted(masters)
+            time.sleep(0.2)
+        raise DevServerError(f"no replica took over {killed.port} within {timeout:.0f} s")
+
+    def _all_ok(self, cli: str) -> bool:
+        for node in self.nodes:
+            if not node.running:
+                continue
+            out = subprocess.run(
+                [cli, "-p", str(node.port), "cluster", "info"],
+                capture_output=True,
+                timeout=5,
+                check=False,
+            ).stdout.decode(errors="replace")
+            if "cluster_state:ok" not in out:
+                return False
+        return True
 
     def close(self) -> None:
         for node in self.nodes:

@@ -32,11 +32,25 @@ class GroupKeys:
     service: KeyDedupService
     owner: bytes
     """This topic load's claim owner (in Redis)."""
-    states: dict[bytes, KeyState] = field(default_factory=dict)
+    _states: dict[bytes, KeyState] = field(default_factory=dict)
     futures: dict[bytes, asyncio.Future[bool]] = field(default_factory=dict)
     """Keys held by a write of this broker in flight: that write's outcome."""
     owned: set[bytes] = field(default_factory=set)
     """Keys claimed by this group."""
+    all_new: bool = False
+    """Every message of the group has a key of its own, none repeated inside the group,
+    and every key is NEW (the common case under a load of new keys): each SEND is kept
+    whole, without a verdict per message, and the keys' states are written only when
+    asked for (``states``) or when an answer turns out otherwise (``fill_states``)."""
+    _pending_new: list[bytes] = field(default_factory=list)
+
+    @property
+    def states(self) -> dict[bytes, KeyState]:
+        """Every key's state as the lookup found it (and the group's writes updated it)."""
+        if self._pending_new:
+            self._states.update(dict.fromkeys(self._pending_new, KeyState.NEW))
+            self._pending_new = []
+        return self._states
 
     async def lookup(self, key_lists: list[list[bytes | None]]) -> None:
         """States of the group's keys: from local memory first, the rest from one claim.
@@ -46,10 +60,21 @@ class GroupKeys:
         """
         states, futures, scope = self.states, self.futures, self.scope
         unknown: set[bytes | None] = set().union(*key_lists)
+        # One pass decides the common case: no key missing, none repeated in the group.
+        distinct = not states and None not in unknown
+        distinct = distinct and len(unknown) == sum(map(len, key_lists))
         unknown.discard(None)
         unknown.difference_update(states)
         keys = cast(set[bytes], unknown)
-        cached = scope.cache.known(keys)
+        cache, in_flight = scope.cache, scope.in_flight
+        if distinct and cache.none_known(keys) and in_flight.none_held(keys):
+            self.all_new = True
+            ask = list(keys)
+            self._pending_new = ask
+            await self.ask(ask)
+            return
+        self.all_new = False
+        cached = cache.known(keys)
         if cached:
             now, window, stored = now_ms(), self.policy.window_ms, scope.cache.stored
             for key in cached:
@@ -62,15 +87,103 @@ class GroupKeys:
             futures[key] = scope.in_flight.get(key)  # type: ignore[assignment]
         keys.difference_update(held)
         states.update(dict.fromkeys(keys, KeyState.NEW))
-        await self.claim(list(keys))
+        await self.ask(list(keys))
+
+    def fill_states(self) -> None:
+        """Leaves the all-new fast path: every key of the group is NEW in ``states``
+        (before an answer makes one of them otherwise)."""
+        self.all_new = False
+        _ = self.states
+
+    def clear(self) -> None:
+        """Forgets the states (to look the group up again)."""
+        self._states.clear()
+        self.all_new = False
+        self._pending_new = []
+
+    def kept(self, kept_keys: list[bytes], used: set[bytes], repeated: set[bytes]) -> None:
+        """Keys now held by an appended write; a later SEND of the group repeating one
+        waits for that write's outcome."""
+        used.update(kept_keys)
+        self.states.update(dict.fromkeys(kept_keys, KeyState.IN_FLIGHT))
+        if repeated:
+            in_flight, futures = self.scope.in_flight.get, self.futures
+            for key in repeated.intersection(kept_keys):
+                future = in_flight(key)
+                if future is not None:
+                    futures[key] = future
+        self.scope.kept += len(kept_keys)
+
+    async def ask(self, ask: list[bytes]) -> None:
+        """Keys neither memory knows: decided by the single writer, else claimed."""
+        if self.scope.single_writer:
+            await self.decide_alone(ask)
+        else:
+            await self.claim(ask)
+
+    async def decide_alone(self, ask: list[bytes]) -> None:
+        """The scope's single writer: a key its memory does not hold (neither its cache
+        nor the cache's filters of forgotten keys) is new, unless that memory does not
+        reach back a whole window; then Redis (its copy of earlier memory) is read,
+        nothing claimed. A filter's hit (true or false) is read from Redis too. No other
+        broker writes the scope, so no claim is needed: this broker's writes in flight
+        are in its own memory."""
+        if not ask:
+            return
+        scope, policy, states = self.scope, self.policy, self._states
+        scope.in_flight.claim_new(ask)
+        self.owned.update(ask)
+        now = now_ms()
+        keys = ask
+        if scope.memory_decides(now):
+            accept = policy.on_redis_unavailable is OnRedisUnavailable.ACCEPT
+            if scope.redis_failing_since is not None and not accept:
+                # reject: memory still decides right, but Redis's copy (and the checkpoint
+                # a restart replays from) stopped moving: answer as a claim would, Redis
+                # down.
+                self._unclaim(ask)
+                raise KeyStoreUnavailableError("Redis does not take the stored keys")
+            forgotten = scope.cache.forgotten
+            keys = forgotten.might_hold(ask, now) if forgotten is not None else []
+            if not keys:
+                return
+        service = self.service
+        try:
+            found = await service.store.lookup(scope.keys, keys, now, policy.window_ms)
+        except ScopeLostError:
+            self._unclaim(ask)
+            scope.lost()
+            raise ScopeRebuildingError("Redis lost the key window; it is being rebuilt") from None
+        except KeyStoreUnavailableError:
+            if policy.on_redis_unavailable is OnRedisUnavailable.ACCEPT:
+                service.accepted_without_redis += len(keys)
+                return
+            self._unclaim(ask)
+            raise
+        stored = {keys[index]: anchor for index, anchor in found.items()}
+        for key, anchor in scope.unconfirmed(set(keys)).items():
+            stored[key] = max(anchor, stored.get(key, anchor))
+        window = policy.window_ms
+        if stored:
+            self.fill_states()
+        for key, anchor in stored.items():
+            if anchor + window > now:
+                states[key] = KeyState.STORED
+                self.owned.discard(key)
+                scope.cache.add(key, anchor)
+                scope.in_flight.settle(key, True)
+
+    def _unclaim(self, keys: list[bytes]) -> None:
+        self.scope.in_flight.settle_all(keys, False)
+        self.owned.difference_update(keys)
 
     async def claim(self, ask: list[bytes]) -> None:
         if not ask:
             return
-        scope, policy, states, futures = self.scope, self.policy, self.states, self.futures
+        scope, policy, states, futures = self.scope, self.policy, self._states, self.futures
         owned = self.owned
         # Other topics of the scope wait on us from now on.
-        scope.in_flight.claim_all(ask)
+        scope.in_flight.claim_new(ask)
         service = self.service
         try:
             taken = await service.store.claim(
@@ -88,6 +201,8 @@ class GroupKeys:
             scope.in_flight.settle_all(ask, False)
             raise
         owned.update(ask)
+        if taken:
+            self.fill_states()
         for index, answer in taken.items():
             key = ask[index]
             owned.discard(key)
@@ -127,7 +242,7 @@ class GroupKeys:
             else:
                 states[key] = KeyState.NEW
                 again.append(key)
-        await self.claim(again)
+        await self.ask(again)
 
 
 def repeated_keys(key_lists: list[list[bytes | None]]) -> set[bytes]:

@@ -7,7 +7,12 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dedup_broker.domain_base.outcomes import PublishOutcome, PublishResult, PublishStatus
+from dedup_broker.domain_base.outcomes import (
+    DUPLICATE,
+    PublishOutcome,
+    PublishResult,
+    PublishStatus,
+)
 from dedup_broker.errors import ManagedLedgerClosedError, RetriableError
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch import batch_sequence_range
@@ -112,3 +117,11 @@ def highest_sequence_id(
     if send.HasField("highest_sequence_id") and as_signed64(send.highest_sequence_id) >= lowest:
         return as_signed64(send.highest_sequence_id)
     return max(lowest, batch_sequence_range(metadata, payload)[1])
+
+
+def finish_duplicate(item: QueuedSend, after: list[asyncio.Future[bool]]) -> None:
+    """Every message of the SEND was a repeat: accepted, not stored (answered once the
+    writes it depends on settled)."""
+    done: PublishResult = asyncio.get_running_loop().create_future()
+    done.set_result(DUPLICATE)
+    complete_after(done, after, item.result)

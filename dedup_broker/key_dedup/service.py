@@ -121,10 +121,21 @@ class KeyDedupService:
                 self.store,
                 self.config.key_deduplication_local_cache_size,
                 self._load_members,
+                single_writer=self.single_writer(topic, policy),
             )
             self.scopes[scope_id] = scope
             self.metrics.track_scope(scope_id, scope.keys_tracked)
         return scope
+
+    def single_writer(self, topic: TopicName, policy: KeyDedupPolicy) -> bool:
+        """A topic scope of a topic that is not partitioned is one managed ledger, written
+        only by the broker owning (and having fenced) it. A partitioned topic's partitions
+        and a namespace's topics may be owned by different brokers: those scopes claim."""
+        return (
+            policy.scope is Scope.TOPIC
+            and not topic.is_partition
+            and self.directory.partitions_of(topic) == 0
+        )
 
     def scope_released(self, scope: KeyScope) -> None:
         if scope.members:

@@ -29,18 +29,16 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-import hiredis
-import redis.asyncio as aioredis
-from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.connection import AbstractConnection as AsyncConnection
 from redis.exceptions import RedisError
 
 from dedup_broker.errors import RetriableError
+from dedup_broker.key_dedup.redis_client import is_cluster_url, redis_client
+from dedup_broker.key_dedup.scripts import CLAIM, CONFIRM, LOOKUP, RELEASE, TAKE_OVER
 
 EXPIRY_MARGIN_MS = 60_000
 """Redis keeps a bucket this long past the last window that reaches it (clock
@@ -48,139 +46,6 @@ differences between Redis and the brokers)."""
 CLOCK_SKEW_MS = 5_000
 """Brokers' clocks are taken to agree within this: each picks buckets by its own."""
 MIN_BUCKET_MS = 10_000
-
-_LIVE = """
-local function live(v, now, window, pending)
-  if string.sub(v, 1, 2) == 't:' then
-    if tonumber(string.sub(v, 3)) + window > now then return v, math.huge end
-    return nil, nil
-  end
-  local sep = string.find(v, ':', 3, true)
-  local at = tonumber(string.sub(v, 3, sep - 1))
-  if at + pending > now then return 'p:' .. string.sub(v, sep + 1), at end
-  return nil, nil
-end
-"""
-"""A bucket's value as the broker sees it: a stored key inside its window (it outranks
-any claim), or a claim inside the pending timeout, as ``p:<owner>`` with its time."""
-
-CLAIM = (
-    _LIVE
-    + """
-if redis.call('EXISTS', KEYS[1]) == 0 then return false end
-local now, window, pending = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local first = 6
-local best, rank = {}, {}
-for b = 2, #KEYS do
-  for lo = first, #ARGV, 1000 do
-    local hi = math.min(lo + 999, #ARGV)
-    local values = redis.call('HMGET', KEYS[b], unpack(ARGV, lo, hi))
-    for j = 1, #values do
-      if values[j] then
-        local i = lo - first + j
-        local v, at = live(values[j], now, window, pending)
-        if v and (rank[i] == nil or at > rank[i]) then best[i], rank[i] = v, at end
-      end
-    end
-  end
-end
-local out, new, o, n = {}, {}, 0, 0
-local claim = ARGV[4]
-for i = 1, #ARGV - first + 1 do
-  if best[i] then
-    out[o + 1] = i - 1
-    out[o + 2] = best[i]
-    o = o + 2
-  else
-    new[n + 1] = ARGV[first + i - 1]
-    new[n + 2] = claim
-    n = n + 2
-    if n >= 2000 then
-      redis.call('HSET', KEYS[2], unpack(new, 1, n))
-      n = 0
-    end
-  end
-end
-if n > 0 then redis.call('HSET', KEYS[2], unpack(new, 1, n)) end
-redis.call('PEXPIREAT', KEYS[2], ARGV[5])
-return out
-"""
-)
-"""Claims every free key in the current bucket (``KEYS[2]``, read with the older ones);
-answers (index, value) pairs for the keys it did not claim only, so a group of new keys
-costs a short reply."""
-
-CONFIRM = """
-local pairs_count, runs = tonumber(ARGV[2]), tonumber(ARGV[3])
-local run = 4 + 2 * pairs_count
-local field = run + 2 * runs
-local args, n = {}, 0
-for r = 0, runs - 1 do
-  local value = 't:' .. ARGV[run + 2 * r]
-  for _ = 1, tonumber(ARGV[run + 2 * r + 1]) do
-    args[n + 1] = ARGV[field]
-    args[n + 2] = value
-    n = n + 2
-    field = field + 1
-    if n >= 2000 then
-      redis.call('HSET', KEYS[3], unpack(args, 1, n))
-      n = 0
-    end
-  end
-end
-if n > 0 then redis.call('HSET', KEYS[3], unpack(args, 1, n)) end
-redis.call('PEXPIREAT', KEYS[3], ARGV[1])
-redis.call('UNLINK', KEYS[4])
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-for j = 0, pairs_count - 1 do
-  redis.call('HSET', KEYS[2], ARGV[4 + 2 * j], ARGV[5 + 2 * j])
-end
-return 1
-"""
-"""Stores keys with their anchors, given as runs (anchor, how many keys): the keys of
-one entry share its publish time. Unlinks the bucket no window reaches any more (freed
-off Redis's main thread, where an expiring bucket of millions of keys would be freed on
-it)."""
-
-RELEASE = """
-local n = 0
-for b = 1, #KEYS do
-  for lo = 2, #ARGV, 1000 do
-    local hi = math.min(lo + 999, #ARGV)
-    local values = redis.call('HMGET', KEYS[b], unpack(ARGV, lo, hi))
-    for j = 1, #values do
-      local v = values[j]
-      if v and string.sub(v, 1, 2) == 'p:' then
-        local sep = string.find(v, ':', 3, true)
-        if string.sub(v, sep + 1) == ARGV[1] then
-          redis.call('HDEL', KEYS[b], ARGV[lo + j - 1])
-          n = n + 1
-        end
-      end
-    end
-  end
-end
-return n
-"""
-
-TAKE_OVER = (
-    _LIVE
-    + """
-local now, window, pending = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-for b = 1, #KEYS do
-  local value = redis.call('HGET', KEYS[b], ARGV[7])
-  if value then
-    local v = live(value, now, window, pending)
-    if v and v ~= ARGV[4] then return 0 end
-  end
-end
-redis.call('HSET', KEYS[1], ARGV[7], ARGV[5])
-redis.call('PEXPIREAT', KEYS[1], ARGV[6])
-return 1
-"""
-)
-"""Replaces a dead owner's claim (``ARGV[4]``) with ours, unless the key is stored or
-another live claim holds it."""
 
 
 class KeyStoreUnavailableError(RetriableError):
@@ -244,34 +109,9 @@ class ScopeKeys:
         return self.bucket((now_ms - window_ms - 2 * CLOCK_SKEW_MS) // size - 1)
 
 
-def is_cluster_url(url: str) -> bool:
-    return url.startswith(("redis+cluster://", "rediss+cluster://"))
-
-
-def packed_by_hiredis(base: type[AsyncConnection]) -> type[AsyncConnection]:
-    """``base`` (plain, TLS or Unix socket) packing commands with hiredis.
-
-    redis-py's asyncio connections pack a command in Python, a step per argument, and a
-    claim of a group's keys is thousands of arguments; hiredis (``redis[hiredis]``)
-    packs them in C.
-    """
-    pack = hiredis.pack_command
-
-    class HiredisPacked(base):  # type: ignore[valid-type,misc]
-        def pack_command(self, *args: Any) -> list[bytes]:
-            name = args[0]  # "SCRIPT LOAD" and the like are two words for Redis
-            if isinstance(name, str):
-                name = name.encode()
-            if b" " in name:
-                return [pack((*name.split(), *args[1:]))]
-            return [pack(args)]
-
-    HiredisPacked.__name__ = HiredisPacked.__qualname__ = f"HiredisPacked{base.__name__}"
-    return HiredisPacked
-
-
 class KeyStore:
-    """One Redis (or Redis Cluster) client shared by all scopes of a broker."""
+    """One Redis client (one Redis, a Redis Cluster, or Sentinel's primary: ``redis_client``)
+    shared by all scopes of a broker."""
 
     def __init__(
         self,
@@ -293,14 +133,7 @@ class KeyStore:
             "socket_connect_timeout": timeout_seconds,
             **(connection or {}),
         }
-        self._client: Any
-        if self.cluster:
-            plain = url.replace("+cluster://", "://", 1)
-            self._client = RedisCluster.from_url(plain, **options)
-        else:
-            self._client = aioredis.Redis.from_url(url, **options)
-            pool = self._client.connection_pool
-            pool.connection_class = packed_by_hiredis(pool.connection_class)
+        self._client: Any = redis_client(url, options, cluster=self.cluster)
         self._claim = self._client.register_script(CLAIM)
         self._confirm = self._client.register_script(CONFIRM)
         self._release = self._client.register_script(RELEASE)
@@ -369,6 +202,53 @@ class KeyStore:
             raise ScopeLostError(f"Redis lost key-deduplication scope {scope.scope_id}")
         values = (v if isinstance(v, bytes) else bytes(v) for v in result[1::2])
         return dict(zip(map(int, result[::2]), values, strict=True))
+
+    @cached_property
+    def _lookup(self) -> Any:
+        return self._client.register_script(LOOKUP)
+
+    async def lookup(
+        self, scope: ScopeKeys, keys: Sequence[bytes], now_ms: int, window_ms: int
+    ) -> dict[int, int]:
+        """The stored keys among ``keys`` whose window has not passed: index in ``keys``
+        -> publish time. Claims nothing. Raises ScopeLostError when the marker is gone."""
+        if not keys:
+            return {}
+        result = await self._call(
+            scope,
+            self._lookup,
+            [scope.marker, *scope.readable(now_ms, window_ms)],
+            [now_ms, window_ms, *keys],
+        )
+        if result is None or result is False:
+            raise ScopeLostError(f"Redis lost key-deduplication scope {scope.scope_id}")
+        return dict(zip(map(int, result[::2]), map(int, result[1::2]), strict=True))
+
+    async def window_size(self, scope: ScopeKeys, now_ms: int, window_ms: int) -> int:
+        """How many fields the buckets the last window may be in hold (HLEN each)."""
+        total = 0
+        for bucket in scope.readable(now_ms, window_ms):
+            total += int(await self._plain(scope, "hlen", bucket))
+        return total
+
+    async def scan_window(
+        self, scope: ScopeKeys, now_ms: int, window_ms: int, count: int = 10_000
+    ) -> AsyncIterator[list[bytes]]:
+        """The fields (keys, whatever their values) of the buckets the last window may be
+        in, about ``count`` at a time: HSCAN, so Redis is never held long by one call."""
+        for bucket in scope.readable(now_ms, window_ms):
+            cursor = 0
+            while True:
+                cursor, fields = await self._plain(scope, "hscan", bucket, cursor, None, count)
+                if fields:
+                    yield [f if isinstance(f, bytes) else f.encode() for f in fields]
+                if not cursor:
+                    break
+
+    async def has_keys(self, scope: ScopeKeys, now_ms: int, window_ms: int) -> bool:
+        """True when a bucket the last window may be in exists (keys of an earlier life)."""
+        buckets = scope.readable(now_ms, window_ms)
+        return bool(await self._plain(scope, "exists", *buckets))
 
     async def confirm(
         self,

@@ -1,14 +1,14 @@
 """Key-window deduplication on one topic: the ordered path from SEND to append.
 
 While the topic's policy has it on, every SEND goes through a queue worked in arrival
-order. The worker takes what has queued up, asks Redis about all its new keys in one
-round trip (a claim), then for each SEND in order drops the repeats, rewrites a batch
-that lost some messages, and hands the entry to the topic's normal publish path (PIP-6
+order. The worker takes what has queued up, decides its new keys (from this broker's
+memory for a scope with a single writer, else by one claim round trip to Redis), then
+for each SEND in order drops the repeats, rewrites a batch that lost some messages, and
+hands the entry to the topic's normal publish path (PIP-6
 included). Receipts keep each producer's order, since the official clients require it.
 
 Only keys of entries Kafka acknowledged are remembered; a key claimed by a write in
-flight makes a repeat wait for that write's outcome (the repeat's own outcome is known
-only once that write settled). After a restart (or when Redis lost
+flight makes a repeat wait for that write's outcome. After a restart (or when Redis lost
 its data) the log is the source of truth: the entries of the last window are read back
 and their keys written to Redis before this topic accepts any message.
 
@@ -22,10 +22,9 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from dedup_broker.domain_base.outcomes import (
-    DUPLICATE,
     PublishOutcome,
     PublishResult,
     PublishStatus,
@@ -40,13 +39,13 @@ from dedup_broker.key_dedup.sends import (
     ProducerGoneError,
     QueuedSend,
     complete_after,
+    finish_duplicate,
     highest_sequence_id,
     topic_closed,
 )
 from dedup_broker.key_dedup.store import KeyStoreUnavailableError
 from dedup_broker.key_dedup.window import (
     KeyDedupPolicy,
-    KeyState,
     OnRedisUnavailable,
     entry_keys,
     now_ms,
@@ -184,8 +183,16 @@ class TopicKeyDedup:
             await scope.ready.wait()
             try:
                 checkpoint = (await store.checkpoints(scope.keys)).get(self.ledger.name)
+                # After the checkpoint was read: a key Redis gets later is replayed too.
+                fresh = scope.single_writer and not await store.has_keys(
+                    scope.keys, now_ms(), scope.policy.window_ms
+                )
                 await self.replay(parse_position(checkpoint) if checkpoint else None)
                 if scope.ready.is_set():
+                    if fresh:  # Redis had no key of the window: memory has them all
+                        scope.memory_complete()
+                    elif scope.single_writer:  # Redis's keys into memory, meanwhile ask
+                        scope.learn_window()
                     self._ready.set()
                     return
             except BrokerError as exc:
@@ -271,13 +278,16 @@ class TopicKeyDedup:
                 await self._lookup(claims, key_lists)
             except ScopeRebuildingError:
                 # Rebuilding from the log takes moments: wait for it rather than fail.
-                claims.states.clear()
+                claims.clear()
                 if not await self._wait_ready():
                     raise KeyDedupNotReadyError("the key window is being rebuilt") from None
                 await self._lookup(claims, key_lists)
         except BrokerError as exc:
             for p in prepared:
                 self._error(p.item, exc)
+            return
+        if claims.all_new:
+            await self._keep_all(claims, prepared)
             return
         used: set[bytes] = set()
         repeated = repeated_keys(key_lists)
@@ -286,6 +296,32 @@ class TopicKeyDedup:
                 await self._decide(claims, p, used, repeated)
         finally:
             self._release(list(claims.owned - used))
+
+    async def _keep_all(self, claims: GroupKeys, prepared: list[PreparedSend]) -> None:
+        """A group whose keys are all new and distinct: every SEND is kept whole, in
+        order (what ``_decide`` concludes for each, without a verdict per message); the
+        keys of a SEND not appended are free again."""
+        scope = claims.scope
+        unused: list[bytes] = []
+        done = 0
+        try:
+            for p in prepared:
+                # all_new: no message of a keyed SEND lacks a key
+                item, keys = p.item, cast("list[bytes]", p.keys)
+                if not keys:  # no key to decide: the general path (unchecked, empty)
+                    await self._decide(claims, p, set(), set())
+                elif item.producer.closed:
+                    unused += keys
+                    item.finish(PublishOutcome.failed(ProducerGoneError("the producer closed")))
+                elif self._append(item, item.entry, item.metadata, keys, scope, []):
+                    scope.kept += len(keys)
+                else:
+                    unused += keys
+                done += 1
+        finally:
+            for p in prepared[done:]:
+                unused += cast("list[bytes]", p.keys or [])
+            self._release(unused)
 
     async def _lookup(self, claims: GroupKeys, key_lists: list[list[bytes | None]]) -> None:
         """The group's key states. A Redis that cannot be reached is asked again for up to
@@ -300,7 +336,7 @@ class TopicKeyDedup:
             except KeyStoreUnavailableError:
                 if asyncio.get_running_loop().time() >= deadline or self.closed:
                     raise
-                claims.states.clear()
+                claims.clear()
                 await asyncio.sleep(REDIS_ASK_AGAIN_SECONDS)
 
     async def _wait_ready(self) -> bool:
@@ -344,7 +380,7 @@ class TopicKeyDedup:
         scope.unchecked += unchecked
         scope.dropped += dropped
         if dropped == len(sorting.keep):
-            self._duplicate(item, sorting.after)
+            finish_duplicate(item, sorting.after)
             return
         entry, metadata = item.entry, item.metadata
         if dropped:  # the kept messages' records, as sent
@@ -352,23 +388,8 @@ class TopicKeyDedup:
             highest = highest_sequence_id(item.send, metadata, payload)
             metadata, entry = rewrite_batch(metadata, payload, sorting.keep, highest)
         if self._append(item, entry, metadata, sorting.keys, scope, sorting.after):
-            self._kept(claims, sorting.keys, used, repeated)
+            claims.kept(sorting.keys, used, repeated)
             scope.kept += unchecked
-
-    def _kept(
-        self, claims: GroupKeys, kept_keys: list[bytes], used: set[bytes], repeated: set[bytes]
-    ) -> None:
-        """Keys now held by an appended write; a later SEND of the group repeating one
-        waits for that write's outcome."""
-        used.update(kept_keys)
-        claims.states.update(dict.fromkeys(kept_keys, KeyState.IN_FLIGHT))
-        if repeated:
-            in_flight, futures = claims.scope.in_flight.get, claims.futures
-            for key in repeated.intersection(kept_keys):
-                future = in_flight(key)
-                if future is not None:
-                    futures[key] = future
-        claims.scope.kept += len(kept_keys)
 
     def _append(
         self,
@@ -399,12 +420,6 @@ class TopicKeyDedup:
             result.add_done_callback(written)
         return True
 
-    def _duplicate(self, item: QueuedSend, after: list[asyncio.Future[bool]]) -> None:
-        """Every message was a repeat: accepted, not stored."""
-        done: PublishResult = asyncio.get_running_loop().create_future()
-        done.set_result(DUPLICATE)
-        complete_after(done, after, item.result)
-
     def _error(self, item: QueuedSend, exc: BaseException) -> None:
         self.errors += 1
         log.debug("%s: SEND %d not accepted: %s", self.name, item.send.sequence_id, exc)
@@ -416,6 +431,8 @@ class TopicKeyDedup:
         if not keys or scope is None:
             return
         scope.in_flight.settle_all(keys, False)
+        if scope.single_writer:  # nothing was claimed in Redis
+            return
         store = self.service.store
 
         async def release() -> None:

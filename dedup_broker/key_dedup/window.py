@@ -12,18 +12,26 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib
 import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from enum import Enum
-from itertools import repeat
 from typing import Any, cast
 
 from dedup_broker.errors import PermanentError
 from dedup_broker.protocol import pulsar_api_pb2 as pb
-from dedup_broker.protocol.batch import SingleMessage, scan_batch
+from dedup_broker.protocol.batch import SingleMessage, decompress, is_batch, scan_batch
 from dedup_broker.protocol.framing import parse_message
+
+compiled_keys: Any
+"""The compiled key reader (``_batch_keys.c``), built by the package's install where the
+machine has a C compiler; None without it (the pure-Python path, same keys)."""
+try:
+    compiled_keys = importlib.import_module("dedup_broker.key_dedup._batch_keys")
+except ImportError:  # pragma: no cover - depends on the installation
+    compiled_keys = None
 
 KEY_BYTES = 16
 """Digest bytes kept per key: 128 bits make collisions negligible at any realistic rate."""
@@ -214,9 +222,33 @@ def entry_keys(entry: bytes, source: KeySource) -> list[bytes | None] | None:
     """The key of every message of an entry, in order, without keeping its messages;
     None when its messages cannot be keyed."""
     parsed = parse_message(entry)
-    if not checkable(parsed.metadata) or parsed.metadata.HasField("marker_type"):
+    metadata = parsed.metadata
+    if not checkable(metadata) or metadata.HasField("marker_type"):
         return None
-    return _keys(source, scan_batch(parsed.metadata, parsed.payload))
+    if compiled_keys is not None and is_batch(metadata) and metadata.num_messages_in_batch >= 0:
+        keys = batch_keys_compiled(
+            decompress(metadata.compression, parsed.payload, metadata.uncompressed_size),
+            metadata.num_messages_in_batch,
+            source,
+        )
+        if keys is not None:
+            return keys
+    return _keys(source, scan_batch(metadata, parsed.payload))
+
+
+_KINDS = {KeySourceKind.CONTENT: 0, KeySourceKind.PARTITION_KEY: 1, KeySourceKind.PROPERTY: 2}
+
+
+def batch_keys_compiled(data: bytes, count: int, source: KeySource) -> list[bytes | None] | None:
+    """Keys of an uncompressed batch payload's ``count`` messages read by the compiled
+    helper (the same keys as the Python path); None when it is not built or leaves the
+    payload to the Python path (anything malformed or unusual, which that path reports)."""
+    if compiled_keys is None:
+        return None
+    keys: list[bytes | None] | None = compiled_keys.batch_keys(
+        data, count, _KINDS[source.kind], source.property_name.encode()
+    )
+    return keys
 
 
 def stored_keys(entry: bytes, source: KeySource) -> list[bytes]:
@@ -325,117 +357,3 @@ def sort_entry(
                     return None
                 after(future)
     return sorting
-
-
-# --- the broker's own memory of keys ---------------------------------------------------
-class LocalKeyCache:
-    """Recently stored keys with their anchors (publish times), in two generations.
-
-    Only keys of stored messages enter it, so a hit is always a true repeat while the
-    window lasts: most repeats are answered without asking Redis. New keys go to the
-    young generation; once it holds half the capacity it becomes the old one and the
-    old one is forgotten whole: a stored entry's keys enter with one dict update, with
-    no bookkeeping per key (a key stored again young keeps its latest anchor).
-    """
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self._half = max(capacity // 2, 1)
-        self._young: dict[bytes, int] = {}
-        self._old: dict[bytes, int] = {}
-        self.hits = 0
-
-    def __len__(self) -> int:
-        return len(self._young) + len(self._old)
-
-    def add(self, key: bytes, anchor_ms: int) -> None:
-        self.add_all((key,), anchor_ms)
-
-    def add_all(self, keys: Iterable[bytes], anchor_ms: int) -> None:
-        """Keys of one stored entry (one anchor)."""
-        if self.capacity <= 0:
-            return
-        young = self._young
-        young.update(zip(keys, repeat(anchor_ms)))
-        if len(young) >= self._half:
-            self._old, self._young = young, {}
-
-    def known(self, keys: set[bytes]) -> set[bytes]:
-        """Those of ``keys`` held here (whatever their anchors)."""
-        found = self._young.keys() & keys
-        if self._old:
-            found |= self._old.keys() & keys
-        return found
-
-    def stored(self, key: bytes, now_ms: int, window_ms: int) -> bool:
-        anchor = self._young.get(key)
-        if anchor is None:
-            anchor = self._old.get(key)
-            if anchor is None:
-                return False
-        if anchor + window_ms <= now_ms:
-            self._young.pop(key, None)
-            self._old.pop(key, None)
-            return False
-        self.hits += 1
-        return True
-
-    def clear(self) -> None:
-        self._young.clear()
-        self._old.clear()
-
-
-class InFlightKeys:
-    """Keys claimed by writes of this broker not settled yet; each with its outcome.
-
-    The future resolves to True when the write was stored (the key is then remembered),
-    False when it certainly was not (the key is free again). It is made when first asked
-    for: most keys are never awaited (only a repeat arriving while the write is in
-    flight waits), and a future per claimed key was a tenth of the broker's CPU under a
-    load of new keys.
-    """
-
-    def __init__(self) -> None:
-        self._keys: dict[bytes, asyncio.Future[bool] | None] = {}
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    def __contains__(self, key: bytes) -> bool:
-        return key in self._keys
-
-    def get(self, key: bytes) -> asyncio.Future[bool] | None:
-        """The outcome of the write holding ``key``; None when no write holds it."""
-        known = self._keys
-        if key not in known:
-            return None
-        future = known[key]
-        if future is None:
-            future = known[key] = asyncio.get_running_loop().create_future()
-        return future
-
-    def held(self, keys: set[bytes]) -> set[bytes]:
-        """Those of ``keys`` a write of this broker holds."""
-        return self._keys.keys() & keys
-
-    def claim_all(self, keys: Iterable[bytes]) -> None:
-        """Marks each of ``keys`` held by a write of this broker (outcomes via ``get``);
-        a key held already keeps its write's outcome."""
-        known = self._keys
-        fresh = dict.fromkeys(keys)
-        if known:
-            for key in fresh.keys() & known.keys():
-                del fresh[key]
-        known.update(fresh)
-
-    def settle(self, key: bytes, stored: bool) -> None:
-        self.settle_all((key,), stored)
-
-    def settle_all(self, keys: Iterable[bytes], stored: bool) -> None:
-        # Most keys have no future (nobody waited): popped by map, only futures looped over.
-        for future in filter(None, map(self._keys.pop, keys, repeat(None))):
-            if not future.done():
-                future.set_result(stored)
-
-    def keys(self) -> list[bytes]:
-        return list(self._keys)

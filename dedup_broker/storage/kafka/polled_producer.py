@@ -9,9 +9,10 @@ A ledger's records are handed to librdkafka in step with their acknowledgements.
 idempotent producer sends nothing more to a partition while ``IN_FLIGHT_RECORDS`` of the
 partition's records are in flight, and while records ready to go wait for that, its
 thread polls without sleeping: at 1 KB messages near saturation it burned half a core
-doing so (docs/benchmarks.md, "Kafka's share behind the broker"). So once that many
-records of a single-partition topic are unacknowledged, the next ones wait here and go
-to librdkafka together, at most one request's worth, when the earlier ones are reported.
+doing so (``git show 6305f93:docs/benchmarks.md``, "Kafka's share behind the broker").
+So once that many records of a single-partition topic are unacknowledged, the next ones
+wait here and go to librdkafka together, at most one request's worth, when the earlier
+ones are reported.
 
 If librdkafka reports a fatal error (the idempotent producer can no longer guarantee
 ordering), that producer is replaced by a fresh one; everything still queued in the old

@@ -172,3 +172,30 @@ def test_claims_release_take_over_and_expire(redis_url: str) -> None:
     assert outcome["take dead"] is True
     assert outcome["after"] == {0: b"p:me"}
     assert outcome["past window"] == {}
+
+
+def test_the_window_is_read_back_a_batch_at_a_time(redis_url: str) -> None:
+    """A single writer loaded while Redis holds keys reads them all (HLEN, then HSCAN) into
+    its filters; keys of every readable bucket come back, each once at least."""
+    scope = ScopeKeys(f"store-scan-{uuid.uuid4().hex}")
+    now = int(time.time() * 1000)
+    keys = [_key(n) for n in range(25_000)]
+
+    async def scenario() -> tuple[int, list[list[bytes]]]:
+        store = KeyStore(redis_url)
+        try:
+            await store.set_marker(scope)
+            # Two buckets: half written a bucket ago, half now.
+            earlier = now - WINDOW_MS // 2
+            await store.confirm(scope, [(keys[::2], earlier)], earlier, WINDOW_MS, {})
+            await store.confirm(scope, [(keys[1::2], now)], now, WINDOW_MS, {})
+            size = await store.window_size(scope, now, WINDOW_MS)
+            batches = [b async for b in store.scan_window(scope, now, WINDOW_MS, count=5_000)]
+            return size, batches
+        finally:
+            await store.close()
+
+    size, batches = asyncio.run(scenario())
+    assert size == len(keys)
+    assert {k for batch in batches for k in batch} == set(keys)
+    assert len(batches) > 2 and max(len(b) for b in batches) < 20_000

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+import pytest
 
 from dedup_broker.devservers.kafka import server_properties
 from dedup_broker.devservers.kafka_cluster import NativeKafkaCluster, replicated_properties
+from dedup_broker.errors import DevServerError
 
 
 def test_nodes_share_one_quorum_and_are_replicated_as_in_production(tmp_path: Path) -> None:
@@ -38,3 +42,16 @@ def test_a_smaller_cluster_keeps_one_replica_spare() -> None:
     assert replicated_properties(2)["default.replication.factor"] == "2"
     assert replicated_properties(2)["min.insync.replicas"] == "1"
     assert replicated_properties(5)["default.replication.factor"] == "3"
+
+
+def test_a_disk_of_fixed_size_needs_root_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(DevServerError, match="tmpfs mount, and mounting needs root"):
+        NativeKafkaCluster(tmp_path, nodes=3, disk_size="512m")
+
+
+def test_only_a_cluster_with_disks_fills_one(tmp_path: Path) -> None:
+    with pytest.raises(DevServerError, match="started with disk_size"):
+        NativeKafkaCluster(tmp_path, nodes=3).fill_disk(1)

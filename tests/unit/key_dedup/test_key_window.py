@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import random
 
 import pytest
 
+from dedup_broker.key_dedup import window
+from dedup_broker.key_dedup.memory import InFlightKeys, KeyTable, LocalKeyCache
 from dedup_broker.key_dedup.store import ScopeKeys
 from dedup_broker.key_dedup.window import (
-    InFlightKeys,
     InvalidKeyDedupPolicyError,
     KeyDedupPolicy,
     KeySource,
     KeySourceKind,
     KeyState,
-    LocalKeyCache,
     MessageVerdict,
     OnRedisUnavailable,
     Scope,
@@ -168,28 +169,78 @@ def test_verdicts_keep_new_drop_stored_and_repeats_inside_the_entry() -> None:
     assert verdicts([a, b, a, None, c, d], states) == [K, N, D, U, W, K]
 
 
-def test_local_cache_answers_within_the_window_and_forgets_after() -> None:
-    cache = LocalKeyCache(capacity=4)
-    cache.add(b"x", 1_000)
-    assert cache.stored(b"x", 1_999, window_ms=1_000)
-    assert not cache.stored(b"x", 2_000, window_ms=1_000)  # exactly at the window's end
-    for key in (b"a", b"b", b"c", b"d", b"e"):
-        cache.add(key, 0)
+def _k(text: str) -> bytes:
+    return text.encode().ljust(16, b".")
+
+
+CACHE_PATHS = [False, *([True] if window.compiled_keys is not None else [])]
+"""The local cache's generations: dicts, and the compiled key tables where built."""
+
+
+@pytest.mark.parametrize("compiled", CACHE_PATHS)
+def test_local_cache_answers_within_the_window_and_forgets_after(compiled: bool) -> None:
+    cache = LocalKeyCache(capacity=4, compiled=compiled)
+    cache.add(_k("x"), 1_000)
+    assert cache.stored(_k("x"), 1_999, window_ms=1_000)
+    assert not cache.stored(_k("x"), 2_000, window_ms=1_000)  # exactly at the window's end
+    for key in ("a", "b", "c", "d", "e"):
+        cache.add(_k(key), 0)
     assert len(cache) <= 4
-    assert not cache.stored(b"a", 1, 10) and not cache.stored(b"b", 1, 10)  # the oldest
-    assert all(cache.stored(key, 1, 10) for key in (b"c", b"d", b"e"))
+    assert not cache.stored(_k("a"), 1, 10) and not cache.stored(_k("b"), 1, 10)  # the oldest
+    assert all(cache.stored(_k(key), 1, 10) for key in ("c", "d", "e"))
 
 
-def test_local_cache_keeps_about_its_capacity_and_the_latest_anchor() -> None:
-    cache = LocalKeyCache(capacity=1_000)
+@pytest.mark.parametrize("compiled", CACHE_PATHS)
+def test_local_cache_keeps_about_its_capacity_and_the_latest_anchor(compiled: bool) -> None:
+    cache = LocalKeyCache(capacity=1_000, compiled=compiled)
     for entry in range(50):
-        cache.add_all([f"{entry}-{n}".encode() for n in range(100)], entry)
+        cache.add_all([_k(f"{entry}-{n}") for n in range(100)], entry)
     assert 500 <= len(cache) <= 1_000
-    assert cache.stored(b"49-99", 49, window_ms=1) and not cache.stored(b"0-0", 0, 10**6)
-    cache.add_all([b"49-0"], 60)  # stored again (its window passed): the later anchor
-    assert cache.stored(b"49-0", 69, window_ms=10)
-    assert cache.known({b"49-0", b"49-1", b"0-0"}) == {b"49-0", b"49-1"}
-    assert LocalKeyCache(capacity=0).known({b"x"}) == set()
+    assert cache.stored(_k("49-99"), 49, window_ms=1) and not cache.stored(_k("0-0"), 0, 10**6)
+    cache.add_all([_k("49-0")], 60)  # stored again (its window passed): the later anchor
+    assert cache.stored(_k("49-0"), 69, window_ms=10)
+    assert cache.known({_k("49-0"), _k("49-1"), _k("0-0")}) == {_k("49-0"), _k("49-1")}
+    assert not cache.none_known({_k("0-0"), _k("49-1")}) and cache.none_known({_k("0-0")})
+    assert LocalKeyCache(capacity=0, compiled=compiled).known({_k("x")}) == set()
+
+
+def test_key_tables_answer_as_the_dict_path() -> None:
+    """Random adds (repeats, new anchors, growth past many doublings), then every
+    question, of both paths."""
+    if window.compiled_keys is None:
+        pytest.skip("the compiled helper is not built")
+    rng = random.Random(7)
+    pool = [rng.randbytes(16) for _ in range(20_000)]
+    tables = [KeyTable(compiled=True), KeyTable(compiled=False)]
+    for step in range(300):
+        keys = rng.sample(pool, rng.randint(0, 200))
+        anchor = rng.choice([0, step, 2**62, -5, 2**64])
+        for table in tables:
+            table.add(keys, anchor)
+        probe = set(rng.sample(pool, 50))
+        compiled, python = tables
+        assert len(compiled) == len(python)
+        assert compiled.found(probe) == python.found(probe)
+        assert compiled.holds_any(probe) == python.holds_any(probe)
+        key = rng.choice(pool)
+        assert compiled.get(key) == python.get(key)
+        for key in rng.sample(pool, rng.randint(0, 40)):  # holes in probe sequences
+            for table in tables:
+                table.discard(key)
+    assert sorted(tables[0].keys()) == sorted(tables[1].keys())
+    assert KeyTable(compiled=True, like=tables[0]).slots == tables[0].slots > 1024
+    assert KeyTable(compiled=False).slots == 0
+    small = pool[:500]  # churn in one table of 1,024 slots: long probe runs, many holes
+    churn = [KeyTable(compiled=True), KeyTable(compiled=False)]
+    for step in range(2_000):
+        key, add = rng.choice(small), rng.random() < 0.6
+        for table in churn:
+            table.add([key], step) if add else table.discard(key)
+    assert {k: churn[0].get(k) for k in small} == {k: churn[1].get(k) for k in small}
+    assert len(churn[0]) == len(churn[1])
+    with pytest.raises(ValueError):
+        tables[0].add([pool[0], b"short"], 1)
+    assert len(tables[0]) == len(tables[1])  # nothing added by a refused call
 
 
 def test_in_flight_keys_tell_waiters_the_outcome() -> None:

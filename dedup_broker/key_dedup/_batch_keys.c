@@ -1,0 +1,598 @@
+/* Message keys of an uncompressed batch payload, in C: the same keys as
+ * dedup_broker.key_dedup.window's pure-Python path (tests compare both).
+ *
+ * batch_keys(data, count, kind, name) -> list of 16-byte keys (None for a message
+ * without one), or None when anything is unusual (a malformed record, a group wire
+ * type, a non-ASCII key text): the caller then takes the Python path, which reports
+ * the exact error. kind: 0 content, 1 partition key, 2 property ``name``.
+ *
+ * bloom_add(bits, keys) / bloom_test(bits, keys) -> list of bools: a blocked Bloom
+ * filter over 16-byte keys (the same bits as window.py's pure-Python path): the key's
+ * first 8 bytes (little-endian) choose a 64-byte block of ``bits``, its last 8 bytes
+ * seven bits of that block (nine bits each). The keys are SHA-256 digests, so their
+ * bytes are uniform and need no further hashing.
+ *
+ * table_add / table_find / table_get / table_remove / table_keys / table_move: an open-addressing table
+ * of 16-byte keys with their anchors in a bytearray (window.py's KeyTable, whose
+ * pure-Python path gives the same answers).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* --- SHA-256 (FIPS 180-4) ------------------------------------------------------ */
+static const uint32_t K256[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
+    0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
+    0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
+    0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
+    0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
+    0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+    0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
+    0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+    0xc67178f2};
+
+#define ROR(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
+
+static void sha256_block(uint32_t h[8], const uint8_t *p) {
+    uint32_t w[64];
+    for (int i = 0; i < 16; i++) {
+        w[i] = ((uint32_t)p[4 * i] << 24) | ((uint32_t)p[4 * i + 1] << 16) |
+               ((uint32_t)p[4 * i + 2] << 8) | (uint32_t)p[4 * i + 3];
+    }
+    for (int i = 16; i < 64; i++) {
+        uint32_t s0 = ROR(w[i - 15], 7) ^ ROR(w[i - 15], 18) ^ (w[i - 15] >> 3);
+        uint32_t s1 = ROR(w[i - 2], 17) ^ ROR(w[i - 2], 19) ^ (w[i - 2] >> 10);
+        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], k = h[7];
+    for (int i = 0; i < 64; i++) {
+        uint32_t t1 = k + (ROR(e, 6) ^ ROR(e, 11) ^ ROR(e, 25)) + ((e & f) ^ (~e & g)) +
+                      K256[i] + w[i];
+        uint32_t t2 = (ROR(a, 2) ^ ROR(a, 13) ^ ROR(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+        k = g;
+        g = f;
+        f = e;
+        e = d + t1;
+        d = c;
+        c = b;
+        b = a;
+        a = t1 + t2;
+    }
+    h[0] += a; h[1] += b; h[2] += c; h[3] += d;
+    h[4] += e; h[5] += f; h[6] += g; h[7] += k;
+}
+
+/* The first 16 bytes of SHA-256(prefix || data) (prefix: 0 or 1 byte). */
+static void key16(int prefix, const uint8_t *data, Py_ssize_t len, uint8_t out[16]) {
+    uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                     0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    uint8_t block[64];
+    Py_ssize_t fill = 0;
+    uint64_t total = (uint64_t)len + (prefix >= 0 ? 1 : 0);
+    if (prefix >= 0) block[fill++] = (uint8_t)prefix;
+    while (len > 0) {
+        Py_ssize_t take = 64 - fill;
+        if (take > len) take = len;
+        if (fill == 0 && take == 64) {
+            sha256_block(h, data);
+        } else {
+            memcpy(block + fill, data, (size_t)take);
+            fill += take;
+            if (fill == 64) {
+                sha256_block(h, block);
+                fill = 0;
+            }
+        }
+        data += take;
+        len -= take;
+    }
+    block[fill++] = 0x80;
+    if (fill > 56) {
+        memset(block + fill, 0, (size_t)(64 - fill));
+        sha256_block(h, block);
+        fill = 0;
+    }
+    memset(block + fill, 0, (size_t)(56 - fill));
+    uint64_t bits = total * 8;
+    for (int i = 0; i < 8; i++) block[56 + i] = (uint8_t)(bits >> (56 - 8 * i));
+    sha256_block(h, block);
+    for (int i = 0; i < 4; i++) {
+        out[4 * i] = (uint8_t)(h[i] >> 24);
+        out[4 * i + 1] = (uint8_t)(h[i] >> 16);
+        out[4 * i + 2] = (uint8_t)(h[i] >> 8);
+        out[4 * i + 3] = (uint8_t)h[i];
+    }
+}
+
+/* --- protobuf wire format ------------------------------------------------------ */
+static int varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (*p >= end) return 0;
+        uint8_t b = *(*p)++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *out = v;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Skips a field's value; 0 on a wire type this path leaves to Python (groups). */
+static int skip(const uint8_t **p, const uint8_t *end, int wire) {
+    uint64_t v;
+    switch (wire) {
+    case 0:
+        return varint(p, end, &v);
+    case 1:
+        if (end - *p < 8) return 0;
+        *p += 8;
+        return 1;
+    case 2:
+        if (!varint(p, end, &v) || v > (uint64_t)(end - *p)) return 0;
+        *p += v;
+        return 1;
+    case 5:
+        if (end - *p < 4) return 0;
+        *p += 4;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static int ascii(const uint8_t *s, uint64_t n) {
+    for (uint64_t i = 0; i < n; i++)
+        if (s[i] & 0x80) return 0;
+    return 1;
+}
+
+/* A KeyValue's key and value (last of each wins); 0 if malformed or non-ASCII. */
+static int key_value(const uint8_t *p, const uint8_t *end, const uint8_t **k, uint64_t *kn,
+                     const uint8_t **v, uint64_t *vn) {
+    int has_k = 0, has_v = 0;
+    while (p < end) {
+        uint64_t tag, n;
+        if (!varint(&p, end, &tag)) return 0;
+        int field = (int)(tag >> 3), wire = (int)(tag & 7);
+        if (field == 0 || tag > 0xFFFFFFFFu) return 0;
+        if ((field == 1 || field == 2) && wire == 2) {
+            if (!varint(&p, end, &n) || n > (uint64_t)(end - p) || !ascii(p, n)) return 0;
+            if (field == 1) { *k = p; *kn = n; has_k = 1; }
+            else { *v = p; *vn = n; has_v = 1; }
+            p += n;
+        } else if (!skip(&p, end, wire)) {
+            return 0;
+        }
+    }
+    return has_k && has_v;
+}
+
+static PyObject *batch_keys(PyObject *self, PyObject *args) {
+    Py_buffer buf, name;
+    Py_ssize_t count;
+    int kind;
+    if (!PyArg_ParseTuple(args, "y*niy*", &buf, &count, &kind, &name)) return NULL;
+    PyObject *out = count >= 0 ? PyList_New(count) : NULL;
+    const uint8_t *data = (const uint8_t *)buf.buf;
+    const uint8_t *end = data + buf.len, *pos = data;
+    int ok = out != NULL;
+    for (Py_ssize_t index = 0; ok && index < count; index++) {
+        ok = 0;
+        if (end - pos < 4) break;
+        int32_t meta_size = (int32_t)(((uint32_t)pos[0] << 24) | ((uint32_t)pos[1] << 16) |
+                                      ((uint32_t)pos[2] << 8) | (uint32_t)pos[3]);
+        pos += 4;
+        if (meta_size < 0 || meta_size > end - pos) break;
+        const uint8_t *p = pos, *mend = pos + meta_size;
+        const uint8_t *found = NULL, *pk = NULL;
+        uint64_t found_n = 0, pk_n = 0, null_pk = 0;
+        int64_t payload_size = -1;
+        int bad = 0;
+        while (p < mend && !bad) {
+            uint64_t tag, n;
+            if (!varint(&p, mend, &tag)) { bad = 1; break; }
+            int field = (int)(tag >> 3), wire = (int)(tag & 7);
+            if (field == 0 || tag > 0xFFFFFFFFu) { bad = 1; break; }
+            if (field == 1 && wire == 2) {
+                if (!varint(&p, mend, &n) || n > (uint64_t)(mend - p)) { bad = 1; break; }
+                if (kind == 2) {
+                    const uint8_t *k = NULL, *v = NULL;
+                    uint64_t kn = 0, vn = 0;
+                    if (!key_value(p, p + n, &k, &kn, &v, &vn)) { bad = 1; break; }
+                    if (found == NULL && kn == (uint64_t)name.len &&
+                        memcmp(k, name.buf, (size_t)kn) == 0) {
+                        found = v;
+                        found_n = vn;
+                    }
+                }
+                p += n;
+            } else if (field == 2 && wire == 2) {
+                if (!varint(&p, mend, &n) || n > (uint64_t)(mend - p) || !ascii(p, n)) {
+                    bad = 1;
+                    break;
+                }
+                pk = p;
+                pk_n = n;
+                p += n;
+            } else if (field == 3 && wire == 0) {
+                if (!varint(&p, mend, &n)) { bad = 1; break; }
+                payload_size = (int64_t)(int32_t)(uint32_t)n;
+            } else if (field == 10 && wire == 0) {
+                if (!varint(&p, mend, &null_pk)) { bad = 1; break; }
+            } else if (!skip(&p, mend, wire)) {
+                bad = 1;
+            }
+        }
+        if (bad || p != mend || payload_size < 0 || payload_size > end - mend) break;
+        const uint8_t *payload = mend;
+        pos = mend + payload_size;
+        uint8_t key[16];
+        PyObject *item;
+        if (kind == 0) {
+            key16(-1, payload, (Py_ssize_t)payload_size, key);
+            item = PyBytes_FromStringAndSize((const char *)key, 16);
+        } else if (kind == 1 && pk != NULL && !null_pk) {
+            key16('k', pk, (Py_ssize_t)pk_n, key);
+            item = PyBytes_FromStringAndSize((const char *)key, 16);
+        } else if (kind == 2 && found != NULL) {
+            key16('p', found, (Py_ssize_t)found_n, key);
+            item = PyBytes_FromStringAndSize((const char *)key, 16);
+        } else {
+            item = Py_NewRef(Py_None);
+        }
+        if (item == NULL) break;
+        PyList_SET_ITEM(out, index, item);
+        ok = 1;
+    }
+    if (ok && pos != end) ok = 0;
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&name);
+    if (!ok) {
+        if (PyErr_Occurred()) {
+            Py_XDECREF(out);
+            return NULL;
+        }
+        Py_XDECREF(out);
+        Py_RETURN_NONE;
+    }
+    return out;
+}
+
+static PyObject *digest16(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    int prefix;
+    if (!PyArg_ParseTuple(args, "iy*", &prefix, &buf)) return NULL;
+    uint8_t key[16];
+    key16(prefix, (const uint8_t *)buf.buf, buf.len, key);
+    PyBuffer_Release(&buf);
+    return PyBytes_FromStringAndSize((const char *)key, 16);
+}
+
+
+/* --- Bloom filters over keys ----------------------------------------------------- */
+#define BLOOM_BLOCK_BYTES 64
+#define BLOOM_HASHES 7
+
+static uint64_t le64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+/* The block of a key and the seven bits in it; 0 with an exception set when the key
+ * is not 16 bytes. */
+static int bloom_spot(PyObject *key, uint64_t nblocks, uint64_t *block, uint16_t bit[]) {
+    if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) != 16) {
+        PyErr_SetString(PyExc_ValueError, "Bloom filter keys are 16-byte bytes");
+        return 0;
+    }
+    const uint8_t *k = (const uint8_t *)PyBytes_AS_STRING(key);
+    uint64_t h1 = le64(k), h2 = le64(k + 8);
+    *block = ((h1 >> 32) * nblocks) >> 32;
+    for (int i = 0; i < BLOOM_HASHES; i++) bit[i] = (uint16_t)((h2 >> (9 * i)) & 511);
+    return 1;
+}
+
+/* Parses (bits, keys); the buffer is released by the caller on success. */
+static int bloom_args(PyObject *args, const char *format, Py_buffer *bits, PyObject **keys,
+                      uint64_t *nblocks) {
+    if (!PyArg_ParseTuple(args, format, bits, keys)) return 0;
+    if (!PyList_Check(*keys)) {
+        PyErr_SetString(PyExc_TypeError, "keys must be a list");
+    } else if (bits->len % BLOOM_BLOCK_BYTES != 0 || bits->len == 0 ||
+               (uint64_t)(bits->len / BLOOM_BLOCK_BYTES) > 0xFFFFFFFFu) {
+        PyErr_SetString(PyExc_ValueError, "a Bloom filter is 1 to 2**32 blocks of 64 bytes");
+    } else {
+        *nblocks = (uint64_t)(bits->len / BLOOM_BLOCK_BYTES);
+        return 1;
+    }
+    PyBuffer_Release(bits);
+    return 0;
+}
+
+static PyObject *bloom_add(PyObject *self, PyObject *args) {
+    Py_buffer bits;
+    PyObject *keys;
+    uint64_t nblocks, block;
+    uint16_t bit[BLOOM_HASHES];
+    if (!bloom_args(args, "w*O", &bits, &keys, &nblocks)) return NULL;
+    uint8_t *base = (uint8_t *)bits.buf;
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!bloom_spot(PyList_GET_ITEM(keys, i), nblocks, &block, bit)) {
+            PyBuffer_Release(&bits);
+            return NULL;
+        }
+        uint8_t *b = base + block * BLOOM_BLOCK_BYTES;
+        for (int j = 0; j < BLOOM_HASHES; j++) b[bit[j] >> 3] |= (uint8_t)(1u << (bit[j] & 7));
+    }
+    PyBuffer_Release(&bits);
+    Py_RETURN_NONE;
+}
+
+static PyObject *bloom_test(PyObject *self, PyObject *args) {
+    Py_buffer bits;
+    PyObject *keys;
+    uint64_t nblocks, block;
+    uint16_t bit[BLOOM_HASHES];
+    if (!bloom_args(args, "y*O", &bits, &keys, &nblocks)) return NULL;
+    const uint8_t *base = (const uint8_t *)bits.buf;
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        if (!bloom_spot(PyList_GET_ITEM(keys, i), nblocks, &block, bit)) {
+            Py_CLEAR(out);
+            break;
+        }
+        const uint8_t *b = base + block * BLOOM_BLOCK_BYTES;
+        int hit = 1;
+        for (int j = 0; hit && j < BLOOM_HASHES; j++) hit = (b[bit[j] >> 3] >> (bit[j] & 7)) & 1;
+        PyList_SET_ITEM(out, i, Py_NewRef(hit ? Py_True : Py_False));
+    }
+    PyBuffer_Release(&bits);
+    return out;
+}
+
+
+/* --- tables of keys with anchors ------------------------------------------------- */
+/* An open-addressing table (linear probing) of 16-byte keys, each with an anchor, in a
+ * bytearray of 2**n slots of 24 bytes: the key, then the anchor plus one as a
+ * little-endian uint64 (0: an empty slot). The keys are SHA-256 digests: their first
+ * 8 bytes choose the slot. The caller keeps it at most half full. */
+#define SLOT_BYTES 24
+
+static int table_buffer(PyObject *table, Py_buffer *view, int writable, uint64_t *mask) {
+    if (PyObject_GetBuffer(table, view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) return 0;
+    Py_ssize_t slots = view->len / SLOT_BYTES;
+    if (view->len % SLOT_BYTES != 0 || slots == 0 || (slots & (slots - 1)) != 0) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, "a key table is 2**n slots of 24 bytes");
+        return 0;
+    }
+    *mask = (uint64_t)slots - 1;
+    return 1;
+}
+
+static const uint8_t *table_key(PyObject *key) {
+    if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) != 16) {
+        PyErr_SetString(PyExc_ValueError, "table keys are 16-byte bytes");
+        return NULL;
+    }
+    return (const uint8_t *)PyBytes_AS_STRING(key);
+}
+
+/* The slot holding ``k``, or the empty slot where it would go. */
+static uint8_t *table_slot(uint8_t *base, uint64_t mask, const uint8_t *k) {
+    uint64_t i = le64(k) & mask;
+    for (;;) {
+        uint8_t *slot = base + i * SLOT_BYTES;
+        if (le64(slot + 16) == 0 || memcmp(slot, k, 16) == 0) return slot;
+        i = (i + 1) & mask;
+    }
+}
+
+static void put64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* table_add(table, keys, anchor) -> how many of ``keys`` were not in the table; each
+ * key gets ``anchor`` (the latest wins). */
+static PyObject *table_add(PyObject *self, PyObject *args) {
+    PyObject *table, *keys;
+    long long anchor;
+    Py_buffer view;
+    uint64_t mask;
+    if (!PyArg_ParseTuple(args, "OOL", &table, &keys, &anchor)) return NULL;
+    if (anchor < 0) {
+        PyErr_SetString(PyExc_ValueError, "anchors are not negative");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(keys, "keys must be iterable");
+    if (seq == NULL) return NULL;
+    if (!table_buffer(table, &view, 1, &mask)) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), added = 0;
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; i++) { /* all or nothing: the count stays right */
+        if (table_key(items[i]) == NULL) {
+            added = -1;
+            break;
+        }
+    }
+    if ((uint64_t)n > mask) { /* the caller keeps room: never fill a table */
+        PyErr_SetString(PyExc_ValueError, "the key table has no room for these keys");
+        added = -1;
+    }
+    for (Py_ssize_t i = 0; added >= 0 && i < n; i++) {
+        const uint8_t *k = (const uint8_t *)PyBytes_AS_STRING(items[i]);
+        uint8_t *slot = table_slot((uint8_t *)view.buf, mask, k);
+        if (le64(slot + 16) == 0) {
+            memcpy(slot, k, 16);
+            added++;
+        }
+        put64(slot + 16, (uint64_t)anchor + 1);
+    }
+    PyBuffer_Release(&view);
+    Py_DECREF(seq);
+    return added < 0 ? NULL : PyLong_FromSsize_t(added);
+}
+
+/* table_find(table, keys, first) -> the keys the table holds, in order (first: only
+ * whether one is held, as a bool). */
+static PyObject *table_find(PyObject *self, PyObject *args) {
+    PyObject *table, *keys;
+    int first;
+    Py_buffer view;
+    uint64_t mask;
+    if (!PyArg_ParseTuple(args, "OOp", &table, &keys, &first)) return NULL;
+    PyObject *seq = PySequence_Fast(keys, "keys must be iterable");
+    if (seq == NULL) return NULL;
+    if (!table_buffer(table, &view, 0, &mask)) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    PyObject *out = first ? NULL : PyList_New(0);
+    int any = 0, failed = !first && out == NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; !failed && i < n; i++) {
+        const uint8_t *k = table_key(items[i]);
+        if (k == NULL) {
+            failed = 1;
+            break;
+        }
+        if (le64(table_slot((uint8_t *)view.buf, mask, k) + 16) == 0) continue;
+        any = 1;
+        if (first) break;
+        if (PyList_Append(out, items[i]) < 0) failed = 1;
+    }
+    PyBuffer_Release(&view);
+    Py_DECREF(seq);
+    if (failed) {
+        Py_XDECREF(out);
+        return NULL;
+    }
+    return first ? PyBool_FromLong(any) : out;
+}
+
+/* table_get(table, key) -> the key's anchor, or None. */
+static PyObject *table_get(PyObject *self, PyObject *args) {
+    PyObject *table, *key;
+    Py_buffer view;
+    uint64_t mask;
+    if (!PyArg_ParseTuple(args, "OO", &table, &key)) return NULL;
+    const uint8_t *k = table_key(key);
+    if (k == NULL || !table_buffer(table, &view, 0, &mask)) return NULL;
+    uint64_t stored = le64(table_slot((uint8_t *)view.buf, mask, k) + 16);
+    PyBuffer_Release(&view);
+    if (stored == 0) Py_RETURN_NONE;
+    return PyLong_FromUnsignedLongLong(stored - 1);
+}
+
+/* table_remove(table, key) -> whether the table held ``key`` (removed: the slots after
+ * it shifted back, so no probe sequence is broken). */
+static PyObject *table_remove(PyObject *self, PyObject *args) {
+    PyObject *table, *key;
+    Py_buffer view;
+    uint64_t mask;
+    if (!PyArg_ParseTuple(args, "OO", &table, &key)) return NULL;
+    const uint8_t *k = table_key(key);
+    if (k == NULL || !table_buffer(table, &view, 1, &mask)) return NULL;
+    uint8_t *base = (uint8_t *)view.buf;
+    uint8_t *hole = table_slot(base, mask, k);
+    int held = le64(hole + 16) != 0;
+    if (held) {
+        uint64_t i = (uint64_t)(hole - base) / SLOT_BYTES, j = i;
+        for (;;) {
+            j = (j + 1) & mask;
+            uint8_t *slot = base + j * SLOT_BYTES;
+            if (le64(slot + 16) == 0) break;
+            uint64_t home = le64(slot) & mask;
+            /* stays when its home lies in (i, j], cyclically */
+            int stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+            if (!stays) {
+                memcpy(base + i * SLOT_BYTES, slot, SLOT_BYTES);
+                i = j;
+            }
+        }
+        memset(base + i * SLOT_BYTES, 0, SLOT_BYTES);
+    }
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(held);
+}
+
+/* table_keys(table) -> every key held (slot order). */
+static PyObject *table_keys(PyObject *self, PyObject *args) {
+    PyObject *table;
+    Py_buffer view;
+    uint64_t mask;
+    if (!PyArg_ParseTuple(args, "O", &table)) return NULL;
+    if (!table_buffer(table, &view, 0, &mask)) return NULL;
+    PyObject *out = PyList_New(0);
+    const uint8_t *base = (const uint8_t *)view.buf;
+    for (uint64_t i = 0; out != NULL && i <= mask; i++) {
+        const uint8_t *slot = base + i * SLOT_BYTES;
+        if (le64(slot + 16) == 0) continue;
+        PyObject *key = PyBytes_FromStringAndSize((const char *)slot, 16);
+        if (key == NULL || PyList_Append(out, key) < 0) Py_CLEAR(out);
+        Py_XDECREF(key);
+    }
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* table_move(source, target) -> how many keys moved: every key of ``source`` with its
+ * anchor into ``target`` (a larger table), as when a table grows. */
+static PyObject *table_move(PyObject *self, PyObject *args) {
+    PyObject *source, *target;
+    Py_buffer from, to;
+    uint64_t from_mask, to_mask;
+    if (!PyArg_ParseTuple(args, "OO", &source, &target)) return NULL;
+    if (!table_buffer(source, &from, 0, &from_mask)) return NULL;
+    if (!table_buffer(target, &to, 1, &to_mask)) {
+        PyBuffer_Release(&from);
+        return NULL;
+    }
+    Py_ssize_t moved = 0;
+    for (uint64_t i = 0; i <= from_mask; i++) {
+        const uint8_t *slot = (const uint8_t *)from.buf + i * SLOT_BYTES;
+        if (le64(slot + 16) == 0) continue;
+        uint8_t *dest = table_slot((uint8_t *)to.buf, to_mask, slot);
+        if (le64(dest + 16) == 0) moved++;
+        memcpy(dest, slot, SLOT_BYTES);
+    }
+    PyBuffer_Release(&from);
+    PyBuffer_Release(&to);
+    return PyLong_FromSsize_t(moved);
+}
+
+static PyMethodDef methods[] = {
+    {"batch_keys", batch_keys, METH_VARARGS,
+     "Keys of an uncompressed batch payload's messages, or None (take the Python path)."},
+    {"digest16", digest16, METH_VARARGS,
+     "The first 16 bytes of SHA-256 of an optional one-byte prefix (-1: none) and data."},
+    {"bloom_add", bloom_add, METH_VARARGS,
+     "Sets the bits of each 16-byte key of a list in a Bloom filter (a writable buffer)."},
+    {"bloom_test", bloom_test, METH_VARARGS,
+     "Per 16-byte key of a list: True when a Bloom filter may hold it, False when not."},
+    {"table_add", table_add, METH_VARARGS,
+     "Adds 16-byte keys with one anchor to a key table; answers how many were new."},
+    {"table_find", table_find, METH_VARARGS,
+     "The keys a key table holds (or, first=True, whether it holds one)."},
+    {"table_get", table_get, METH_VARARGS, "A key's anchor in a key table, or None."},
+    {"table_remove", table_remove, METH_VARARGS, "Removes a key from a key table."},
+    {"table_keys", table_keys, METH_VARARGS, "Every key a key table holds."},
+    {"table_move", table_move, METH_VARARGS, "Every key of a key table into a larger one."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_batch_keys",
+                                    "Message keys of batches, compiled.", -1, methods};
+
+PyMODINIT_FUNC PyInit__batch_keys(void) { return PyModule_Create(&module); }

@@ -1,0 +1,181 @@
+"""A group whose keys are all new and distinct takes a shorter path (no verdict per
+message, states written only when asked for): it must decide exactly as the general one."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from typing import Any, cast
+
+import pytest
+
+from dedup_broker.domain_base.outcomes import PublishOutcome, PublishResult, PublishStatus
+from dedup_broker.key_dedup import topic as topic_module
+from dedup_broker.key_dedup.claims import GroupKeys
+from dedup_broker.key_dedup.memory import LocalKeyCache
+from dedup_broker.key_dedup.scope import KeyScope
+from dedup_broker.key_dedup.sends import ProducerGoneError, QueuedSend
+from dedup_broker.key_dedup.store import KeyStore
+from dedup_broker.key_dedup.topic import TopicKeyDedup
+from dedup_broker.key_dedup.window import KeyDedupPolicy, KeyState, now_ms
+from dedup_broker.protocol import pulsar_api_pb2 as pb
+from dedup_broker.storage.api import Position
+from tests.unit.key_dedup.test_single_writer import FakeService, FakeStore, _no_members
+
+WINDOW = 60_000
+
+
+def _key(name: str) -> bytes:
+    return hashlib.sha256(name.encode()).digest()[:16]
+
+
+class FakeProducer:
+    def __init__(self, closed: bool = False) -> None:
+        self.closed = closed
+
+
+class FakeLedger:
+    name = "ledger-1"
+
+
+class FakeAppends:
+    """The topic's publish path: stores every entry at the next position, except those
+    whose first byte says otherwise."""
+
+    def __init__(self) -> None:
+        self.appended: list[bytes] = []
+
+    def append_checked(
+        self,
+        producer: Any,
+        send: pb.CommandSend,
+        entry: bytes,
+        metadata: pb.MessageMetadata,
+        timestamp: int | None = None,
+    ) -> PublishResult:
+        result: PublishResult = asyncio.get_running_loop().create_future()
+        if entry.startswith(b"dup"):
+            result.set_result(PublishOutcome(PublishStatus.DUPLICATE))
+        else:
+            self.appended.append(entry)
+            result.set_result(PublishOutcome.stored(Position(1, len(self.appended))))
+        return result
+
+
+def _topic(single_writer: bool) -> tuple[TopicKeyDedup, KeyScope, FakeAppends, FakeStore]:
+    store = FakeStore()
+    service = FakeService(store)
+    policy = KeyDedupPolicy(enabled=True, window_ms=WINDOW)
+    scope = KeyScope(
+        "c|topic:t|content|60000",
+        policy,
+        cast(KeyStore, store),
+        1_000,
+        _no_members,
+        single_writer=single_writer,
+    )
+    scope.memory_complete()
+    scope.ready.set()
+    appends = FakeAppends()
+    topic = TopicKeyDedup(cast(Any, "t"), cast(Any, FakeLedger()), cast(Any, service), appends)
+    topic.policy, topic.scope = policy, scope
+    topic._ready.set()
+    return topic, scope, appends, store
+
+
+def _send(entry: bytes, producer: FakeProducer | None = None) -> QueuedSend:
+    metadata = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=now_ms())
+    return QueuedSend(cast(Any, producer or FakeProducer()), pb.CommandSend(), entry, metadata)
+
+
+GROUPS: dict[str, list[tuple[bytes, list[bytes | None] | None, bool]]] = {
+    # (entry, its keys, producer closed)
+    "all new": [(b"e1", [_key("a"), _key("b")], False), (b"e2", [_key("c")], False)],
+    "a closed producer": [(b"e1", [_key("a")], True), (b"e2", [_key("b")], False)],
+    "an unkeyed entry": [(b"e1", None, False), (b"e2", [_key("b")], False)],
+    "an entry not appended": [(b"dup1", [_key("a")], False), (b"e2", [_key("b")], False)],
+    "a repeat inside the group": [(b"e1", [_key("a")], False), (b"e2", [_key("a")], False)],
+    "a message without a key": [(b"e1", [_key("a"), None], False)],
+}
+
+
+async def _run(
+    single_writer: bool,
+    group: list[tuple[bytes, list[bytes | None] | None, bool]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[object, ...]:
+    topic, scope, appends, _ = _topic(single_writer)
+    scope.stored([_key("old")], now_ms(), "ledger-1", "1:0")
+    keys = {entry: keys for entry, keys, _ in group}
+    monkeypatch.setattr(topic_module, "entry_keys", lambda entry, source: keys[entry])
+    items = [_send(entry, FakeProducer(closed)) for entry, _, closed in group]
+    await topic._process(items)
+    await asyncio.sleep(0)
+    results = [await item.result for item in items]
+    outcomes = [(o.status, type(o.error).__name__ if o.error else None) for o in results]
+    return (
+        outcomes,
+        appends.appended,
+        sorted(scope.in_flight.keys()),
+        scope.kept,
+        scope.dropped,
+        scope.unchecked,
+        sorted(k for keys, _ in scope._confirm for k in keys),
+    )
+
+
+@pytest.mark.parametrize("single_writer", [True, False])
+@pytest.mark.parametrize("name", list(GROUPS))
+def test_the_short_path_decides_as_the_general_one(
+    name: str, single_writer: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    group = GROUPS[name]
+    short_groups: list[int] = []
+    keep_all = TopicKeyDedup._keep_all
+
+    async def counted(self: TopicKeyDedup, claims: GroupKeys, prepared: list[Any]) -> None:
+        short_groups.append(len(prepared))
+        await keep_all(self, claims, prepared)
+
+    monkeypatch.setattr(TopicKeyDedup, "_keep_all", counted)
+    short = asyncio.run(_run(single_writer, group, monkeypatch))
+    repeats = name in ("a repeat inside the group", "a message without a key")
+    open_sends = sum(not closed for _, _, closed in group)
+    assert short_groups == ([] if repeats else [open_sends])
+    # The general path: every group looks as if a key might be known.
+    monkeypatch.setattr(LocalKeyCache, "none_known", lambda self, keys: False)
+    general = asyncio.run(_run(single_writer, group, monkeypatch))
+    assert short == general
+    assert short_groups == ([] if repeats else [open_sends])  # not taken this time
+    if name == "a closed producer":
+        assert cast(list[Any], short[0])[0] == (
+            PublishStatus.FAILED,
+            ProducerGoneError.__name__,
+        )
+
+
+def test_only_groups_of_distinct_new_keys_take_the_short_path() -> None:
+    async def scenario() -> None:
+        store = FakeStore()
+        _, scope, _, _ = _topic(True)
+        service = cast(Any, FakeService(store))
+        a, b, c = _key("a"), _key("b"), _key("c")
+
+        async def all_new(key_lists: list[list[bytes | None]]) -> bool:
+            group = GroupKeys(scope, scope.policy, service, b"owner")
+            await group.lookup(key_lists)
+            scope.in_flight.settle_all(list(group.owned), False)
+            return group.all_new
+
+        assert await all_new([[a, b], [c]])
+        assert not await all_new([[a], [a]])  # a repeat inside the group
+        assert not await all_new([[a, None]])  # a message without a key
+        scope.cache.add(c, now_ms())
+        assert not await all_new([[a, c]])  # a key the cache holds
+        scope.in_flight.claim_new([b])
+        assert not await all_new([[a, b]])  # a key a write in flight holds
+        group = GroupKeys(scope, scope.policy, service, b"owner")
+        await group.lookup([[a]])
+        assert group.all_new and group.states == {a: KeyState.NEW}
+
+    asyncio.run(scenario())

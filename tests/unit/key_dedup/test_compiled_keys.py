@@ -1,0 +1,147 @@
+"""The compiled key reader and the pure-Python path give the same keys; whatever the
+compiled one finds unusual it leaves to the Python path, which reports the error."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import shutil
+import struct
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from dedup_broker.errors import ProtocolError
+from dedup_broker.key_dedup import window
+from dedup_broker.key_dedup.window import KeySource, batch_keys_compiled, entry_keys
+from dedup_broker.protocol import pulsar_api_pb2 as pb
+from dedup_broker.protocol.batch import build_batch, compress, scan_batch
+from dedup_broker.protocol.framing import encode_message
+
+SOURCES = [KeySource.parse(t) for t in ("content", "partitionKey", "property:event-id")]
+
+needs_compiled = pytest.mark.skipif(
+    window.compiled_keys is None, reason="the compiled key reader is not built here"
+)
+
+
+def test_an_install_with_a_compiler_builds_the_compiled_reader() -> None:
+    """Without it key-window deduplication still works, several times slower: an
+    install on a machine that could build it and did not is a broken install."""
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if not (shutil.which("cc") or shutil.which("gcc")) or not headers.exists():
+        pytest.skip("no C compiler or no Python headers: the pure-Python path is used")
+    assert window.compiled_keys is not None, "pip install -e . did not build _batch_keys"
+
+
+def _random_record(rng: random.Random) -> tuple[pb.SingleMessageMetadata, bytes]:
+    meta = pb.SingleMessageMetadata()
+    for _ in range(rng.randrange(4)):
+        name = rng.choice(["event-id", "other", "event-idx", "", "ünï"])
+        meta.properties.add(key=name, value=rng.choice(["", "v", "é", str(rng.random())]))
+    if rng.random() < 0.7:
+        meta.partition_key = rng.choice(["", "k", str(rng.random()), "ключ"])
+    if rng.random() < 0.2:
+        meta.null_partition_key = rng.random() < 0.5
+    if rng.random() < 0.3:
+        meta.sequence_id = rng.randrange(1 << 64)
+    if rng.random() < 0.2:
+        meta.event_time = rng.randrange(1 << 40)
+    if rng.random() < 0.2:
+        meta.ordering_key = rng.randbytes(rng.randrange(5))
+    return meta, rng.randbytes(rng.choice([0, 1, 55, 56, 64, 100, 1000, 4000]))
+
+
+def _python_keys(meta: pb.MessageMetadata, payload: bytes, source: KeySource) -> object:
+    return window._keys(source, scan_batch(meta, payload))
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", range(40))
+def test_compiled_and_python_keys_are_identical(seed: int) -> None:
+    rng = random.Random(seed)
+    records = [_random_record(rng) for _ in range(rng.randrange(1, 60))]
+    data = build_batch(records)
+    meta = pb.MessageMetadata(
+        producer_name="p", sequence_id=0, publish_time=1, num_messages_in_batch=len(records)
+    )
+    for source in SOURCES:
+        expected = _python_keys(meta, data, source)
+        compiled = batch_keys_compiled(data, len(records), source)
+        # Non-ASCII key texts are left to the Python path (None), never keyed differently.
+        assert compiled is None or compiled == expected
+
+
+@needs_compiled
+def test_ascii_batches_are_read_by_the_compiled_path() -> None:
+    records = []
+    for i in range(300):
+        meta = pb.SingleMessageMetadata(partition_key=f"key-{i}")
+        meta.properties.add(key="event-id", value=f"e{i % 7}")
+        records.append((meta, f"payload {i}".encode() * (i % 5)))
+    records.append((pb.SingleMessageMetadata(), b"no key"))
+    data = build_batch(records)
+    count = len(records)
+    assert batch_keys_compiled(data, count, SOURCES[1]) == [
+        *(hashlib.sha256(f"kkey-{i}".encode()).digest()[:16] for i in range(300)),
+        None,
+    ]
+    assert batch_keys_compiled(data, count, SOURCES[2]) == [
+        *(hashlib.sha256(f"pe{i % 7}".encode()).digest()[:16] for i in range(300)),
+        None,
+    ]
+    assert batch_keys_compiled(data, count, SOURCES[0]) == [
+        hashlib.sha256(payload).digest()[:16] for _, payload in records
+    ]
+
+
+@needs_compiled
+def test_malformed_batches_are_left_to_the_python_path() -> None:
+    data = build_batch([(pb.SingleMessageMetadata(partition_key="a"), b"x")])
+    source = SOURCES[1]
+    assert batch_keys_compiled(data, 2, source) is None  # fewer records than announced
+    assert batch_keys_compiled(data + b"!", 1, source) is None  # bytes after the last
+    assert batch_keys_compiled(data[:-1], 1, source) is None  # payload cut short
+    assert batch_keys_compiled(data, -1, source) is None
+    no_size = b"\x12\x01a"  # partition_key only: payload_size (required) missing
+    assert batch_keys_compiled(struct.pack(">i", len(no_size)) + no_size, 1, source) is None
+    group = b"\x1b\x1c\x18\x00"  # a group wire type, then payload_size 0
+    assert batch_keys_compiled(struct.pack(">i", len(group)) + group, 1, source) is None
+
+
+@pytest.mark.parametrize("compression", [pb.NONE, pb.LZ4, pb.ZLIB, pb.ZSTD, pb.SNAPPY])
+def test_entry_keys_are_the_same_with_and_without_the_compiled_reader(
+    compression: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(compression)
+    records = [_random_record(rng) for _ in range(50)]
+    raw = build_batch(records)
+    meta = pb.MessageMetadata(
+        producer_name="p",
+        sequence_id=0,
+        publish_time=1,
+        num_messages_in_batch=len(records),
+        compression=compression,  # type: ignore[arg-type]
+        uncompressed_size=len(raw),
+    )
+    entry = encode_message(meta, compress(compression, raw))
+    with_compiled = [entry_keys(entry, s) for s in SOURCES]
+    monkeypatch.setattr(window, "compiled_keys", None)
+    assert [entry_keys(entry, s) for s in SOURCES] == with_compiled
+    assert batch_keys_compiled(raw, len(records), SOURCES[0]) is None
+
+
+def test_a_malformed_entry_raises_the_same_error_either_way(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    raw = build_batch([(pb.SingleMessageMetadata(partition_key="a"), b"x")])
+    meta = pb.MessageMetadata(
+        producer_name="p", sequence_id=0, publish_time=1, num_messages_in_batch=2
+    )
+    entry = encode_message(meta, raw)
+    with pytest.raises(ProtocolError, match="truncated"):
+        entry_keys(entry, SOURCES[1])
+    monkeypatch.setattr(window, "compiled_keys", None)
+    with pytest.raises(ProtocolError, match="truncated"):
+        entry_keys(entry, SOURCES[1])
