@@ -347,7 +347,9 @@ def test_sentinel_failover_keeps_what_the_primary_acknowledged() -> None:
             kept = promoted.hlen("kd:{lost}:b:0")
         finally:
             promoted.close()
-    lost = acknowledged - kept
+    # The replica may also hold the batch in flight at the kill: written by the primary,
+    # its reply lost with the connection. Those are more than acknowledged, never lost.
+    lost = max(0, acknowledged - kept)
     print(f"\nacknowledged {acknowledged}, on the promoted replica {kept}, lost {lost}")
     assert acknowledged > 0
-    assert 0 <= lost <= 1_000  # measured: 0 on loopback (docs/key-deduplication.md)
+    assert lost <= 1_000  # measured: 0 on loopback (docs/key-deduplication.md)
