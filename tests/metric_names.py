@@ -24,6 +24,14 @@ WRITE_LATENCY = (
     *("overflow", "count", "sum"),
 )
 """Pulsar's bucket names: milliseconds."""
+BROKER_SUMS = (
+    *("topics_count", "subscriptions_count", "producers_count", "consumers_count"),
+    *("rate_in", "rate_out", "throughput_in", "throughput_out"),
+    *("storage_size", "storage_logical_size", "storage_write_rate", "storage_read_rate"),
+    "msg_backlog",
+)
+"""Pulsar's ``pulsar_broker_*`` families, each ``pulsar_*`` of the topics summed
+(``topics_count``: the topics)."""
 ENTRY_SIZE = (
     *("le_128", "le_512", "le_1_kb", "le_2_kb", "le_4_kb", "le_16_kb", "le_100_kb", "le_1_mb"),
     *("le_overflow", "count", "sum"),
@@ -55,6 +63,8 @@ BROKER_FAMILIES: list[Family] = [
     ("pulsar_storage_logical_size", "gauge", TOPIC),
     ("pulsar_storage_backlog_size", "gauge", TOPIC),
     ("pulsar_storage_offloaded_size", "gauge", TOPIC),
+    ("pulsar_storage_write_rate", "gauge", TOPIC),
+    ("pulsar_storage_read_rate", "gauge", TOPIC),
     ("pulsar_msg_backlog", "gauge", TOPIC),
     ("pulsar_in_messages_total", "counter", TOPIC),
     ("pulsar_in_bytes_total", "counter", TOPIC),
@@ -70,6 +80,9 @@ BROKER_FAMILIES: list[Family] = [
     ("pulsar_subscription_consumers_count", "gauge", SUBSCRIPTION),
     ("pulsar_out_messages_total", "counter", SUBSCRIPTION),
     ("pulsar_out_bytes_total", "counter", SUBSCRIPTION),
+    ("pulsar_subscription_msg_ack_rate", "gauge", SUBSCRIPTION),
+    # Pulsar's broker-level sums of the topic families.
+    *((f"pulsar_broker_{name}", "gauge", ("cluster",)) for name in BROKER_SUMS),
     # Deduplication (PIP-6), per topic.
     ("dedup_broker_deduplication_producers", "gauge", TOPIC),
     ("dedup_broker_deduplication_entries_since_snapshot", "gauge", TOPIC),

@@ -43,11 +43,18 @@ Per-topic families carry `cluster`, `namespace` and `topic` (per subscription al
 `subscription`). With `exposeTopicLevelMetricsInPrometheus=false` they are summed per
 namespace instead (labels `cluster`, `namespace`; the subscription families are left out,
 and `pulsar_out_messages_total`, `pulsar_out_bytes_total` and `pulsar_subscription_delayed`
-are summed into the namespace), as Pulsar does. Rates are the last stats period's
-(`statsUpdateFrequencyInSecs`, 60 s by default), as are the `pulsar_storage_write_latency_*`
-and `pulsar_entry_size_*` buckets: entries of that period in each bucket, gauges as in
-Pulsar. Counters of a topic start at zero when it is loaded (as Pulsar's). The
-deduplication families appear for topics with deduplication (PIP-6) on.
+are summed into the namespace), as Pulsar does. The `pulsar_broker_*` families (label
+`cluster`) are the topic families summed over every topic the broker serves, persistent
+and non-persistent, whether topic-level metrics are on or off, as Pulsar's. Rates are the
+last stats period's (`statsUpdateFrequencyInSecs`, 60 s by default), as are the
+`pulsar_storage_write_latency_*` and `pulsar_entry_size_*` buckets: entries of that period
+in each bucket, gauges as in Pulsar. `pulsar_storage_write_rate` counts the entries the
+managed ledger stored, `pulsar_storage_read_rate` the entries subscriptions and readers
+read to dispatch (redeliveries included). `pulsar_subscription_msg_ack_rate` counts
+messages (each of a batch, each a cumulative acknowledgement covers) when their consumer
+acknowledges them, in a transaction too. Counters of a topic start at zero when it is
+loaded (as Pulsar's). The deduplication families appear for topics with deduplication
+(PIP-6) on.
 
 Pulsar's `pulsar_connection_created_total_count` and `pulsar_connection_closed_total_count`
 (typed gauges there) are the counters `pulsar_connection_created_total` and

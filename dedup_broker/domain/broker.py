@@ -61,7 +61,9 @@ class Broker:
             self.services, storage, metrics, self.namespaces, self.schemas, cluster
         )
         self._housekeeping: asyncio.Task[None] | None = None
-        self.stats_updates = StatsUpdates(self.rated_topics)
+        self.stats_updates = StatsUpdates(
+            self.rated_topics, stored=lambda: list(self.topic_registry.topics.values())
+        )
         self._stats_task = PeriodicTask(
             "stats update", config.stats_update_frequency_in_secs, self.update_stats
         )

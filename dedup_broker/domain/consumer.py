@@ -167,9 +167,11 @@ class Consumer:
     bytes_out: int = 0
     msgs_redelivered: int = 0
     """Messages in flight it asked to have sent again (nack, ack timeout, redelivery)."""
+    msgs_acked: int = 0
+    """Messages of the entries it held that its acknowledgements released."""
     rates: SampledRates | None = None
-    """``msgs_out``, ``bytes_out``, ``msgs_redelivered`` per second over the last stats
-    period (``topic_rates``)."""
+    """``msgs_out``, ``bytes_out``, ``msgs_redelivered``, ``msgs_acked`` per second over
+    the last stats period (``topic_rates``)."""
     last_sent: float = 0.0
     """``time.monotonic()`` of its last entries sent to be acknowledged."""
     last_flow_ms: int = 0
@@ -213,9 +215,16 @@ class Consumer:
         self.unacked_messages -= count
         return True
 
-    def forget_up_to(self, position: Position) -> None:
+    def acknowledge(self, position: Position) -> bool:
+        """``forget`` for an acknowledgement: the entry's messages count as acknowledged
+        (Pulsar's ``messageAckRate`` counts messages, a batch's each); True if it held it."""
+        self.msgs_acked += self.pending.get(position, 0)
+        return self.forget(position)
+
+    def acknowledge_up_to(self, position: Position) -> None:
+        """A cumulative acknowledgement: every entry it holds up to ``position``."""
         for pos in [p for p in self.pending if p <= position]:
-            self.forget(pos)
+            self.acknowledge(pos)
 
     def take_pending(self) -> list[Position]:
         """Every in-flight position, clearing the set (for redelivery)."""

@@ -81,6 +81,8 @@ class KeySharedRound(Generic[C]):
 
     deliveries: list[tuple[C, Entry, int]] = field(default_factory=list)
     progressed: bool = False
+    entries_read: int = 0
+    """Entries the round read from storage (replays and new ones)."""
 
 
 class KeySharedRouting(Generic[C]):
@@ -189,6 +191,7 @@ class KeySharedRouting(Generic[C]):
                 if entry is None:
                     result.progressed = True
                     continue
+                result.entries_read += 1
                 slot = self.hashes[position] = entry_key(entry).hash
             if slot in blocked:
                 continue
@@ -201,6 +204,7 @@ class KeySharedRouting(Generic[C]):
                 if entry is None:
                     result.progressed = True
                     continue
+                result.entries_read += 1
             replay.discard(position)
             messages = entry_key(entry).messages
             room[consumer] -= messages
@@ -209,6 +213,7 @@ class KeySharedRouting(Generic[C]):
         if wanted <= 0 or len(replay) >= LOOK_AHEAD_LIMIT or not cursor.has_more_entries():
             return self._recheck(result, consumers, replay)
         entries = await cursor.read_entries(wanted)
+        result.entries_read += len(entries)
         # Taken after the read: a consumer that left meanwhile gave back what it held.
         blocked.update(self.hashes.get(p, -1) for p in replay)
         for entry in entries:

@@ -11,6 +11,7 @@ from dedup_broker.domain.subscription import Subscription
 from dedup_broker.domain.write_stats import WriteStats
 from dedup_broker.domain_base.names import TopicName
 from dedup_broker.domain_base.producer import Producer
+from dedup_broker.domain_base.rates import SampledRates
 from dedup_broker.pip6.topic_dedup import TopicDeduplication
 from dedup_broker.storage.api import ManagedLedger
 
@@ -56,6 +57,11 @@ class StoredTopic(MeteredTopic, Protocol):
 
     @property
     def write_stats(self) -> WriteStats: ...
+
+    @property
+    def storage_rates(self) -> SampledRates | None:
+        """Entries written and read per second (``topic_rates.sample_storage``)."""
+        ...
 
     @property
     def dedup(self) -> TopicDeduplication: ...

@@ -59,6 +59,9 @@ class SubscriptionOwner(Protocol):
     @property
     def name(self) -> TopicName: ...
 
+    entries_read: int
+    """Entries its subscriptions read from storage (``pulsar_storage_read_rate``)."""
+
     @property
     def transactions(self) -> TransactionBuffer:
         """What the topic's transactions hide: markers, aborted transactions' messages."""
@@ -227,16 +230,16 @@ class Subscription:
         if cumulative:
             for position in positions:
                 for each in [consumer] if consumer is not None else self.consumers:
-                    each.forget_up_to(position)
+                    each.acknowledge_up_to(position)
                 self.cursor.mark_delete(position)
                 self._redeliveries.acknowledged_up_to(position)
                 self._dispatcher.forget_up_to(position)
         else:
             acked = list(positions)
             for position in acked:
-                if consumer is None or not consumer.forget(position):
+                if consumer is None or not consumer.acknowledge(position):
                     for other in self.consumers:
-                        if other.forget(position):
+                        if other.acknowledge(position):
                             break
                 self._redeliveries.acknowledged(position)
                 self._dispatcher.forget(position)
@@ -355,6 +358,7 @@ class Subscription:
                 entries = await self.cursor.read_entries(budget)
             else:
                 return False
+            self._owner.entries_read += len(entries)
             if not entries:
                 return self._redeliveries.waiting()
             delays = self._owner.delays_delivery()
@@ -378,6 +382,7 @@ class Subscription:
                 self.config.dispatcher_max_read_batch_size,
                 functools.partial(self._hold, delays=self._owner.delays_delivery()),
             )
+            self._owner.entries_read += chosen.entries_read
             self._deliver(chosen.deliveries)
             return chosen.progressed
 

@@ -60,6 +60,7 @@ from dedup_broker.transactions.buffer import TransactionBuffer, sent_in
 
 if TYPE_CHECKING:
     from dedup_broker.domain.consumer import Consumer
+    from dedup_broker.domain_base.rates import SampledRates
     from dedup_broker.storage.api import ManagedCursor, ManagedLedger, StorageService, WriteFence
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ class Topic(ProducerHost):
         "_write_ends",
         "bytes_in",
         "dedup",
+        "entries_read",
         "last_publish_ms",
         "loaded_ms",
         "made_key_dedup",
@@ -93,6 +95,7 @@ class Topic(ProducerHost):
         "msgs_in",
         "pending_acks",
         "services",
+        "storage_rates",
         "subscriptions",
         "transactions",
         "write_stats",
@@ -113,6 +116,9 @@ class Topic(ProducerHost):
         )
         self.managed_ledger = ledger
         self.write_stats = WriteStats()  # Pulsar's write latency and entry size buckets
+        self.entries_read = 0  # by its subscriptions' dispatchers
+        self.storage_rates: SampledRates | None = None
+        """Entries written (``ledger.entries_added``) and read per second (``topic_rates``)."""
         self.subscriptions: dict[str, Subscription] = {}
         self.msgs_in = self.bytes_in = self.last_publish_ms = 0
         self.loaded_ms = int(time.time() * 1000)

@@ -3,7 +3,8 @@
 The numbers are the ones ``topics stats`` answers (rates of the last stats period, sizes,
 backlogs, counters kept by the publish and dispatch paths); nothing here counts anything
 a second time. Names, types and meanings follow Pulsar's metrics reference; the
-deduplication families, which Pulsar does not have, are ``dedup_broker_*``.
+deduplication families, which Pulsar does not have, are ``dedup_broker_*``. Pulsar's
+broker-level ``pulsar_broker_*`` families are topic families summed over every topic.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ TOPIC_FIELDS: tuple[Field, ...] = (
         "Estimated bytes of the largest durable subscription's backlog",
     ),
     ("pulsar_storage_offloaded_size", "gauge", "Bytes of the ledgers in tiered storage"),
+    ("pulsar_storage_write_rate", "gauge", f"Entries written to storage per second {PERIOD}"),
+    ("pulsar_storage_read_rate", "gauge", f"Entries read from storage per second {PERIOD}"),
     ("pulsar_msg_backlog", "gauge", "Messages not yet acknowledged, summed over subscriptions"),
     ("pulsar_in_messages_total", "counter", "Messages published since the topic was loaded"),
     ("pulsar_in_bytes_total", "counter", "Bytes published since the topic was loaded"),
@@ -102,6 +105,11 @@ SUBSCRIPTION_FIELDS: tuple[Field, ...] = (
     ("pulsar_subscription_consumers_count", "gauge", "Consumers connected"),
     ("pulsar_out_messages_total", "counter", "Messages dispatched to the subscription's consumers"),
     ("pulsar_out_bytes_total", "counter", "Bytes dispatched to the subscription's consumers"),
+    (
+        "pulsar_subscription_msg_ack_rate",
+        "gauge",
+        f"Messages acknowledged per second {PERIOD} (a batch counts each of its messages)",
+    ),
 )
 
 DEDUP_FIELDS: tuple[Field, ...] = (
@@ -145,6 +153,32 @@ VERDICTS: Field = (
 
 TOPICS_COUNT: Field = ("pulsar_topics_count", "gauge", "Topics loaded, per namespace")
 
+BROKER_TOPICS_COUNT: Field = ("pulsar_broker_topics_count", "gauge", "Topics loaded")
+_BROKER_SUMS: tuple[tuple[str, str], ...] = (
+    ("pulsar_subscriptions_count", "Subscriptions of the loaded topics"),
+    ("pulsar_producers_count", "Producers connected"),
+    ("pulsar_consumers_count", "Consumers connected"),
+    ("pulsar_rate_in", f"Messages published per second {PERIOD}, all topics"),
+    ("pulsar_rate_out", f"Messages dispatched per second {PERIOD}, all topics"),
+    ("pulsar_throughput_in", f"Bytes published per second {PERIOD}, all topics"),
+    ("pulsar_throughput_out", f"Bytes dispatched per second {PERIOD}, all topics"),
+    (
+        "pulsar_storage_size",
+        "Bytes of the ledgers in Kafka, times kafkaReplicationFactor when it is set, all topics",
+    ),
+    ("pulsar_storage_logical_size", "Bytes of the ledgers, one copy, all topics"),
+    ("pulsar_storage_write_rate", f"Entries written to storage per second {PERIOD}, all topics"),
+    ("pulsar_storage_read_rate", f"Entries read from storage per second {PERIOD}, all topics"),
+    ("pulsar_msg_backlog", "Messages not yet acknowledged, summed over all subscriptions"),
+)
+_TOPIC_INDEX = {name: index for index, (name, _, _) in enumerate(TOPIC_FIELDS)}
+BROKER_FIELDS: tuple[tuple[Field, int], ...] = tuple(
+    ((name.replace("pulsar_", "pulsar_broker_", 1), "gauge", meaning), _TOPIC_INDEX[name])
+    for name, meaning in _BROKER_SUMS
+)
+"""Pulsar's ``pulsar_broker_*`` (label ``cluster``), each with the index of the topic
+field it sums, in Pulsar's order (after ``BROKER_TOPICS_COUNT``)."""
+
 
 class Rated(Protocol):
     @property
@@ -180,7 +214,7 @@ def subscription_values(
     backlog: int, delayed: int, consumers: Sequence[Consumer], out: tuple[int, int]
 ) -> list[float]:
     """``SUBSCRIPTION_FIELDS`` of one subscription."""
-    sent = _sums(consumers, 3)
+    sent = _sums(consumers, 4)
     unacked = sum(c.unacked_messages for c in consumers)
     return [
         backlog,
@@ -193,6 +227,7 @@ def subscription_values(
         len(consumers),
         out[0],
         out[1],
+        sent[3],
     ]
 
 
@@ -216,7 +251,15 @@ def persistent_row(topic: StoredTopic, replication_factor: int) -> TopicRow:
             size = estimated_backlog_size(ledger, subscription.cursor, backlog)
             backlog_size = max(backlog_size, size)
     offloaded = sum(info.size for info in ledger.ledgers() if info.offloaded)
-    storage = (total * replication_factor, total, backlog_size, offloaded)
+    written_and_read = topic.storage_rates
+    storage = (
+        total * replication_factor,
+        total,
+        backlog_size,
+        offloaded,
+        rate(written_and_read, 0),
+        rate(written_and_read, 1),
+    )
     row = TopicRow(
         name.namespace_name,
         str(name),
@@ -239,6 +282,10 @@ def persistent_row(topic: StoredTopic, replication_factor: int) -> TopicRow:
     return row
 
 
+NO_STORAGE = (0, 0, 0, 0, 0, 0)
+"""A non-persistent topic's storage sizes and rates."""
+
+
 def non_persistent_row(topic: MeteredTopic) -> TopicRow:
     """A non-persistent topic: no storage, no backlog, what was published and sent."""
     subscriptions = [
@@ -249,7 +296,7 @@ def non_persistent_row(topic: MeteredTopic) -> TopicRow:
         topic.name.namespace_name,
         str(topic.name),
         _common(
-            topic.producers.values(), subscriptions, (0, 0, 0, 0), (topic.msgs_in, topic.bytes_in)
+            topic.producers.values(), subscriptions, NO_STORAGE, (topic.msgs_in, topic.bytes_in)
         )
         + list(NO_WRITES)
         + _namespace_sums(subscriptions),
@@ -260,10 +307,10 @@ def non_persistent_row(topic: MeteredTopic) -> TopicRow:
 def _common(
     producers: Collection[Rated],
     subscriptions: list[tuple[str, list[float]]],
-    storage: tuple[int, int, int, int],
+    storage: tuple[float, ...],
     published: tuple[int, int],
 ) -> list[float]:
-    """The topic fields up to the write buckets."""
+    """The topic fields up to the write buckets (``storage``: sizes, then rates)."""
     received = _sums(producers, 2)
     consumers = rate_out = throughput_out = backlog = 0.0
     for _, values in subscriptions:

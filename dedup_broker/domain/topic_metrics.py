@@ -1,5 +1,7 @@
 """Pulsar's per-topic metric families, labelled ``cluster``, ``namespace``, ``topic`` (and
-``subscription``), or summed per namespace with ``exposeTopicLevelMetricsInPrometheus=false``.
+``subscription``), or summed per namespace with ``exposeTopicLevelMetricsInPrometheus=false``;
+and Pulsar's ``pulsar_broker_*`` families, the topic families summed over the broker
+(labelled ``cluster``, either way), from the columns the topic families were made of.
 
 Read from the loaded topics when scraped. A broker may serve 10,000 topics, whose
 families run to hundreds of thousands of lines, so ``render`` builds them a slice at a
@@ -18,6 +20,8 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from dedup_broker.domain.topic_metric_rows import (
+    BROKER_FIELDS,
+    BROKER_TOPICS_COUNT,
     DEDUP_FIELDS,
     NAMESPACE_FIELDS,
     OLDEST,
@@ -51,6 +55,9 @@ _LABEL_CHUNK = 256
 TOPIC_LABELS = ("cluster", "namespace", "topic")
 SUBSCRIPTION_LABELS = (*TOPIC_LABELS, "subscription")
 NAMESPACE_LABELS = ("cluster", "namespace")
+BROKER_LABELS = ("cluster",)
+_ROLLED_UP = frozenset(index for _, index in BROKER_FIELDS)
+"""Topic fields a broker family sums."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,19 +143,33 @@ class TopicMetrics(SlicedCollector):
 
     # --- the families -----------------------------------------------------------------
     def _tables(self, rows: list[TopicRow]) -> Iterator[Table]:
-        """Each family of ``rows``, per topic and subscription or per namespace."""
+        """Each family of ``rows``, per topic and subscription or per namespace, then the
+        broker's sums."""
         cluster = self.cluster
         counts: dict[str, int] = {}
         for row in rows:
             counts[row.namespace] = counts.get(row.namespace, 0) + 1
         namespaces: list[tuple[str, ...]] = [(cluster, ns) for ns in counts]
         yield Table(TOPICS_COUNT, NAMESPACE_LABELS, namespaces, list(counts.values()))
-        if not self.per_topic:
-            yield from self._namespace_tables(rows)
-            return
+        totals = [0.0] * len(TOPIC_FIELDS)
+        if self.per_topic:
+            yield from self._topic_tables(rows, totals)
+        else:
+            yield from self._namespace_tables(rows, totals)
+        broker: list[tuple[str, ...]] = [(cluster,)]
+        yield Table(BROKER_TOPICS_COUNT, BROKER_LABELS, broker, [len(rows)])
+        for field, index in BROKER_FIELDS:
+            yield Table(field, BROKER_LABELS, broker, [totals[index]])
+
+    def _topic_tables(self, rows: list[TopicRow], totals: list[float]) -> Iterator[Table]:
+        """The families per topic and subscription; ``totals`` gets the sums of the topic
+        columns the broker families show (summed as each column is made)."""
         keys = [r.keys[0] for r in rows if r.keys]
         for index, field in enumerate(TOPIC_FIELDS):
-            yield Table(field, TOPIC_LABELS, keys, [r.values[index] for r in rows])
+            column = [r.values[index] for r in rows]
+            if index in _ROLLED_UP:
+                totals[index] = sum(column)
+            yield Table(field, TOPIC_LABELS, keys, column)
         subscription_keys = [k for r in rows if r.keys for k in r.keys[1:]]
         subscriptions = [values for r in rows for _, values in r.subscriptions]
         for index, field in enumerate(SUBSCRIPTION_FIELDS):
@@ -165,8 +186,9 @@ class TopicMetrics(SlicedCollector):
             VERDICTS, (*TOPIC_LABELS, "verdict"), [k for k, _ in verdicts], [n for _, n in verdicts]
         )
 
-    def _namespace_tables(self, rows: list[TopicRow]) -> Iterator[Table]:
-        """The topic families summed per namespace (the oldest snapshot time: its minimum)."""
+    def _namespace_tables(self, rows: list[TopicRow], totals: list[float]) -> Iterator[Table]:
+        """The topic families summed per namespace (the oldest snapshot time: its minimum);
+        ``totals`` gets the namespaces' sums of the columns the broker families show."""
         cluster = self.cluster
         sums: dict[str, list[float]] = {}
         dedup: dict[str, list[float]] = {}
@@ -185,7 +207,10 @@ class TopicMetrics(SlicedCollector):
                     verdicts[key] = verdicts.get(key, 0) + n
         keys: list[tuple[str, ...]] = [(cluster, ns) for ns in sums]
         for index, field in enumerate((*TOPIC_FIELDS, *NAMESPACE_FIELDS)):
-            yield Table(field, NAMESPACE_LABELS, keys, [v[index] for v in sums.values()])
+            column = [v[index] for v in sums.values()]
+            if index in _ROLLED_UP:
+                totals[index] = sum(column)
+            yield Table(field, NAMESPACE_LABELS, keys, column)
         dedup_keys: list[tuple[str, ...]] = [(cluster, ns) for ns in dedup]
         for index, field in enumerate(DEDUP_FIELDS):
             yield Table(field, NAMESPACE_LABELS, dedup_keys, [v[index] for v in dedup.values()])

@@ -129,7 +129,7 @@ class TopicPendingAcks:
         await log.held(subscription.name, txn_id, acks)
         held.hold(txn_id, acks)
         for position in acks.positions():
-            consumer.forget(position)
+            consumer.acknowledge(position)  # counted now, as Pulsar counts it
 
     async def end(self, subscription_name: str, txn_id: TxnId, action: TxnAction) -> None:
         """``END_TXN_ON_SUBSCRIPTION``: commit applies the acknowledgements to the cursor

@@ -29,6 +29,7 @@ from tests.integration.conftest import make_broker
 from tests.integration.system_topics.deletion_helpers import wait_until
 from tests.metric_names import (
     BROKER_FAMILIES,
+    BROKER_SUMS,
     WORKER_FAMILIES,
     dashboard_expressions,
     exposed_families,
@@ -152,6 +153,36 @@ def test_the_broker_families_appear_with_their_labels_under_load(loaded: Loaded)
     assert values[("dedup_broker_key_dedup_hits_total", namespace)] == 4
     assert values[("dedup_broker_key_dedup_misses_total", namespace)] == 1
     assert values[("dedup_broker_owned_slots", (("cluster", cluster),))] > 0
+
+
+def test_storage_and_ack_rates_and_the_broker_sums_under_load(loaded: Loaded) -> None:
+    """The busy topic writes, reads and acknowledges all along: its storage rates and its
+    live subscription's acknowledgement rate are above zero, while the subscription
+    without a consumer acknowledges nothing; each ``pulsar_broker_*`` family is its topic
+    family summed over the topics of the same scrape."""
+    cluster = loaded.broker.cluster_name
+    topic = (("cluster", cluster), ("namespace", "public/default"), ("topic", loaded.topic))
+    live = tuple(sorted((*topic, ("subscription", "live"))))
+    busy = (
+        ("pulsar_storage_write_rate", topic),
+        ("pulsar_storage_read_rate", topic),
+        ("pulsar_subscription_msg_ack_rate", live),
+    )
+    found: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+
+    def all_busy() -> bool:
+        found.clear()
+        found.update(samples(scrape(loaded.broker.http_url)))
+        return all(found.get(key, 0) > 0 for key in busy)
+
+    wait_until(all_busy, 30, "storage and acknowledgement rates over one stats period")
+    stopped = tuple(sorted((*topic, ("subscription", "stopped"))))
+    assert found[("pulsar_subscription_msg_ack_rate", stopped)] == 0
+    broker = (("cluster", cluster),)
+    assert found[("pulsar_broker_topics_count", broker)] >= 2  # the busy and the keyed topic
+    for name in BROKER_SUMS:
+        total = sum(value for (family, _), value in found.items() if family == f"pulsar_{name}")
+        assert found[(f"pulsar_broker_{name}", broker)] == pytest.approx(total), name
 
 
 def test_the_worker_families_appear(loaded: Loaded) -> None:

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dedup_broker.domain import topic_metrics
+from dedup_broker.domain.topic_rates import StatsUpdates
 from dedup_broker.domain.write_stats import WriteStats
 from dedup_broker.metrics_registry import exposition, render_exposition
 from harness.domain_links import ConsumerSide, new_producer, publish, subscribe
-from harness.memory_broker import MemoryBroker
+from harness.memory_broker import MemoryBroker, settle
+from tests.metric_names import BROKER_SUMS
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -31,6 +34,35 @@ def samples_of(text: str) -> Samples:
 
 async def scraped(broker: MemoryBroker) -> Samples:
     return samples_of((await render_exposition(broker.broker.metrics.registry)).decode())
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def stats_updates_on(broker: MemoryBroker, clock: Clock) -> StatsUpdates:
+    """The broker's stats update (as ``Broker`` wires it) on a clock the test moves."""
+    updates = StatsUpdates(
+        broker.broker.rated_topics, clock, stored=lambda: broker.broker.topics.values()
+    )
+    broker.broker.stats_updates = updates
+    return updates
+
+
+def broker_sums(samples: Samples, cluster: str = "standalone") -> dict[str, float]:
+    """The ``pulsar_broker_*`` samples, by the name of the family they sum."""
+    return {
+        name: samples[(f"pulsar_broker_{name}", (("cluster", cluster),))] for name in BROKER_SUMS
+    }
+
+
+def summed(samples: Samples, name: str) -> float:
+    """``pulsar_{name}`` summed over its series (topics or namespaces)."""
+    return sum(value for (family, _), value in samples.items() if family == f"pulsar_{name}")
 
 
 async def test_a_topics_families_carry_its_numbers_and_pulsars_labels() -> None:
@@ -137,3 +169,96 @@ def test_write_stats_fill_pulsars_buckets_per_stats_period() -> None:
     assert sizes == (2, 0, 0, 0, 0, 0, 0, 0, 1, 3, 2_000_228)
     stats.roll()
     assert stats.period == (0,) * 23
+
+
+async def test_storage_rates_and_the_ack_rate_count_entries_and_messages() -> None:
+    broker = MemoryBroker()
+    updates = stats_updates_on(broker, clock := Clock())
+    topic = await broker.topic(TOPIC)
+    producer = new_producer("p")
+    topic.add_producer(producer)
+    for sequence in range(9):
+        await publish(topic, producer, sequence)
+    await publish(topic, producer, 9, num_messages_in_batch=5)  # 10 entries, 14 messages
+    side = ConsumerSide()
+    consumer = await subscribe(topic, side, "c")
+    subscription = consumer.subscription
+    subscription.on_flow(consumer, 100)
+    await settle()
+    positions = side.positions_of("c")
+    assert len(positions) == 10
+    subscription.on_ack(consumer, positions[:3], cumulative=False)  # 3 messages
+    subscription.on_ack(consumer, [positions[-1]], cumulative=True)  # 6 and a batch of 5
+    before = await scraped(broker)
+    assert before[("pulsar_subscription_msg_ack_rate", SUBSCRIPTION)] == 0  # no period yet
+    clock.now += 2
+    await updates.update()
+    samples = await scraped(broker)
+    assert samples[("pulsar_storage_write_rate", LABELS)] == 5.0  # entries per second
+    assert samples[("pulsar_storage_read_rate", LABELS)] == 5.0
+    assert samples[("pulsar_rate_in", LABELS)] == 7.0  # messages per second
+    assert samples[("pulsar_subscription_msg_ack_rate", SUBSCRIPTION)] == 7.0
+    sums = broker_sums(samples)
+    assert (sums["storage_write_rate"], sums["storage_read_rate"]) == (5.0, 5.0)
+    clock.now += 1  # a quiet period: every rate falls to zero
+    await updates.update()
+    quiet = await scraped(broker)
+    assert quiet[("pulsar_storage_write_rate", LABELS)] == 0
+    assert quiet[("pulsar_storage_read_rate", LABELS)] == 0
+    assert quiet[("pulsar_subscription_msg_ack_rate", SUBSCRIPTION)] == 0
+
+
+async def load_topics(broker: MemoryBroker) -> None:
+    """Three topics in two namespaces, each with a producer and a consumer that received
+    and acknowledged part of what was published."""
+    await broker.authorizer.tenancy.create_namespace("public/other")
+    for name, messages in (("default/a", 2), ("default/b", 3), ("other/c", 4)):
+        topic = await broker.topic(f"persistent://public/{name}")
+        producer = new_producer("p")
+        topic.add_producer(producer)
+        for sequence in range(messages):
+            await publish(topic, producer, sequence)
+        side = ConsumerSide()
+        consumer = await subscribe(topic, side, "c")
+        consumer.subscription.on_flow(consumer, messages - 1)
+        await settle()
+        consumer.subscription.on_ack(consumer, side.positions_of("c")[:1], cumulative=False)
+
+
+async def test_the_broker_families_are_the_sums_over_its_topics() -> None:
+    broker = MemoryBroker()
+    await load_topics(broker)
+    await broker.broker.update_stats()  # the broker's own stats update
+    samples = await scraped(broker)
+    sums = broker_sums(samples)
+    assert sums["topics_count"] == 3
+    assert (sums["producers_count"], sums["consumers_count"]) == (3, 3)
+    assert sums["subscriptions_count"] == 3
+    assert sums["msg_backlog"] == 9 - 3  # one acknowledged on each topic
+    assert sums["storage_logical_size"] == summed(samples, "storage_logical_size") > 0
+    for name in ("rate_in", "rate_out", "storage_write_rate", "storage_read_rate"):
+        assert sums[name] > 0, name
+    for name in BROKER_SUMS:
+        assert sums[name] == pytest.approx(summed(samples, name)), name
+
+
+async def test_with_topic_level_metrics_off_the_broker_sums_the_namespaces() -> None:
+    broker = MemoryBroker.configured(expose_topic_level_metrics_in_prometheus=False)
+    updates = stats_updates_on(broker, clock := Clock())
+    await load_topics(broker)
+    clock.now += 1
+    await updates.update()
+    samples = await scraped(broker)
+    default = (("cluster", "standalone"), ("namespace", "public/default"))
+    assert samples[("pulsar_storage_write_rate", default)] == 5.0  # 2 + 3 entries in 1 s
+    assert samples[("pulsar_storage_read_rate", default)] == 3.0  # 1 + 2 read
+    sums = broker_sums(samples)
+    assert (sums["topics_count"], sums["storage_write_rate"], sums["rate_out"]) == (3, 9.0, 6.0)
+    for name in BROKER_SUMS:
+        assert sums[name] == summed(samples, name), name
+    assert not any(name == "pulsar_subscription_msg_ack_rate" for name, _ in samples)
+
+
+async def test_a_broker_without_topics_shows_its_families_at_zero() -> None:
+    samples = await scraped(MemoryBroker())
+    assert broker_sums(samples) == dict.fromkeys(BROKER_SUMS, 0)

@@ -15,6 +15,7 @@ from harness.domain_links import ConsumerSide, new_producer, publish, subscribe
 from harness.memory_broker import MemoryBroker, settle
 
 TOPIC = "persistent://public/default/orders"
+KEY_SHARED = SubscriptionType.KEY_SHARED
 NON_PERSISTENT = "non-persistent://public/default/ticks"
 
 
@@ -173,3 +174,85 @@ async def test_the_brokers_update_samples_persistent_and_non_persistent_topics()
     assert (stats["msgRateIn"], stats["msgRateOut"]) == (2.0, 2.0)
     assert stats["averageMsgSize"] == live.bytes_in / 6
     assert subscription_of(stats)["msgRateOut"] == 2.0
+
+
+async def test_acknowledgements_count_the_messages_they_release() -> None:
+    """Per message, as Pulsar's ``messageAckRate``: a batch counts each of its messages, a
+    cumulative acknowledgement everything it covers, an acknowledgement of what the
+    consumer does not hold (acknowledged already, or never sent to it) nothing."""
+    topic = await loaded()
+    clock = Clock()
+    updates = StatsUpdates(lambda: [topic], clock)
+    producer = new_producer("p")
+    topic.add_producer(producer)
+    for seq in range(4):
+        await publish(topic, producer, seq)
+    await publish(topic, producer, 4, num_messages_in_batch=3)
+    side = ConsumerSide()
+    consumer = await subscribe(topic, side, "c")
+    subscription = consumer.subscription
+    subscription.on_flow(consumer, 100)
+    await settle()
+    positions = side.positions_of("c")
+    subscription.on_ack(consumer, [positions[1], positions[1]], cumulative=False)
+    assert consumer.msgs_acked == 1
+    subscription.on_ack(consumer, [positions[-1]], cumulative=True)
+    assert consumer.msgs_acked == 1 + 3 + 3  # the three singles left and the batch
+    subscription.on_ack(consumer, [positions[-1]], cumulative=True)
+    assert consumer.msgs_acked == 7
+    clock.now += 2
+    await updates.update()
+    assert consumer.rates is not None and consumer.rates.rates[3] == 3.5
+
+
+async def test_acknowledgements_without_a_consumer_count_for_the_one_that_held_them() -> None:
+    """A transaction's acknowledgements applied at its commit name no consumer."""
+    topic = await loaded()
+    producer = new_producer("p")
+    topic.add_producer(producer)
+    for seq in range(3):
+        await publish(topic, producer, seq)
+    side = ConsumerSide()
+    consumer = await subscribe(topic, side, "c", sub_type=SubscriptionType.SHARED)
+    consumer.subscription.on_flow(consumer, 10)
+    await settle()
+    topic.subscriptions["sub"].on_ack(None, side.positions_of("c")[:2], cumulative=False)
+    assert consumer.msgs_acked == 2
+
+
+async def test_entries_read_count_every_read_whatever_the_subscription_type() -> None:
+    """New entries, and the entries read again to redeliver them: from the rewound cursor
+    (Exclusive), one by one (Shared, Key_Shared)."""
+    for sub_type in (SubscriptionType.EXCLUSIVE, SubscriptionType.SHARED, KEY_SHARED):
+        topic = await loaded()
+        producer = new_producer("p")
+        topic.add_producer(producer)
+        for seq in range(4):
+            await publish(topic, producer, seq)
+        consumer = await subscribe(topic, ConsumerSide(), "c", sub_type=sub_type)
+        consumer.subscription.on_flow(consumer, 10)
+        await settle()
+        assert topic.entries_read == 4, sub_type
+        consumer.subscription.on_redeliver(consumer, None)
+        await settle()
+        assert topic.entries_read == 8, sub_type
+
+
+async def test_storage_rates_are_the_ledgers_writes_and_the_subscriptions_reads() -> None:
+    topic = await loaded()
+    clock = Clock()
+    updates = StatsUpdates(lambda: [topic], clock, stored=lambda: [topic])
+    await updates.update()
+    assert topic.storage_rates is None  # an idle topic carries no meter
+    producer = new_producer("p")
+    topic.add_producer(producer)
+    for seq in range(6):
+        await publish(topic, producer, seq)
+    consumer = await subscribe(topic, ConsumerSide(), "c")
+    consumer.subscription.on_flow(consumer, 3)
+    await settle()
+    assert (topic.managed_ledger.entries_added, topic.entries_read) == (6, 3)
+    clock.now += 3
+    await updates.update()
+    assert topic.storage_rates is not None
+    assert topic.storage_rates.rates == (2.0, 1.0)
