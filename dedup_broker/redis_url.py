@@ -1,7 +1,9 @@
 """The forms of ``redisUrl``: one Redis, a Redis Cluster, or a primary under Sentinel.
 
 ``redis://host:port/db`` (``rediss://`` over TLS, ``unix:///path``) is one Redis;
-``redis+cluster://host:port`` (``rediss+cluster://``) any node of a Redis Cluster;
+``redis+cluster://host1:port1,host2:port2`` (``rediss+cluster://``) nodes of a Redis
+Cluster, any of which the broker may find the cluster through (one node down at start
+leaves the others);
 ``redis+sentinel://host1:port1,host2:port2/<master-name>[/db]`` (``rediss+sentinel://``)
 the Sentinels that watch a primary and its replicas: the broker asks them where the
 primary is, and asks again after a failover. Pure parsing, no Redis client: the
@@ -19,6 +21,8 @@ CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 SENTINEL_PORT = 26379
 """Sentinel's own default port: the port of a Sentinel named without one."""
+REDIS_PORT = 6379
+"""Redis's own default port: the port of a cluster node named without one."""
 
 _MASTER_NAME = re.compile(r"[A-Za-z0-9._:-]{1,200}")
 
@@ -43,6 +47,18 @@ class SentinelUrl:
     """``rediss+sentinel://``: Sentinels and data nodes both spoken to over TLS."""
 
 
+@dataclass(frozen=True)
+class ClusterUrl:
+    """A ``redis+cluster://`` URL, taken apart."""
+
+    nodes: tuple[tuple[str, int], ...]
+    """``(host, port)`` of each startup node, in the URL's order."""
+    username: str | None = None
+    password: str | None = None
+    tls: bool = False
+    """``rediss+cluster://``: every node spoken to over TLS."""
+
+
 def scheme_of(url: str) -> str:
     return url.partition("://")[0].lower() if "://" in url else ""
 
@@ -61,26 +77,9 @@ def parse_sentinel_url(url: str) -> SentinelUrl:
     A Sentinel without a port is on 26379; an IPv6 address goes in brackets
     (``[::1]:26379``). Raises RedisUrlError naming what is malformed.
     """
-    scheme, sep, rest = url.partition("://")
-    if not sep or scheme.lower() not in SENTINEL_SCHEMES:
-        raise RedisUrlError(
-            f"a Sentinel URL starts with redis+sentinel:// or rediss+sentinel://, got {url!r}"
-        )
-    if "?" in rest or "#" in rest:
-        raise RedisUrlError(f"a Sentinel URL takes no query or fragment, got {_safe(url)!r}")
-    netloc, _, path = rest.partition("/")
-    userinfo, at, hosts = netloc.rpartition("@")
-    if not at:
-        hosts, userinfo = netloc, ""
-    username: str | None = None
-    password: str | None = None
-    if userinfo:
-        user, colon, secret = userinfo.partition(":")
-        username = unquote(user) or None
-        password = unquote(secret) if colon else None
-        if not colon:  # redis://secret@host is a password alone, as redis-py reads it
-            username, password = None, unquote(user)
-    sentinels = tuple(_host_port(part, url) for part in hosts.split(","))
+    scheme, netloc, path = _parts(url, SENTINEL_SCHEMES, "a Sentinel URL")
+    hosts, username, password = _credentials(netloc)
+    sentinels = tuple(_host_port(part, url, SENTINEL_PORT, "Sentinel") for part in hosts.split(","))
     segments = path.split("/") if path else []
     if not segments or not segments[0]:
         raise RedisUrlError(
@@ -106,7 +105,29 @@ def parse_sentinel_url(url: str) -> SentinelUrl:
         db=db,
         username=username,
         password=password,
-        tls=scheme.lower() == "rediss+sentinel",
+        tls=scheme == "rediss+sentinel",
+    )
+
+
+def parse_cluster_url(url: str) -> ClusterUrl:
+    """``redis+cluster://[user:password@]host1:port1[,host2:port2...][/0]``.
+
+    A node without a port is on 6379; an IPv6 address goes in brackets. A Redis Cluster
+    has database 0 only. Raises RedisUrlError naming what is malformed.
+    """
+    scheme, netloc, path = _parts(url, CLUSTER_SCHEMES, "a Redis Cluster URL")
+    if path not in ("", "0"):
+        raise RedisUrlError(
+            f"a Redis Cluster has database 0 only; nothing but /0 may follow the nodes, "
+            f"got {_safe(url)!r}"
+        )
+    hosts, username, password = _credentials(netloc)
+    nodes = tuple(_host_port(part, url, REDIS_PORT, "cluster node") for part in hosts.split(","))
+    return ClusterUrl(
+        nodes=nodes,
+        username=username,
+        password=password,
+        tls=scheme == "rediss+cluster",
     )
 
 
@@ -116,26 +137,54 @@ def check_redis_url(url: str) -> None:
     if scheme in SENTINEL_SCHEMES:
         parse_sentinel_url(url)
         return
+    if scheme in CLUSTER_SCHEMES:
+        parse_cluster_url(url)
+        return
     if scheme not in PLAIN_SCHEMES + CLUSTER_SCHEMES:
         forms = ", ".join(f"{s}://" for s in PLAIN_SCHEMES + CLUSTER_SCHEMES + SENTINEL_SCHEMES)
         raise RedisUrlError(f"a Redis URL starts with one of {forms}; got {_safe(url)!r}")
 
 
-def _host_port(text: str, url: str) -> tuple[str, int]:
+def _parts(url: str, schemes: tuple[str, str], what: str) -> tuple[str, str, str]:
+    """The lower-cased scheme, the hosts part and the path of ``url`` (one of ``schemes``,
+    no query or fragment)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in schemes:
+        raise RedisUrlError(f"{what} starts with {schemes[0]}:// or {schemes[1]}://, got {url!r}")
+    if "?" in rest or "#" in rest:
+        raise RedisUrlError(f"{what} takes no query or fragment, got {_safe(url)!r}")
+    netloc, _, path = rest.partition("/")
+    return scheme.lower(), netloc, path
+
+
+def _credentials(netloc: str) -> tuple[str, str | None, str | None]:
+    """``netloc`` split into its hosts, user name and password (percent-decoded)."""
+    userinfo, at, hosts = netloc.rpartition("@")
+    if not at:
+        return netloc, None, None
+    if not userinfo:
+        return hosts, None, None
+    user, colon, secret = userinfo.partition(":")
+    if not colon:  # redis://secret@host is a password alone, as redis-py reads it
+        return hosts, None, unquote(user)
+    return hosts, unquote(user) or None, unquote(secret)
+
+
+def _host_port(text: str, url: str, default_port: int, what: str) -> tuple[str, int]:
     text = text.strip()
     if text.startswith("["):
         host, bracket, tail = text[1:].partition("]")
         if not bracket or (tail and not tail.startswith(":")):
-            raise RedisUrlError(f"malformed IPv6 Sentinel address {text!r} in {_safe(url)!r}")
+            raise RedisUrlError(f"malformed IPv6 {what} address {text!r} in {_safe(url)!r}")
         port_text = tail[1:] if tail else ""
     else:
         host, _, port_text = text.partition(":")
     if not host:
-        raise RedisUrlError(f"a Sentinel host is empty in {_safe(url)!r}")
+        raise RedisUrlError(f"a {what} host is empty in {_safe(url)!r}")
     if not port_text:
-        return host, SENTINEL_PORT
+        return host, default_port
     if not port_text.isdigit() or not 0 < int(port_text) <= 65535:
-        raise RedisUrlError(f"Sentinel port {port_text!r} of {_safe(url)!r} is no TCP port")
+        raise RedisUrlError(f"{what} port {port_text!r} of {_safe(url)!r} is no TCP port")
     return host, int(port_text)
 
 

@@ -92,8 +92,8 @@ class NativeRedisCluster:
 
     @property
     def url(self) -> str:
-        """A URL the broker (``redisUrl``) and redis-py's cluster client understand."""
-        return f"redis+cluster://127.0.0.1:{self.ports[0]}"
+        """``redisUrl`` for the broker: every node, so that any one answering will do."""
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{port}" for port in self.ports)
 
     def start(self, timeout: float = 30.0) -> None:
         cli = pieces.redis_tool("redis-cli")

@@ -13,11 +13,18 @@ from typing import Any
 
 import hiredis
 import redis.asyncio as aioredis
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import AbstractConnection as AsyncConnection
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 
-from dedup_broker.redis_url import SentinelUrl, is_cluster_url, is_sentinel_url, parse_sentinel_url
+from dedup_broker.redis_url import (
+    ClusterUrl,
+    SentinelUrl,
+    is_cluster_url,
+    is_sentinel_url,
+    parse_cluster_url,
+    parse_sentinel_url,
+)
 
 __all__ = ["is_cluster_url", "is_sentinel_url", "packed_by_hiredis", "redis_client"]
 
@@ -27,13 +34,29 @@ def redis_client(url: str, options: Mapping[str, Any], cluster: bool = False) ->
     ``cluster``: a plain URL's Redis is a Redis Cluster node."""
     if is_sentinel_url(url):
         return _sentinel_primary(parse_sentinel_url(url), options)
-    if cluster or is_cluster_url(url):
-        plain = url.replace("+cluster://", "://", 1)
-        return RedisCluster.from_url(plain, **options)
+    if is_cluster_url(url):
+        return _cluster(parse_cluster_url(url), options)
+    if cluster:
+        return RedisCluster.from_url(url, **options)
     client = aioredis.Redis.from_url(url, **options)
     pool = client.connection_pool
     pool.connection_class = packed_by_hiredis(pool.connection_class)
     return client
+
+
+def _cluster(url: ClusterUrl, options: Mapping[str, Any]) -> Any:
+    """The cluster found through the first of ``url``'s nodes that answers."""
+    node_options = dict(options)
+    if url.tls:
+        node_options["ssl"] = True
+    else:
+        node_options = {k: v for k, v in node_options.items() if not k.startswith("ssl")}
+    return RedisCluster(
+        startup_nodes=[ClusterNode(host, port) for host, port in url.nodes],
+        username=url.username,
+        password=url.password,
+        **node_options,
+    )
 
 
 class _SentinelPrimary(aioredis.Redis):

@@ -40,6 +40,10 @@ class ScopeMember(Protocol):
     def owner(self) -> bytes:
         """``load id:ledger``: tells this load's claims from an earlier load's."""
 
+    @property
+    def recovered(self) -> bool:
+        """The log after its checkpoint is replayed: what an earlier load stored is known."""
+
     async def replay(self, after: Position | None) -> str | None:
         """Keys of stored entries after ``after`` (the whole window: None) to Redis."""
 

@@ -174,11 +174,14 @@ class KeyDedupService:
         return names
 
     def stale_owner(self, owner: bytes) -> bool:
-        """A claim by an earlier load of a topic this broker serves now: its writer is gone."""
+        """A claim by an earlier load of a topic this broker serves now: its writer is gone.
+        Only once the new load has replayed the log after its checkpoint: until then the
+        claimed key may lie in that log, stored, and taking the claim over would store it
+        a second time through another topic of the scope."""
         ledger = owner.decode(errors="replace").partition(":")[2]
         for member in self.directory.loaded_key_dedups():
             if member.ledger.name == ledger:
-                return member.owner != owner
+                return member.owner != owner and member.recovered
         return False
 
     async def apply_policies(self) -> None:

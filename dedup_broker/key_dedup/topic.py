@@ -4,8 +4,8 @@ While the topic's policy has it on, every SEND goes through a queue worked in ar
 order. The worker takes what has queued up, decides its new keys (from this broker's
 memory for a scope with a single writer, else by one claim round trip to Redis), then
 for each SEND in order drops the repeats, rewrites a batch that lost some messages, and
-hands the entry to the topic's normal publish path (PIP-6
-included). Receipts keep each producer's order, since the official clients require it.
+hands the entry to the topic's normal publish path (PIP-6 included). Receipts keep each
+producer's order, since the official clients require it.
 
 Only keys of entries Kafka acknowledged are remembered; a key claimed by a write in
 flight makes a repeat wait for that write's outcome. After a restart (or when Redis lost
@@ -24,11 +24,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, cast
 
-from dedup_broker.domain_base.outcomes import (
-    PublishOutcome,
-    PublishResult,
-    PublishStatus,
-)
+from dedup_broker.domain_base.outcomes import PublishOutcome, PublishResult, PublishStatus
 from dedup_broker.errors import BrokerError, ProtocolError, RetriableError
 from dedup_broker.key_dedup import recovery
 from dedup_broker.key_dedup.claims import GroupKeys, ScopeRebuildingError, repeated_keys
@@ -133,6 +129,10 @@ class TopicKeyDedup:
         if self._owner is None:
             self._owner = f"{uuid.uuid4().hex[:12]}:{self.ledger.name}".encode()
         return self._owner
+
+    @property
+    def recovered(self) -> bool:
+        return self._ready.is_set()
 
     def write_failure_resolved(self, told: Position, truth: Position) -> None:
         """The ledger learnt what a failed write left: settle the keys in doubt."""

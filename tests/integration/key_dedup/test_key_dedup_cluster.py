@@ -14,6 +14,7 @@ import redis
 from dedup_broker.devservers.redis_cluster import NativeRedisCluster
 from dedup_broker.key_dedup.store import ScopeKeys
 from harness.admin_http import http_request
+from harness.broker_process import free_port
 from harness.key_events import (
     KEY_PROPERTY,
     Publisher,
@@ -82,3 +83,32 @@ def test_each_event_once_with_scopes_spread_over_the_cluster(
     finally:
         cluster.close()
     assert owners <= set(redis_cluster.ports)
+
+
+def test_a_startup_node_down_leaves_the_others_of_the_url(
+    kafka_bootstrap: str, redis_cluster: NativeRedisCluster, tmp_path: Path
+) -> None:
+    """``redis+cluster://`` lists several nodes: a broker starting while the first is
+    unreachable finds the cluster through the next one."""
+    nodes = [f"127.0.0.1:{free_port()}"] + [f"127.0.0.1:{p}" for p in redis_cluster.ports[1:]]
+    broker = make_broker(
+        kafka_bootstrap,
+        tmp_path,
+        redis_url="redis+cluster://" + ",".join(nodes),
+        broker_key_deduplication_enabled=True,
+        key_deduplication_key_source=f"property:{KEY_PROPERTY}",
+    )
+    broker.start()
+    topic = f"persistent://public/default/kd-startup-{tmp_path.name[-6:]}"
+    events = make_events(300, 100, seed=5)
+    try:
+        client = pulsar.Client(broker.service_url, operation_timeout_seconds=60)
+        try:
+            Publisher([producer_for(client, topic)], events).start().wait()
+            counts = Counter(stored_event_ids(client, topic))
+        finally:
+            client.close()
+    finally:
+        broker.stop()
+    assert set(counts) == set(events)
+    assert max(counts.values()) == 1

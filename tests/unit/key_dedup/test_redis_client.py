@@ -13,11 +13,13 @@ from dedup_broker.config import BrokerConfig
 from dedup_broker.errors import ConfigError
 from dedup_broker.key_dedup.redis_client import redis_client
 from dedup_broker.redis_url import (
+    ClusterUrl,
     RedisUrlError,
     SentinelUrl,
     check_redis_url,
     is_cluster_url,
     is_sentinel_url,
+    parse_cluster_url,
     parse_sentinel_url,
 )
 
@@ -101,8 +103,9 @@ def test_each_form_gets_its_client_without_connecting() -> None:
         plain = redis_client("redis://127.0.0.1:1/0", options)
         assert plain.connection_pool.connection_class.__name__ == ("HiredisPackedConnection")
         await plain.aclose()
-        cluster = redis_client("redis+cluster://127.0.0.1:1", options)
+        cluster = redis_client("redis+cluster://127.0.0.1:1,127.0.0.1:2", options)
         assert isinstance(cluster, RedisCluster)
+        assert [n.port for n in cluster.nodes_manager.startup_nodes.values()] == [1, 2]
         await cluster.aclose()
         primary = redis_client("redis+sentinel://127.0.0.1:1,127.0.0.1:2/orders/4", options)
         pool = primary.connection_pool
@@ -131,3 +134,28 @@ def test_a_tls_sentinel_url_speaks_tls_to_sentinels_and_data_nodes() -> None:
         await primary.aclose()
 
     asyncio.run(build())
+
+
+def test_a_cluster_url_names_its_startup_nodes() -> None:
+    url = parse_cluster_url("rediss+cluster://app:p%40ss@10.0.0.1:7000,node-b,[::1]:7002")
+    assert url == ClusterUrl(
+        nodes=(("10.0.0.1", 7000), ("node-b", 6379), ("::1", 7002)),
+        username="app",
+        password="p@ss",
+        tls=True,
+    )
+    assert parse_cluster_url("redis+cluster://h:7000/0").nodes == (("h", 7000),)
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("redis+cluster://h:7000/1", "database 0 only"),
+        ("redis+cluster://h:7000,,h2:7001", "host is empty"),
+        ("redis+cluster://h:port", "no TCP port"),
+        ("redis+cluster://h:7000?x=1", "no query"),
+    ],
+)
+def test_malformed_cluster_urls_say_what_is_wrong(url: str, reason: str) -> None:
+    with pytest.raises(RedisUrlError, match=reason):
+        check_redis_url(url)
