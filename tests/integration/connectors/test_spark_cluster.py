@@ -102,6 +102,11 @@ def test_foreach_batch_sink_on_a_cluster_with_executor_and_driver_killed_stores_
     first = _start([*command, "--pause-at", str(PAUSE_AT), "--pause-flag", str(flag)], first_log)
     try:
         paused_task = _wait_pid(paused, None, first, first_log)
+        # The rows the task passed before pausing are still on their way through the
+        # executor's workers on a busy machine: the kill is meant to cut a batch partly
+        # stored, so it waits until some are.
+        part_stored = wait_until(lambda: _count(dedup_broker, topic) > ROWS_PER_FILE, 120, 1.0)
+        assert part_stored, "no row of batch 1 was stored while its task paused"
         logger.info("task %d paused inside batch 1; kill -9 its worker", paused_task)
         cluster.kill_worker(cluster.worker_holding(paused_task))
         at_executor_kill = _count(dedup_broker, topic)
