@@ -147,10 +147,10 @@ class BrokerConfig:
     kafka_request_timeout_ms: int = 30000
     kafka_delivery_timeout_ms: int = 30000
     kafka_producer_linger_ms: int = 1
+    kafka_reconnect_backoff_max_ms: int = 1000
     kafka_producer_pool_size: int = 8
-    """Kafka producers (each with its thread) the broker writes through; each topic's
-    records always through the same one. More than one because a producer's cost per
-    record grows with the number of topics it has written to."""
+    """Kafka producers (each with its thread) the broker writes through, a topic always
+    through the same one: a producer's cost per record grows with its number of topics."""
     kafka_producer_idle_topic_seconds: int = 120
     """A ledger not written to for this long is dropped from its Kafka producer (what
     librdkafka keeps of a topic, about 6 KB, goes when that producer is renewed); its next
@@ -223,7 +223,7 @@ class BrokerConfig:
     # --- key-window deduplication -------------------------------------------------
     redis_url: str = "redis://localhost:6379/0"
     """Redis of key-window deduplication: ``redis://host:port/db`` (``rediss://`` over
-    TLS), ``redis+cluster://host:port`` for a Redis Cluster, or
+    TLS), ``redis+cluster://host1:port1,host2:port2`` for a Redis Cluster, or
     ``redis+sentinel://host1:port1,host2:port2/<master-name>[/db]`` for a primary with
     replicas under Sentinel (followed through failovers; ``rediss+sentinel://``)."""
     redis_cluster_enabled: bool = False
@@ -307,6 +307,7 @@ class BrokerConfig:
         settings = {
             "bootstrap.servers": self.kafka_bootstrap_servers,
             "security.protocol": self.kafka_security_protocol,
+            "reconnect.backoff.max.ms": str(self.kafka_reconnect_backoff_max_ms),
         }
         optional = {
             "sasl.mechanism": self.kafka_sasl_mechanism,

@@ -48,6 +48,9 @@ MEANINGS: dict[str, str] = {
     "kafka_delivery_timeout_ms": "Kafka producers' ``delivery.timeout.ms``: a write fails "
     "after it.",
     "kafka_producer_linger_ms": "Kafka producers' ``linger.ms``.",
+    "kafka_reconnect_backoff_max_ms": "Kafka clients' ``reconnect.backoff.max.ms``: at "
+    "librdkafka's default, 10 s, a transaction coordinator moved off a dead Kafka node was "
+    "found 10-20 s late, and the acknowledgements of its slot waited as long.",
     "kafka_sasl_username": "SASL user name.",
     "kafka_sasl_password": "SASL password.",
     "kafka_ssl_key_location": "Private key (PEM) of ``kafkaSslCertificateLocation``.",

@@ -73,6 +73,18 @@ def test_limits_are_checked(setting: str, value: object, reason: str) -> None:
         BrokerConfig().with_overrides(**{setting: value})
 
 
+def test_every_kafka_client_reconnects_within_the_configured_backoff() -> None:
+    """A node back from a restart (or a coordinator moved off a dead one) is reached again
+    within ``kafkaReconnectBackoffMaxMs``, not librdkafka's 10 s."""
+    assert BrokerConfig().kafka_connection()["reconnect.backoff.max.ms"] == "1000"
+    config = BrokerConfig.load(environ={}, overrides={"kafkaReconnectBackoffMaxMs": "250"})
+    assert config.kafka_connection() == {
+        "bootstrap.servers": "localhost:9092",
+        "security.protocol": "PLAINTEXT",
+        "reconnect.backoff.max.ms": "250",
+    }
+
+
 def test_redis_tls_settings_become_redis_py_arguments_and_need_a_rediss_url() -> None:
     config = BrokerConfig.load(
         environ={
