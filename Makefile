@@ -110,8 +110,10 @@ demo run: preflight-demo $(STAMP)
 
 ## Publish throughput, latency and server CPU: direct Kafka, the broker, Pulsar standalone
 ## (Java load generators), then the Python-client, recovery, cluster, failover and Spark
-## figures, and memory per topic.
+## figures, and memory per topic. Each step records its figures (build/bench-results);
+## the last line draws them as the PNG files docs/benchmarks.md shows (docs/images).
 bench: $(STAMP)
+	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench.publish
 	$(PY) -m bench.dispatch
 	$(PY) -m bench
@@ -124,6 +126,7 @@ bench: $(STAMP)
 	$(PY) -m bench.many_topics
 	$(PY) -m bench.scrape
 	$(PY) -m bench.node_loss
+	$(PY) -m bench.plots
 
 # The main job's figures alone: the publish path (throughput, server CPU, p50/p99,
 # key-window) and the Spark connectors, each next to its anchor from the same run.

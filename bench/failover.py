@@ -51,6 +51,7 @@ from typing import Any
 
 import pulsar
 
+from bench.results import record
 from dedup_broker.devservers import provide_kafka
 from harness.broker_process import BrokerProcess
 from harness.cluster_processes import ClusterProcesses
@@ -354,6 +355,30 @@ def main() -> None:
             for name in clients:
                 print(f"  {kind:8} {name:6} {_percentiles(values.get((kind, name), []))}")
     print(f"  failed sends: {failures}")
+    record("bench.failover", recorded(kinds, list(clients), args.faults, dict(figures)))
+
+
+def recorded(
+    kinds: list[str],
+    clients: list[str],
+    faults: int,
+    figures: dict[str, dict[tuple[str, str], list[float]]],
+) -> dict[str, Any]:
+    """What ``bench.plots`` draws: per fault kind, client and figure, every value (s)."""
+    return {
+        "faults": faults,
+        "topics_per_client": TOPICS,
+        "figures": list(figures),
+        "kinds": {
+            kind: {
+                client: {
+                    figure: values.get((kind, client), []) for figure, values in figures.items()
+                }
+                for client in clients
+            }
+            for kind in kinds
+        },
+    }
 
 
 if __name__ == "__main__":

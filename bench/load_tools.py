@@ -61,6 +61,9 @@ class Measurement:
     wall_s: float = 0.0
     others_cpu: float = 0.0
     """CPU seconds the rest of the machine spent meanwhile (other users of the cores)."""
+    quantiles_ms: tuple[tuple[float, float], ...] = ()
+    """Every percentile the tool printed, as (fraction, ms) pairs, its maximum as 1.0: the
+    latency distribution, as far as the tool reports it (for the latency plot)."""
 
     @property
     def others_cores(self) -> float:
@@ -192,7 +195,7 @@ class KafkaPerf:
                 f"{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
             )
         sent, per_s, p50, p99 = found[-1]
-        return _measurement(sent, per_s, p50, p99, usage)
+        return _measurement(sent, per_s, p50, p99, usage, kafka_perf_quantiles(result.stdout))
 
 
 _PERF_THROUGHPUT = re.compile(
@@ -202,6 +205,40 @@ _PERF_LATENCY = re.compile(
     r"Aggregated latency stats --- Latency: mean:\s*[\d.]+ ms - med:\s*([\d.]+) - "
     r"95pct:\s*[\d.]+ - 99pct:\s*([\d.]+)"
 )
+
+
+_KAFKA_PERCENTILE = re.compile(r"([\d.]+) ms ([\d.]+)th\b")
+_KAFKA_MAX = re.compile(r"([\d.]+) ms max latency")
+_PERF_PERCENTILE = re.compile(r"(med|[\d.]+pct|Max):\s*([\d.]+)")
+
+
+def kafka_perf_quantiles(stdout: str) -> tuple[tuple[float, float], ...]:
+    """ProducerPerformance's percentiles (50th, 95th, 99th, 99.9th) and maximum, in ms,
+    from its final line; none when there is no such line."""
+    finals = [line for line in stdout.splitlines() if _KAFKA_FINAL.search(line)]
+    if not finals:
+        return ()
+    line = finals[-1]
+    points = [
+        (round(float(share) / 100, 8), float(ms)) for ms, share in _KAFKA_PERCENTILE.findall(line)
+    ]
+    longest = _KAFKA_MAX.search(line)
+    if longest is not None:
+        points.append((1.0, float(longest.group(1))))
+    return tuple(sorted(points))
+
+
+def pulsar_perf_quantiles(output: str) -> tuple[tuple[float, float], ...]:
+    """pulsar-perf's aggregated percentiles (med, 95pct ... 99.999pct) and maximum, in ms,
+    from its last "Aggregated latency stats" line; none when there is no such line."""
+    lines = [line for line in output.splitlines() if "Aggregated latency stats" in line]
+    if not lines:
+        return ()
+    points = []
+    for name, ms in _PERF_PERCENTILE.findall(lines[-1]):
+        share = 0.5 if name == "med" else 1.0 if name == "Max" else round(float(name[:-3]) / 100, 8)
+        points.append((share, float(ms)))
+    return tuple(sorted(points))
 
 
 _PERF_PRODUCING = re.compile(r"^(\d+) .*Created \d+ producers", re.M)
@@ -279,10 +316,18 @@ class PulsarPerf:
         p50, p99 = latency[-1]
         if int(sent) < messages * 0.99:
             raise ToolError(f"pulsar-perf sent {sent} of {messages}:\n{output[-4000:]}")
-        return _measurement(sent, str(pulsar_perf_rate(output, messages)), p50, p99, usage)
+        per_s = str(pulsar_perf_rate(output, messages))
+        return _measurement(sent, per_s, p50, p99, usage, pulsar_perf_quantiles(output))
 
 
-def _measurement(sent: str, per_s: str, p50: str, p99: str, usage: Usage) -> Measurement:
+def _measurement(
+    sent: str,
+    per_s: str,
+    p50: str,
+    p99: str,
+    usage: Usage,
+    quantiles_ms: tuple[tuple[float, float], ...] = (),
+) -> Measurement:
     return Measurement(
         int(sent),
         float(per_s),
@@ -292,6 +337,7 @@ def _measurement(sent: str, per_s: str, p50: str, p99: str, usage: Usage) -> Mea
         usage.generator,
         usage.wall,
         usage.others,
+        quantiles_ms,
     )
 
 

@@ -43,6 +43,7 @@ from typing import Any
 
 import pulsar
 
+from bench.results import record
 from dedup_broker.config import BrokerConfig
 from dedup_broker.devservers import provide_kafka
 from dedup_broker.pip6.state import DEDUP_CURSOR
@@ -461,6 +462,19 @@ def main() -> None:
         print(line)
     for report in reports:
         print("\n" + report)
+    if rows:
+        record("bench.memory", recorded(rows, args))
+
+
+def recorded(rows: list[tuple[str, dict[str, float]]], args: argparse.Namespace) -> dict[str, Any]:
+    """What ``bench.plots`` draws: per row of the table, its figures (``bytes_each``: the
+    broker's RSS growth per topic or producer), and what each idle topic had."""
+    return {
+        "subscription": bool(args.subscription),
+        "connected": bool(args.connected),
+        "tracemalloc": bool(args.tracemalloc),
+        "rows": [{"label": label, **figures} for label, figures in rows],
+    }
 
 
 def _allocation_reports(log_text: str) -> list[str]:

@@ -23,7 +23,9 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from bench.results import record
 from dedup_broker.config import BrokerConfig
 from dedup_broker.devservers.kafka_cluster import NativeKafkaCluster
 from dedup_broker.storage.service.kafka_storage import internal_topic_partitions
@@ -96,6 +98,8 @@ def direct_kafka(cluster: NativeKafkaCluster, kills: int) -> Pauses:
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 1,
+            # The broker's own setting: a reconnection to a restarted node is as quick.
+            "reconnect.backoff.max.ms": BrokerConfig().kafka_reconnect_backoff_max_ms,
             "log_level": 3,
         }
     )
@@ -205,6 +209,18 @@ def main() -> None:
     print("pause per topic and kill (longest time without an acknowledgement):")
     report("direct Kafka", direct)
     report("broker", broker)
+    record("bench.node_loss", recorded(args.kills, {"direct Kafka": direct, "broker": broker}))
+
+
+def recorded(kills: int, systems: dict[str, Pauses]) -> dict[str, Any]:
+    """What ``bench.plots`` draws: per system and group, every pause (s, one per topic
+    and kill)."""
+    return {
+        "kills": kills,
+        "topics": TOPICS,
+        "rate_per_topic": RATE_PER_TOPIC,
+        "systems": systems,
+    }
 
 
 if __name__ == "__main__":

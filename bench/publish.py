@@ -46,8 +46,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
+from bench import results
 from bench.load_tools import (
     KAFKA_PRODUCER_PROPS,
     PULSAR_PERF_BATCHING,
@@ -414,6 +415,45 @@ def _transactional(
     return lines
 
 
+def recorded(rows: Sequence[Row], plan: Plan) -> dict[str, Any]:
+    """What ``bench.plots`` draws: per case and system, the saturation rate and the latency
+    percentiles at half of it (each percentile the median over the fixed-rate runs, as
+    p50 and p99 in the table)."""
+    return {
+        "messages": plan.messages,
+        "paced_seconds": plan.paced_seconds,
+        "paced_runs": plan.paced_runs if plan.paced_seconds > 0 else 0,
+        "rows": [
+            {
+                "system": r.system,
+                "size": r.size,
+                "topics": r.topics,
+                "msgs_per_s": r.saturated.msgs_per_s,
+                "cpu_us_per_msg": r.saturated.cpu_us_per_msg(),
+                "paced_rate": r.paced_rate if r.paced else None,
+                "p50_ms": r.p50_ms,
+                "p99_ms": r.p99_ms,
+                "latency_quantiles_ms": paced_quantiles(r.paced),
+            }
+            for r in rows
+        ],
+    }
+
+
+def paced_quantiles(runs: Sequence[Measurement]) -> list[list[float]]:
+    """Per percentile every fixed-rate run reported, the median of the runs' values:
+    [[fraction, ms], ...] in increasing order."""
+    if not runs:
+        return []
+    shares = set(dict(runs[0].quantiles_ms))
+    for run in runs[1:]:
+        shares &= set(dict(run.quantiles_ms))
+    return [
+        [share, statistics.median(dict(m.quantiles_ms)[share] for m in runs)]
+        for share in sorted(shares)
+    ]
+
+
 def _loads(loads: tuple[float, float, float]) -> str:
     return " ".join(f"{load:.1f}" for load in loads)
 
@@ -495,6 +535,8 @@ def main() -> None:
     )
     for failure in failures:
         print(f"\nFAILED {failure}")
+    if rows:
+        results.record("bench.publish", recorded(rows, plan))
     if failures:
         raise SystemExit(1)
 

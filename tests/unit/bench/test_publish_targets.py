@@ -1,4 +1,5 @@
-"""The publish bench's verdicts: each figure against its anchor from the same run."""
+"""The publish bench's verdicts, each figure against its anchor from the same run, and
+what it records for the plots."""
 
 from __future__ import annotations
 
@@ -7,7 +8,17 @@ import argparse
 import pytest
 
 from bench.load_tools import Measurement
-from bench.publish import DIRECT, KEY_WINDOW, KEYED_OFF, Row, parse_case, targets
+from bench.publish import (
+    DIRECT,
+    KEY_WINDOW,
+    KEYED_OFF,
+    Plan,
+    Row,
+    paced_quantiles,
+    parse_case,
+    recorded,
+    targets,
+)
 
 
 def _row(system: str, msgs_per_s: float, cpu_s: float, p50: float, p99: float) -> Row:
@@ -65,3 +76,34 @@ def test_a_case_is_size_by_topics() -> None:
     for bad in ("100", "x4", "100x0", "big x 1"):
         with pytest.raises(argparse.ArgumentTypeError):
             parse_case(bad)
+
+
+def test_each_recorded_percentile_is_the_median_over_the_fixed_rate_runs() -> None:
+    runs = tuple(
+        Measurement(1000, 500.0, p50, p99, quantiles_ms=((0.5, p50), (0.99, p99), (1.0, top)))
+        for p50, p99, top in ((5, 96, 300), (4, 12, 20), (6, 15, 40))
+    )
+    # one run printed fewer percentiles: only those every run has are kept
+    runs += (Measurement(1000, 500.0, 5, 14, quantiles_ms=((0.5, 5.0), (0.99, 14.0))),)
+    assert paced_quantiles(runs) == [[0.5, 5.0], [0.99, 14.5]]
+    assert paced_quantiles(()) == []
+
+
+def test_the_record_holds_each_row_s_rate_and_latency() -> None:
+    row = _row(DIRECT, 300_000, 1.0, 5.0, 15.0)
+    plan = Plan(((1024, 1),), 1_000_000, 10.0, 200_000)
+    data = recorded([row], plan)
+    assert data["paced_runs"] == 3
+    assert data["rows"] == [
+        {
+            "system": DIRECT,
+            "size": 1024,
+            "topics": 1,
+            "msgs_per_s": 300_000,
+            "cpu_us_per_msg": 1.0,
+            "paced_rate": 150_000,
+            "p50_ms": 5.0,
+            "p99_ms": 15.0,
+            "latency_quantiles_ms": [],
+        }
+    ]
