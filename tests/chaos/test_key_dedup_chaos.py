@@ -4,7 +4,6 @@ resends whatever was not acknowledged; every event must be stored exactly once."
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -16,16 +15,14 @@ import redis
 
 from dedup_broker.devservers import RedisService
 from dedup_broker.key_dedup.store import ScopeKeys
-from harness.admin_http import http_request
 from harness.broker_process import BrokerProcess
 from harness.key_events import (
-    KEY_PROPERTY,
     Publisher,
     make_events,
     producer_for,
     stored_event_ids,
 )
-from tests.integration.conftest import make_broker
+from tests.chaos.keyed_brokers import start_keyed_broker, topic_key_stats
 
 pytestmark = pytest.mark.chaos
 
@@ -33,28 +30,6 @@ UNIQUE = 6_000
 REPEATS = 1_500
 RATE = 1_500.0
 """Events per second: the run lasts about 5 s, so the disruption lands inside it."""
-
-
-def _start(kafka_bootstrap: str, redis_url: str, tmp_path: Path) -> BrokerProcess:
-    process = make_broker(
-        kafka_bootstrap,
-        tmp_path,
-        redis_url=redis_url,
-        broker_key_deduplication_enabled=True,
-        key_deduplication_key_source=f"property:{KEY_PROPERTY}",
-        key_deduplication_redis_timeout_seconds=1.0,
-    )
-    process.start()
-    return process
-
-
-def _key_stats(broker: BrokerProcess, topic: str) -> dict[str, object]:
-    short = topic.removeprefix("persistent://")
-    status, body = http_request("GET", f"{broker.http_url}/admin/v2/persistent/{short}/stats")
-    assert status == 200, body
-    stats = json.loads(body)["keyDeduplication"]
-    assert isinstance(stats, dict)
-    return stats
 
 
 def _run(broker: BrokerProcess, topic: str, seed: int, disrupt: Callable[[], None]) -> list[str]:
@@ -85,7 +60,7 @@ def own_redis(native_redis: RedisService) -> RedisService:
 def test_broker_kill_9_mid_run_forgets_no_stored_key(
     kafka_bootstrap: str, redis_url: str, tmp_path: Path, topic: str
 ) -> None:
-    broker = _start(kafka_bootstrap, redis_url, tmp_path)
+    broker = start_keyed_broker(kafka_bootstrap, redis_url, tmp_path)
     try:
         _run(broker, topic, seed=11, disrupt=lambda: broker.restart(kill=True))
     finally:
@@ -95,7 +70,7 @@ def test_broker_kill_9_mid_run_forgets_no_stored_key(
 def test_redis_flushall_mid_run_rebuilds_the_window_from_the_log(
     kafka_bootstrap: str, own_redis: RedisService, tmp_path: Path, topic: str
 ) -> None:
-    broker = _start(kafka_bootstrap, own_redis.url, tmp_path)
+    broker = start_keyed_broker(kafka_bootstrap, own_redis.url, tmp_path)
 
     def flush() -> None:
         connection = redis.Redis.from_url(own_redis.url)
@@ -106,7 +81,7 @@ def test_redis_flushall_mid_run_rebuilds_the_window_from_the_log(
 
     try:
         _run(broker, topic, seed=12, disrupt=flush)
-        stats = _key_stats(broker, topic)
+        stats = topic_key_stats(broker, topic)
         assert isinstance(stats["rebuilds"], int) and stats["rebuilds"] >= 2
     finally:
         broker.stop()
@@ -123,7 +98,7 @@ def test_redis_stopped_stores_no_duplicate_and_a_short_stop_no_send_error(
 ) -> None:
     """The broker asks Redis again for a few seconds before it fails a SEND (a retriable
     error): each error makes the client drop its connection, and every consumer on it."""
-    broker = _start(kafka_bootstrap, own_redis.url, tmp_path)
+    broker = start_keyed_broker(kafka_bootstrap, own_redis.url, tmp_path)
 
     def outage() -> None:
         own_redis.stop()
@@ -132,7 +107,7 @@ def test_redis_stopped_stores_no_duplicate_and_a_short_stop_no_send_error(
 
     try:
         _run(broker, topic, seed=13, disrupt=outage)
-        stats = _key_stats(broker, topic)
+        stats = topic_key_stats(broker, topic)
         assert stats["state"] == "Ready"
         assert (stats["errors"] != 0) == errors
     finally:
@@ -143,16 +118,9 @@ def test_redis_stopped_stores_no_duplicate_and_a_short_stop_no_send_error(
 def accepting_broker(
     kafka_bootstrap: str, native_redis: RedisService, tmp_path: Path
 ) -> Iterator[tuple[BrokerProcess, RedisService]]:
-    process = make_broker(
-        kafka_bootstrap,
-        tmp_path,
-        redis_url=native_redis.url,
-        broker_key_deduplication_enabled=True,
-        key_deduplication_key_source=f"property:{KEY_PROPERTY}",
-        key_deduplication_on_redis_unavailable="accept",
-        key_deduplication_redis_timeout_seconds=1.0,
+    process = start_keyed_broker(
+        kafka_bootstrap, native_redis.url, tmp_path, key_deduplication_on_redis_unavailable="accept"
     )
-    process.start()
     try:
         yield process, native_redis
     finally:
@@ -189,7 +157,7 @@ def test_keys_whose_confirmations_never_reached_redis_are_replayed_from_the_log(
 ) -> None:
     """kill -9 right after writes, with Redis missing their keys and the checkpoint: the
     restarted broker reads the window back from the log before it accepts anything."""
-    broker = _start(kafka_bootstrap, redis_url, tmp_path)
+    broker = start_keyed_broker(kafka_bootstrap, redis_url, tmp_path)
     events = make_events(2_000, 0, seed=15)
     try:
         client = pulsar.Client(broker.service_url, operation_timeout_seconds=60)
@@ -197,7 +165,7 @@ def test_keys_whose_confirmations_never_reached_redis_are_replayed_from_the_log(
             Publisher([producer_for(client, topic)], events).start().wait()
         finally:
             client.close()
-        scope = ScopeKeys(str(_key_stats(broker, topic)["scope"]))
+        scope = ScopeKeys(str(topic_key_stats(broker, topic)["scope"]))
         broker.kill()
         connection = redis.Redis.from_url(redis_url)
         try:
@@ -215,6 +183,6 @@ def test_keys_whose_confirmations_never_reached_redis_are_replayed_from_the_log(
         finally:
             client.close()
         assert sorted(stored) == sorted(events)
-        assert _key_stats(broker, topic)["repeatsDropped"] == len(events)
+        assert topic_key_stats(broker, topic)["repeatsDropped"] == len(events)
     finally:
         broker.stop()

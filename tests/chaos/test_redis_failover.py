@@ -35,7 +35,7 @@ from harness.key_events import (
     producer_for,
     stored_event_ids,
 )
-from tests.integration.conftest import make_broker
+from tests.chaos.keyed_brokers import start_keyed_broker, topic_key_stats
 
 pytestmark = pytest.mark.chaos
 log = logging.getLogger(__name__)
@@ -88,27 +88,6 @@ class TimedPublisher(Publisher):
             "max": round(waits[-1], 3),
             "longest_gap": round(max(gaps, default=0.0), 3),
         }
-
-
-def _start(kafka_bootstrap: str, redis_url: str, tmp_path: Path) -> BrokerProcess:
-    process = make_broker(
-        kafka_bootstrap,
-        tmp_path,
-        redis_url=redis_url,
-        broker_key_deduplication_enabled=True,
-        key_deduplication_key_source=f"property:{KEY_PROPERTY}",
-        key_deduplication_on_redis_unavailable="reject",
-        key_deduplication_redis_timeout_seconds=1.0,
-    )
-    process.start()
-    return process
-
-
-def _scope(broker: BrokerProcess, topic: str) -> str:
-    short = topic.removeprefix("persistent://")
-    status, body = http_request("GET", f"{broker.http_url}/admin/v2/persistent/{short}/stats")
-    assert status == 200, body
-    return str(json.loads(body)["keyDeduplication"]["scope"])
 
 
 def _broker_stats(broker: BrokerProcess) -> dict[str, object]:
@@ -171,7 +150,12 @@ def sentinel_group() -> Iterator[NativeRedisSentinel]:
 def test_sentinel_primary_kill_9_loses_no_event_and_stores_no_repeat(
     kafka_bootstrap: str, sentinel_group: NativeRedisSentinel, tmp_path: Path, topic: str
 ) -> None:
-    broker = _start(kafka_bootstrap, sentinel_group.url, tmp_path)
+    broker = start_keyed_broker(
+        kafka_bootstrap,
+        sentinel_group.url,
+        tmp_path,
+        key_deduplication_on_redis_unavailable="reject",
+    )
     failover: dict[str, float] = {}
 
     def kill_primary(_publisher: TimedPublisher) -> None:
@@ -222,7 +206,7 @@ def _topic_near_a_range_start(
     """A topic whose scope's slot needs at most MAX_SLOTS_MOVED slots moved: its name,
     the owner's id, the slots to move. The scope id of ``probe`` (a loaded topic) with
     another topic name in it is the other topic's (checked once the topic is loaded)."""
-    scope = _scope(broker, probe)
+    scope = str(topic_key_stats(broker, probe)["scope"])
     for i in range(5_000):
         candidate = f"{probe}-{i}"
         predicted = scope.replace(probe, candidate)
@@ -269,7 +253,12 @@ def _reshard(cluster: NativeRedisCluster, source: str, slots: int) -> tuple[str,
 def test_cluster_reshard_then_primary_kill_9_loses_no_event_and_stores_no_repeat(
     kafka_bootstrap: str, replicated_cluster: NativeRedisCluster, tmp_path: Path, topic: str
 ) -> None:
-    broker = _start(kafka_bootstrap, replicated_cluster.url, tmp_path)
+    broker = start_keyed_broker(
+        kafka_bootstrap,
+        replicated_cluster.url,
+        tmp_path,
+        key_deduplication_on_redis_unavailable="reject",
+    )
     seen: dict[str, object] = {}
     try:
         client = pulsar.Client(broker.service_url, operation_timeout_seconds=60)
@@ -278,10 +267,10 @@ def test_cluster_reshard_then_primary_kill_9_loses_no_event_and_stores_no_repeat
         finally:
             client.close()
         chosen, owner, slots = _topic_near_a_range_start(broker, replicated_cluster, topic)
-        scope = ScopeKeys(_scope(broker, topic).replace(topic, chosen))
+        scope = ScopeKeys(str(topic_key_stats(broker, topic)["scope"]).replace(topic, chosen))
 
         def move_then_kill(publisher: TimedPublisher) -> None:
-            assert _scope(broker, chosen) == scope.scope_id
+            assert str(topic_key_stats(broker, chosen)["scope"]) == scope.scope_id
             target, took = _reshard(replicated_cluster, owner, slots)
             seen["reshard_seconds"] = took
             seen["acked_after_reshard"] = publisher.acknowledged
