@@ -18,7 +18,7 @@ from pathlib import Path
 
 from dedup_broker.devservers.distribution import cache_root, ensure_resolved, find_java
 from dedup_broker.devservers.fetch import locked
-from dedup_broker.devservers.pieces import java_compiler
+from dedup_broker.devservers.pieces import jar_classpath, java_compiler
 from dedup_broker.errors import DevServerError
 
 PULSAR_TOOLS_VERSION = "4.0.6"
@@ -116,7 +116,7 @@ def _compile(home: Path, source_name: str, source: bytes) -> None:
     source_path.write_bytes(source)
     compiler = java_compiler()
     result = subprocess.run(
-        [*compiler, "-d", str(classes), "-cp", f"{home / 'libs'}/*", str(source_path)],
+        [*compiler, "-d", str(classes), "-cp", jar_classpath(home / "libs"), str(source_path)],
         capture_output=True,
         text=True,
         check=False,

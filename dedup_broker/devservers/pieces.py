@@ -190,6 +190,14 @@ PIECES: tuple[Piece, ...] = (
         optional=True,
     ),
     Piece(
+        "curl",
+        "curl",
+        "optional: the admin calls of docs/quickstart.md's test (skipped without it)",
+        "curl",
+        on_machine("curl"),
+        optional=True,
+    ),
+    Piece(
         "go",
         "Go",
         "optional: the Pulsar Go client tests (skipped without it, outside CI)",
@@ -391,6 +399,12 @@ def java_compiler() -> list[str]:
         )
     jar = ECJ.ensure() / f"ecj-{ECJ_VERSION}.jar"
     return [runtime, "-jar", str(jar), f"-{MIN_JAVA}", "-nowarn", "-encoding", "UTF-8"]
+
+
+def jar_classpath(folder: Path) -> str:
+    """Every jar of ``folder``, named one by one: the Eclipse compiler (unlike javac and
+    java) takes no ``folder/*`` wildcard."""
+    return os.pathsep.join(str(jar) for jar in sorted(folder.glob("*.jar")))
 
 
 def redis_server() -> str:

