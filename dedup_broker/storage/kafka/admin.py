@@ -66,6 +66,8 @@ _LEADERSHIP_CODES = frozenset(
 START_PATIENCE_S = 120.0
 """How long a starting broker waits for Kafka to be able to create its topics."""
 _START_RETRY_FIRST_S, _START_RETRY_MAX_S = 0.5, 5.0
+_GROW_LOOKUP_PATIENCE_S = 10.0
+"""How long a topic missing from the metadata is looked up again before a growth gives up."""
 _NOT_READY_CODES = frozenset(
     {
         KafkaError.REQUEST_TIMED_OUT,  # "Failed while waiting for controller"
@@ -173,10 +175,21 @@ class KafkaAdmin:
                 delay = min(delay * 2, _START_RETRY_MAX_S)
 
     async def grow_partitions(self, topic: str, count: int) -> None:
-        """Give ``topic`` ``count`` partitions if it has fewer (Kafka never shrinks)."""
-        metadata = await asyncio.to_thread(self._locked_list_topics, topic)
-        found = metadata.topics.get(topic)
-        if found is None or found.error is not None or len(found.partitions) >= count:
+        """Give ``topic`` ``count`` partitions if it has fewer (Kafka never shrinks).
+
+        A topic just created may be missing from a node's metadata for a moment: it is
+        looked up again for a few seconds before it is taken as absent."""
+        deadline = time.monotonic() + _GROW_LOOKUP_PATIENCE_S
+        while True:
+            metadata = await asyncio.to_thread(self._locked_list_topics, topic)
+            found = metadata.topics.get(topic)
+            if found is not None and found.error is None:
+                break
+            if time.monotonic() >= deadline:
+                log.warning("%s not found in Kafka's metadata: not grown", topic)
+                return
+            await asyncio.sleep(0.1)
+        if len(found.partitions) >= count:
             return
         futures = self._topics_client.create_partitions(
             [NewPartitions(topic, count)], request_timeout=self._timeout_s

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
@@ -55,7 +56,11 @@ def test_fences_have_a_partition_per_slot_and_an_older_topic_grows(
         await storage.close()
 
     run(scenario)
+    deadline = time.monotonic() + 10  # the growth reaches every node's metadata in a moment
     partitions = admin.list_topics(fences, timeout=10).topics[fences].partitions
+    while len(partitions) < config.cluster_ownership_slots and time.monotonic() < deadline:
+        time.sleep(0.2)
+        partitions = admin.list_topics(fences, timeout=10).topics[fences].partitions
     assert len(partitions) == config.cluster_ownership_slots
     assert sorted({fence_partition(slot, len(partitions)) for slot in range(16)}) == list(range(16))
 
