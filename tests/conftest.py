@@ -133,3 +133,26 @@ def native_redis() -> Iterator[RedisService]:
 def unique_name() -> Callable[[str], str]:
     """``unique_name(prefix)`` -> ``prefix-<12 hex>``, for topic and cluster names."""
     return _unique_name
+
+
+_LOG_LINES_ON_FAILURE = 40
+_LOGGED_LEVELS = (" WARNING ", " ERROR ", " CRITICAL ", "Traceback")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test's report shows the warnings and errors of the broker logs it left in
+    ``tmp_path`` (the brokers were separate processes: their logs are not captured)."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.passed or call.when != "call":
+        return
+    tmp_path = getattr(item, "funcargs", {}).get("tmp_path")
+    if tmp_path is None:
+        return
+    for path in sorted(tmp_path.rglob("broker-*.log"))[:8]:
+        lines = path.read_text(errors="replace").splitlines()
+        notable = [line for line in lines if any(level in line for level in _LOGGED_LEVELS)]
+        if notable:
+            shown = "\n".join(notable[-_LOG_LINES_ON_FAILURE:])
+            report.sections.append((f"{path.relative_to(tmp_path)} (warnings)", shown))
