@@ -160,6 +160,9 @@ class GroupKeys:
                 return
             self._unclaim(ask)
             raise
+        except asyncio.CancelledError:  # the topic closed: no write will settle them
+            self._unclaim(ask)
+            raise
         stored = {keys[index]: anchor for index, anchor in found.items()}
         for key, anchor in scope.unconfirmed(set(keys)).items():
             stored[key] = max(anchor, stored.get(key, anchor))
@@ -198,6 +201,9 @@ class GroupKeys:
                 service.accepted_without_redis += len(ask)
                 owned.update(ask)
                 return
+            scope.in_flight.settle_all(ask, False)
+            raise
+        except asyncio.CancelledError:  # the topic closed: no write will settle them
             scope.in_flight.settle_all(ask, False)
             raise
         owned.update(ask)

@@ -286,6 +286,11 @@ class TopicKeyDedup:
             for p in prepared:
                 self._error(p.item, exc)
             return
+        except asyncio.CancelledError:
+            # Closed while claiming: keys claimed so far hold no write; other topics of
+            # the scope waiting on them must not wait forever.
+            self._release(list(claims.owned))
+            raise
         if claims.all_new:
             await self._keep_all(claims, prepared)
             return
@@ -412,6 +417,12 @@ class TopicKeyDedup:
             def written(done: PublishResult) -> None:
                 outcome = done.result()
                 if outcome.status is not PublishStatus.STORED or outcome.position is None:
+                    if self.closed:
+                        # Nobody resolves it here any more (the next load replays the
+                        # log): its keys free locally, so a repeat on another topic of
+                        # the scope asks Redis, where the claim stays, not waits forever.
+                        scope.in_flight.settle_all(keys, False)
+                        return
                     self._failed.append(keys)
                     scope.hold_checkpoint(ledger, True)
                     return
