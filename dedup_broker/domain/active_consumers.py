@@ -30,6 +30,8 @@ def elect_active(
         return None
     ordered = sorted(consumers, key=lambda c: (c.priority_level, c.name))
     best = [c for c in ordered if c.priority_level == ordered[0].priority_level]
+    if len(best) == 1:  # every rule picks it: no ring is built for the usual lone consumer
+        return best[0]
     if partition_index >= 0 and not consistent_hashing:
         return best[partition_index % len(best)]
     return best[ring_owner([c.name for c in best], topic)]
@@ -47,9 +49,10 @@ def ring_owner(names: Sequence[str], topic: str) -> int:
     return ring[points[at if at < len(points) else 0]]
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=256)
 def _points(name: str) -> tuple[int, ...]:
-    """A consumer name's points: the hashes of ``name + "0"`` to ``name + "99"``."""
+    """A consumer name's points: the hashes of ``name + "0"`` to ``name + "99"`` (kept for
+    the names elections meet again: about 4 KB each, so only a few hundred)."""
     return tuple(pulsar_hash(f"{name}{j}".encode()) for j in range(RING_POINTS))
 
 

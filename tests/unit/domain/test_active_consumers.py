@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from dedup_broker.domain.active_consumers import elect_active, pulsar_hash, ring_owner
+from dedup_broker.domain.active_consumers import _points, elect_active, pulsar_hash, ring_owner
 from dedup_broker.domain.consumer import Consumer
 from harness.domain_links import ConsumerSide
 
@@ -91,3 +91,20 @@ def test_consistent_hashing_puts_partitions_on_the_ring_too() -> None:
     assert elect_active(joined, 3, partition, True) is joined[3]
     assert elect_active(joined, 1, f"{TOPIC}-partition-1", False) is joined[1]
     assert elect_active([], 0, partition, False) is None
+
+
+def test_a_lone_consumer_of_the_best_level_is_elected_without_a_ring() -> None:
+    """Thousands of idle topics with one consumer each (named at random by their clients)
+    keep no ring points: about 4 KB per name, once the largest share of a topic's memory."""
+    side = ConsumerSide()
+    _points.cache_clear()
+    for i in range(1_000):
+        lone = Consumer(side, i, f"random-{i}", "sub")
+        below = Consumer(side, i + 1, f"other-{i}", "sub", priority_level=1)
+        assert elect_active([below, lone], -1, f"{TOPIC}-{i}", False) is lone
+    assert _points.cache_info().currsize == 0
+    # Rings are built for several consumers of one level; the names kept stay few.
+    for i in range(1_000):
+        pair = [Consumer(side, 0, f"a-{i}", "sub"), Consumer(side, 1, f"b-{i}", "sub")]
+        assert elect_active(pair, -1, f"{TOPIC}-{i}", False) in pair
+    assert _points.cache_info().currsize <= 256
