@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
 from dedup_broker.errors import BrokerError, ProtocolError
 from dedup_broker.key_dedup.window import KeyDedupPolicy, KeySource, now_ms, stored_keys
 
 if TYPE_CHECKING:
+    from dedup_broker.key_dedup.scope import KeyScope
     from dedup_broker.storage.api import Entry, ManagedLedger, Position
 
 log = logging.getLogger(__name__)
@@ -90,3 +91,29 @@ async def landed_keys(
             log.warning("%s: cannot read back landed entries yet: %s", ledger.name, exc)
             await asyncio.sleep(1.0)
     raise BrokerError(f"{ledger.name}: entries after a failed write could not be read back")
+
+
+def store_landed(
+    scope: KeyScope,
+    ledger: str,
+    failed: Iterable[list[bytes]],
+    landed: dict[bytes, tuple[int, Position]],
+) -> list[bytes]:
+    """After a failed write: the keys that landed are stored (remembered), the others
+    answered, to be freed. The scope's checkpoint moves again."""
+    lost: list[bytes] = []
+    for keys in failed:
+        for key in keys:
+            if key in landed:
+                anchor, at = landed[key]
+                scope.stored([key], anchor, ledger, str(at))
+            else:
+                lost.append(key)
+    scope.hold_checkpoint(ledger, False)
+    log.info(
+        "%s: after a failed write %d key(s) had landed, %d are free again",
+        ledger,
+        len(landed),
+        len(lost),
+    )
+    return lost

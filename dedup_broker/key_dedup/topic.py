@@ -287,8 +287,7 @@ class TopicKeyDedup:
                 self._error(p.item, exc)
             return
         except asyncio.CancelledError:
-            # Closed while claiming: keys claimed so far hold no write; other topics of
-            # the scope waiting on them must not wait forever.
+            # Closed while claiming: free the keys, other topics of the scope wait on them.
             self._release(list(claims.owned))
             raise
         if claims.all_new:
@@ -418,9 +417,8 @@ class TopicKeyDedup:
                 outcome = done.result()
                 if outcome.status is not PublishStatus.STORED or outcome.position is None:
                     if self.closed:
-                        # Nobody resolves it here any more (the next load replays the
-                        # log): its keys free locally, so a repeat on another topic of
-                        # the scope asks Redis, where the claim stays, not waits forever.
+                        # Never resolved here: a repeat on another topic of the scope
+                        # asks Redis (where the claim stays) instead of waiting forever.
                         scope.in_flight.settle_all(keys, False)
                         return
                     self._failed.append(keys)
@@ -468,22 +466,7 @@ class TopicKeyDedup:
             log.error("%s: %s; their keys stay claimed until the topic reloads", ledger.name, exc)
             return
         failed, self._failed = self._failed, LazyDeque()
-        lost: list[bytes] = []
-        for keys in failed:
-            for key in keys:
-                if key in landed:
-                    anchor, at = landed[key]
-                    scope.stored([key], anchor, ledger.name, str(at))
-                else:
-                    lost.append(key)
-        scope.hold_checkpoint(ledger.name, False)
-        self._release(lost)
-        log.info(
-            "%s: after a failed write %d key(s) had landed, %d are free again",
-            ledger.name,
-            len(landed),
-            len(lost),
-        )
+        self._release(recovery.store_landed(scope, ledger.name, failed, landed))
 
     # --- lifecycle and stats --------------------------------------------------------
     async def close(self) -> None:
