@@ -234,10 +234,13 @@ class Load:
             try:
                 restarted = self._pip6_producer()
                 break
-            except pulsar.Timeout:  # a long outage: the application starts it again
-                log.info("%s: producer not created in time; trying again", self.topic.tag)
+            except (pulsar.Timeout, pulsar.ProducerBusy):
+                # A long outage, or the broker still holds the closed producer of this
+                # name after a fault: the application starts it again.
+                log.info("%s: producer not created; trying again", self.topic.tag)
                 if self._stop.is_set():
                     raise
+                time.sleep(0.2)
         resume = max(1, self.sent - rng.randint(1, CHECKPOINT_BACK))
         for message_id in range(resume, self.sent):
             self._send_pip6(restarted, message_id)
