@@ -6,12 +6,6 @@
  * type, a non-ASCII key text): the caller then takes the Python path, which reports
  * the exact error. kind: 0 content, 1 partition key, 2 property ``name``.
  *
- * bloom_add(bits, keys) / bloom_test(bits, keys) -> list of bools: a blocked Bloom
- * filter over 16-byte keys (the same bits as window.py's pure-Python path): the key's
- * first 8 bytes (little-endian) choose a 64-byte block of ``bits``, its last 8 bytes
- * seven bits of that block (nine bits each). The keys are SHA-256 digests, so their
- * bytes are uniform and need no further hashing.
- *
  * table_add / table_find / table_get / table_remove / table_keys / table_move: an open-addressing table
  * of 16-byte keys with their anchors in a bytearray (window.py's KeyTable, whose
  * pure-Python path gives the same answers).
@@ -274,88 +268,10 @@ static PyObject *digest16(PyObject *self, PyObject *args) {
 }
 
 
-/* --- Bloom filters over keys ----------------------------------------------------- */
-#define BLOOM_BLOCK_BYTES 64
-#define BLOOM_HASHES 7
-
 static uint64_t le64(const uint8_t *p) {
     uint64_t v = 0;
     for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
     return v;
-}
-
-/* The block of a key and the seven bits in it; 0 with an exception set when the key
- * is not 16 bytes. */
-static int bloom_spot(PyObject *key, uint64_t nblocks, uint64_t *block, uint16_t bit[]) {
-    if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) != 16) {
-        PyErr_SetString(PyExc_ValueError, "Bloom filter keys are 16-byte bytes");
-        return 0;
-    }
-    const uint8_t *k = (const uint8_t *)PyBytes_AS_STRING(key);
-    uint64_t h1 = le64(k), h2 = le64(k + 8);
-    *block = ((h1 >> 32) * nblocks) >> 32;
-    for (int i = 0; i < BLOOM_HASHES; i++) bit[i] = (uint16_t)((h2 >> (9 * i)) & 511);
-    return 1;
-}
-
-/* Parses (bits, keys); the buffer is released by the caller on success. */
-static int bloom_args(PyObject *args, const char *format, Py_buffer *bits, PyObject **keys,
-                      uint64_t *nblocks) {
-    if (!PyArg_ParseTuple(args, format, bits, keys)) return 0;
-    if (!PyList_Check(*keys)) {
-        PyErr_SetString(PyExc_TypeError, "keys must be a list");
-    } else if (bits->len % BLOOM_BLOCK_BYTES != 0 || bits->len == 0 ||
-               (uint64_t)(bits->len / BLOOM_BLOCK_BYTES) > 0xFFFFFFFFu) {
-        PyErr_SetString(PyExc_ValueError, "a Bloom filter is 1 to 2**32 blocks of 64 bytes");
-    } else {
-        *nblocks = (uint64_t)(bits->len / BLOOM_BLOCK_BYTES);
-        return 1;
-    }
-    PyBuffer_Release(bits);
-    return 0;
-}
-
-static PyObject *bloom_add(PyObject *self, PyObject *args) {
-    Py_buffer bits;
-    PyObject *keys;
-    uint64_t nblocks, block;
-    uint16_t bit[BLOOM_HASHES];
-    if (!bloom_args(args, "w*O", &bits, &keys, &nblocks)) return NULL;
-    uint8_t *base = (uint8_t *)bits.buf;
-    Py_ssize_t n = PyList_GET_SIZE(keys);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (!bloom_spot(PyList_GET_ITEM(keys, i), nblocks, &block, bit)) {
-            PyBuffer_Release(&bits);
-            return NULL;
-        }
-        uint8_t *b = base + block * BLOOM_BLOCK_BYTES;
-        for (int j = 0; j < BLOOM_HASHES; j++) b[bit[j] >> 3] |= (uint8_t)(1u << (bit[j] & 7));
-    }
-    PyBuffer_Release(&bits);
-    Py_RETURN_NONE;
-}
-
-static PyObject *bloom_test(PyObject *self, PyObject *args) {
-    Py_buffer bits;
-    PyObject *keys;
-    uint64_t nblocks, block;
-    uint16_t bit[BLOOM_HASHES];
-    if (!bloom_args(args, "y*O", &bits, &keys, &nblocks)) return NULL;
-    const uint8_t *base = (const uint8_t *)bits.buf;
-    Py_ssize_t n = PyList_GET_SIZE(keys);
-    PyObject *out = PyList_New(n);
-    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
-        if (!bloom_spot(PyList_GET_ITEM(keys, i), nblocks, &block, bit)) {
-            Py_CLEAR(out);
-            break;
-        }
-        const uint8_t *b = base + block * BLOOM_BLOCK_BYTES;
-        int hit = 1;
-        for (int j = 0; hit && j < BLOOM_HASHES; j++) hit = (b[bit[j] >> 3] >> (bit[j] & 7)) & 1;
-        PyList_SET_ITEM(out, i, Py_NewRef(hit ? Py_True : Py_False));
-    }
-    PyBuffer_Release(&bits);
-    return out;
 }
 
 
@@ -578,10 +494,6 @@ static PyMethodDef methods[] = {
      "Keys of an uncompressed batch payload's messages, or None (take the Python path)."},
     {"digest16", digest16, METH_VARARGS,
      "The first 16 bytes of SHA-256 of an optional one-byte prefix (-1: none) and data."},
-    {"bloom_add", bloom_add, METH_VARARGS,
-     "Sets the bits of each 16-byte key of a list in a Bloom filter (a writable buffer)."},
-    {"bloom_test", bloom_test, METH_VARARGS,
-     "Per 16-byte key of a list: True when a Bloom filter may hold it, False when not."},
     {"table_add", table_add, METH_VARARGS,
      "Adds 16-byte keys with one anchor to a key table; answers how many were new."},
     {"table_find", table_find, METH_VARARGS,

@@ -122,59 +122,20 @@ class GroupKeys:
             await self.claim(ask)
 
     async def decide_alone(self, ask: list[bytes]) -> None:
-        """The scope's single writer: a key its memory does not hold (neither its cache
-        nor the cache's filters of forgotten keys) is new, unless that memory does not
-        reach back a whole window; then Redis (its copy of earlier memory) is read,
-        nothing claimed. A filter's hit (true or false) is read from Redis too. No other
-        broker writes the scope, so no claim is needed: this broker's writes in flight
-        are in its own memory."""
+        """The scope's single writer: a key its memory does not hold is new. That memory
+        is the whole window (Redis's copy read back when the topic was loaded, the log
+        after the checkpoint replayed), so Redis is not asked and nothing is claimed: this
+        broker's writes in flight are in its own memory."""
         if not ask:
             return
-        scope, policy, states = self.scope, self.policy, self._states
+        scope, policy = self.scope, self.policy
+        accept = policy.on_redis_unavailable is OnRedisUnavailable.ACCEPT
+        if scope.redis_failing_since is not None and not accept:
+            # reject: memory still decides right, but Redis's copy (and the checkpoint a
+            # restart replays from) stopped moving: answer as a claim would, Redis down.
+            raise KeyStoreUnavailableError("Redis does not take the stored keys")
         scope.in_flight.claim_new(ask)
         self.owned.update(ask)
-        now = now_ms()
-        keys = ask
-        if scope.memory_decides(now):
-            accept = policy.on_redis_unavailable is OnRedisUnavailable.ACCEPT
-            if scope.redis_failing_since is not None and not accept:
-                # reject: memory still decides right, but Redis's copy (and the checkpoint
-                # a restart replays from) stopped moving: answer as a claim would, Redis
-                # down.
-                self._unclaim(ask)
-                raise KeyStoreUnavailableError("Redis does not take the stored keys")
-            forgotten = scope.cache.forgotten
-            keys = forgotten.might_hold(ask, now) if forgotten is not None else []
-            if not keys:
-                return
-        service = self.service
-        try:
-            found = await service.store.lookup(scope.keys, keys, now, policy.window_ms)
-        except ScopeLostError:
-            self._unclaim(ask)
-            scope.lost()
-            raise ScopeRebuildingError("Redis lost the key window; it is being rebuilt") from None
-        except KeyStoreUnavailableError:
-            if policy.on_redis_unavailable is OnRedisUnavailable.ACCEPT:
-                service.accepted_without_redis += len(keys)
-                return
-            self._unclaim(ask)
-            raise
-        except asyncio.CancelledError:  # the topic closed: no write will settle them
-            self._unclaim(ask)
-            raise
-        stored = {keys[index]: anchor for index, anchor in found.items()}
-        for key, anchor in scope.unconfirmed(set(keys)).items():
-            stored[key] = max(anchor, stored.get(key, anchor))
-        window = policy.window_ms
-        if stored:
-            self.fill_states()
-        for key, anchor in stored.items():
-            if anchor + window > now:
-                states[key] = KeyState.STORED
-                self.owned.discard(key)
-                scope.cache.add(key, anchor)
-                scope.in_flight.settle(key, True)
 
     def _unclaim(self, keys: list[bytes]) -> None:
         self.scope.in_flight.settle_all(keys, False)

@@ -1,197 +1,181 @@
-"""The broker's own memory of a scope's keys, with no I/O: the local cache of recently
-stored keys (two generations of compact key tables), the Bloom filters of the keys it
-forgot to make room, and the keys of writes still in flight.
+"""The broker's own memory of a scope's keys, with no I/O: the single writer's exact
+window, the local cache of recently stored keys (two generations of compact key tables)
+that scopes with several writers keep, and the keys of writes still in flight.
 
-The compiled helper (``window.compiled_keys``, built by the package's install) does
-the per-key work of the tables and filters; each has a pure-Python path with the same
-answers.
+The compiled helpers (``window.compiled_keys`` and ``_window_table``, built by the
+package's install) do the per-key work of the tables; each has a pure-Python path with
+the same answers.
 """
 
 from __future__ import annotations
 
 import asyncio
-import operator
-from collections.abc import Iterable
-from itertools import compress, repeat
+import importlib
+from collections.abc import Collection, Iterable
+from itertools import repeat
+from typing import Any, Protocol
 
 from dedup_broker.key_dedup import window
 from dedup_broker.key_dedup.window import KEY_BYTES, now_ms
 
-# --- Bloom filters of keys ----------------------------------------------------------
-BLOOM_BLOCK_BYTES = 64
-"""A key's bits all fall in one 64-byte block (one cache line): one memory access per
-filter tested."""
-BLOOM_HASHES = 7
-BLOOM_BITS_PER_KEY = 12
-"""With 7 bits set per key, about 0.4% false positives in a filter holding its capacity
-(1.5 bytes per key); a key is tested against two or three filters, about 1% in all."""
+compiled_window: Any
+"""The compiled window tables (``_window_table.c``); None without them."""
+try:
+    compiled_window = importlib.import_module("dedup_broker.key_dedup._window_table")
+except ImportError:  # pragma: no cover - depends on the installation
+    compiled_window = None
 
 
-def _bloom_spots(bits: bytes | bytearray, keys: list[bytes]) -> Iterable[tuple[int, int]]:
-    """Per key: its block's offset in ``bits`` and its 63 bits of bit positions, as the
-    compiled ``bloom_add``/``bloom_test`` compute them (first 8 bytes of the key, read
-    little-endian, choose the block; the last 8 give seven 9-bit positions in it)."""
-    blocks = len(bits) // BLOOM_BLOCK_BYTES
-    if len(bits) % BLOOM_BLOCK_BYTES or not 0 < blocks <= 0xFFFFFFFF:
-        raise ValueError("a Bloom filter is 1 to 2**32 blocks of 64 bytes")
-    for key in keys:
-        if not isinstance(key, bytes) or len(key) != KEY_BYTES:
-            raise ValueError("Bloom filter keys are 16-byte bytes")
-        block = ((int.from_bytes(key[:8], "little") >> 32) * blocks) >> 32
-        yield block * BLOOM_BLOCK_BYTES, int.from_bytes(key[8:], "little")
+class KeyMemory(Protocol):
+    """What a scope's memory of stored keys answers (``WindowKeys``, ``LocalKeyCache``)."""
+
+    hits: int
+
+    def __len__(self) -> int: ...
+
+    def add(self, key: bytes, anchor_ms: int) -> None: ...
+
+    def add_all(self, keys: Iterable[bytes], anchor_ms: int) -> None: ...
+
+    def known(self, keys: set[bytes]) -> set[bytes]: ...
+
+    def none_known(self, keys: set[bytes]) -> bool: ...
+
+    def stored(self, key: bytes, now_ms: int, window_ms: int) -> bool: ...
 
 
-def bloom_add_python(bits: bytearray, keys: list[bytes]) -> None:
-    """Sets each key's bits (the pure-Python path of the compiled ``bloom_add``)."""
-    for base, spread in _bloom_spots(bits, keys):
-        for i in range(BLOOM_HASHES):
-            bit = (spread >> (9 * i)) & 511
-            bits[base + (bit >> 3)] |= 1 << (bit & 7)
+# --- the single writer's exact window ------------------------------------------------
+WINDOW_SLOT_BYTES = 16
+"""A window table's slot: the key's first 12 bytes, then its anchor's offset from the
+table's start plus one (0: empty)."""
+_WINDOW_MIN_SLOTS = 1024
+WINDOW_FILL = 0.75
+"""A window table grows (by half) before it is fuller than this: 21-32 bytes a key."""
 
 
-def bloom_test_python(bits: bytes | bytearray, keys: list[bytes]) -> list[bool]:
-    """Per key: True when all its bits are set (the filter may hold it)."""
-    out: list[bool] = []
-    for base, spread in _bloom_spots(bits, keys):
-        hit = True
-        for i in range(BLOOM_HASHES):
-            bit = (spread >> (9 * i)) & 511
-            if not (bits[base + (bit >> 3)] >> (bit & 7)) & 1:
-                hit = False
-                break
-        out.append(hit)
-    return out
+class WindowTable:
+    """The keys anchored in one time bucket, with their anchors' offsets from its start.
 
-
-def bloom_add(bits: bytearray, keys: list[bytes]) -> None:
-    if window.compiled_keys is not None:
-        window.compiled_keys.bloom_add(bits, keys)
-    else:  # pragma: no cover - depends on the installation
-        bloom_add_python(bits, keys)
-
-
-def bloom_test(bits: bytearray, keys: list[bytes]) -> list[bool]:
-    if window.compiled_keys is not None:
-        found: list[bool] = window.compiled_keys.bloom_test(bits, keys)
-        return found
-    return bloom_test_python(bits, keys)  # pragma: no cover - depends on the installation
-
-
-class BloomFilter:
-    """A Bloom filter sized for ``capacity`` keys (about 0.4% false positives when full)."""
-
-    __slots__ = ("bits", "capacity", "count")
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = max(capacity, 1)
-        bits = self.capacity * BLOOM_BITS_PER_KEY
-        blocks = -(-bits // (BLOOM_BLOCK_BYTES * 8))
-        self.bits = bytearray(blocks * BLOOM_BLOCK_BYTES)
-        self.count = 0
-
-    def add(self, keys: list[bytes]) -> None:
-        bloom_add(self.bits, keys)
-        self.count += len(keys)
-
-    def test(self, keys: list[bytes]) -> list[bool]:
-        return bloom_test(self.bits, keys)
-
-
-class ForgottenKeys:
-    """Keys the local cache forgot to make room, while their window may last: Bloom
-    filters in time buckets of their anchors, half a window each.
-
-    A key none of the filters holds was not forgotten (inside its window): the single
-    writer knows it is new without asking Redis. A hit, true or false (about 0.4% per
-    full filter, two or three filters live), is asked of Redis. A bucket is dropped
-    whole once no window reaches it: its keys' anchors are at most its end. A bucket's
-    filter is sized for the keys it will get: the rate keys were forgotten at lately
-    times what is left of the bucket, with a quarter to spare (at most 16 times what
-    this or the previous bucket got); a bucket that gets more adds another filter, at
-    least as large as the bucket so far.
+    Compiled: one bytearray of 16-byte slots (open addressing), the keys of a group
+    looked up and added in one call each, no Python object per key stored. Otherwise a
+    dict: the same answers (tested).
     """
 
-    HEADROOM = 1.25
-    GROWTH = 16
+    __slots__ = ("_dict", "_table", "count")
 
-    def __init__(self, window_ms: int) -> None:
-        self.window_ms = window_ms
-        self.bucket_ms = max(window_ms // 2, 1)
-        self._buckets: dict[int, list[BloomFilter]] = {}
-        self._rate = 0.0
-        """Keys forgotten per ms, lately (0: not known yet)."""
-        self._last_add_ms = 0
-        self.hits = 0
-        """Keys found here (and so asked of Redis)."""
-        self.asked = 0
-        """Keys tested."""
-
-    def __len__(self) -> int:
-        return sum(f.count for filters in self._buckets.values() for f in filters)
+    def __init__(self, expected: int, compiled: bool) -> None:
+        slots = max(int(expected / WINDOW_FILL) + 1, _WINDOW_MIN_SLOTS)
+        self._table = bytearray(slots * WINDOW_SLOT_BYTES) if compiled else None
+        self._dict: dict[bytes, int] = {}
+        self.count = 0
 
     @property
     def nbytes(self) -> int:
-        return sum(len(f.bits) for filters in self._buckets.values() for f in filters)
+        return len(self._table) if self._table is not None else 0
+
+    def add(self, packed: bytes | memoryview, offset: int) -> None:
+        """Packed 16-byte keys, one offset (a key held with a later one keeps it)."""
+        table = self._table
+        if table is None:
+            held = self._dict
+            for start in range(0, len(packed), KEY_BYTES):
+                key = bytes(packed[start : start + KEY_BYTES])
+                held[key] = max(offset, held.get(key, offset))
+            self.count = len(held)
+            return
+        needed = self.count + len(packed) // KEY_BYTES
+        slots = len(table) // WINDOW_SLOT_BYTES
+        if needed > slots * WINDOW_FILL:
+            grown = bytearray(
+                max(int(needed / WINDOW_FILL) + 1, slots * 3 // 2) * WINDOW_SLOT_BYTES
+            )
+            compiled_window.move(table, grown)
+            self._table = table = grown
+        self.count += compiled_window.add(table, packed, offset)
+
+    def find(self, keys: Collection[bytes], minimum: int) -> list[tuple[bytes, int]]:
+        """(key, offset) of those of ``keys`` held with an offset of at least ``minimum``."""
+        if self._table is None:
+            held = self._dict
+            return [(k, o) for k in keys if (o := held.get(k, -1)) >= minimum]
+        found: list[tuple[bytes, int]] = compiled_window.find(self._table, keys, minimum)
+        return found
+
+
+class WindowKeys:
+    """Every key a single-writer scope stored whose window may last, with its anchor:
+    exact (nothing forgotten, no false positive), so the writer's memory decides alone.
+
+    Keys go into tables by time bucket of their anchors (publish times), half a window
+    each; a bucket is dropped whole once its end plus the window has passed. A bucket's
+    table starts sized for what the one before it got (the rate keys come at), 16 bytes
+    a slot at most three quarters full.
+    """
+
+    def __init__(self, window_ms: int, compiled: bool | None = None) -> None:
+        self.window_ms = window_ms
+        self.bucket_ms = max(window_ms // 2, 1)
+        self._compiled = compiled_window is not None if compiled is None else compiled
+        self._buckets: dict[int, WindowTable] = {}
+        self.hits = 0
+
+    def __len__(self) -> int:
+        return sum(t.count for t in self._buckets.values())
 
     @property
-    def filters(self) -> int:
-        return sum(len(filters) for filters in self._buckets.values())
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in self._buckets.values())
 
     def expire(self, now: int) -> None:
         size, window = self.bucket_ms, self.window_ms
         for number in [n for n in self._buckets if (n + 1) * size + window <= now]:
             del self._buckets[number]
 
-    def reserve(self, count: int, newest_anchor_ms: int, now: int) -> None:
-        """Room for ``count`` keys to come with anchors at most ``newest_anchor_ms`` (keys
-        read back from Redis: their number is known before they are)."""
-        self.expire(now)
-        if count > 0 and newest_anchor_ms + self.window_ms > now:
-            number = newest_anchor_ms // self.bucket_ms
-            self._buckets.setdefault(number, []).append(BloomFilter(count))
+    def add(self, key: bytes, anchor_ms: int) -> None:
+        self.add_packed(key, anchor_ms)
 
-    def add(self, keys: list[bytes], newest_anchor_ms: int, now: int, rate: bool = True) -> None:
-        """Forgotten keys whose anchors are at most ``newest_anchor_ms`` (``rate``: they
-        tell the rate keys are forgotten at)."""
-        self.expire(now)
-        if rate:
-            if self._last_add_ms and keys:
-                measured = len(keys) / max(now - self._last_add_ms, 1)
-                self._rate = measured if not self._rate else (self._rate + measured) / 2
-            self._last_add_ms = now
-        if not keys or newest_anchor_ms + self.window_ms <= now:
-            return  # every window of these keys has passed
-        number = newest_anchor_ms // self.bucket_ms
-        filters = self._buckets.setdefault(number, [])
-        while keys:
-            last = filters[-1] if filters else None
-            if last is None or last.count >= last.capacity:
-                so_far = sum(f.count for f in filters)
-                before = sum(f.count for f in self._buckets.get(number - 1, ()))
-                left_ms = (number + 1) * self.bucket_ms - newest_anchor_ms
-                expected = int(self._rate * left_ms * self.HEADROOM)
-                # A burst's rate over a long bucket: grown in steps of at most 16 times.
-                known = max(len(keys), so_far, before)
-                last = BloomFilter(max(known, min(expected, self.GROWTH * known)))
-                filters.append(last)
-            room = last.capacity - last.count
-            last.add(keys[:room] if room < len(keys) else keys)
-            keys = keys[room:]
+    def add_all(self, keys: Iterable[bytes], anchor_ms: int) -> None:
+        """Keys of one stored entry (one anchor)."""
+        self.add_packed(b"".join(keys), anchor_ms)
 
-    def might_hold(self, keys: list[bytes], now: int) -> list[bytes]:
-        """Those of ``keys`` some filter may hold (the others were not forgotten)."""
+    def add_packed(self, packed: bytes | memoryview, anchor_ms: int) -> None:
+        """Packed 16-byte keys with one anchor (as Redis's copy holds them)."""
+        if len(packed) % KEY_BYTES:
+            raise ValueError("packed keys are a multiple of 16 bytes")
+        anchor = max(anchor_ms, 0)
+        now = now_ms()
+        if not packed or anchor + self.window_ms <= now:
+            return  # the window of these keys has passed
         self.expire(now)
-        self.asked += len(keys)
-        hits: list[bool] | None = None
-        for filters in self._buckets.values():
-            for bloom in filters:
-                found = bloom.test(keys)
-                hits = found if hits is None else list(map(operator.or_, hits, found))
-        if hits is None:
-            return []
-        maybe = list(compress(keys, hits))
-        self.hits += len(maybe)
-        return maybe
+        number = anchor // self.bucket_ms
+        table = self._buckets.get(number)
+        if table is None:
+            before = self._buckets.get(number - 1)
+            table = WindowTable(before.count if before else 0, self._compiled)
+            self._buckets[number] = table
+        table.add(packed, anchor - number * self.bucket_ms)
+
+    def anchors(self, keys: Collection[bytes], now: int) -> dict[bytes, int]:
+        """Those of ``keys`` stored inside their window at ``now``, with their anchors."""
+        self.expire(now)
+        found: dict[bytes, int] = {}
+        for number, table in self._buckets.items():
+            start = number * self.bucket_ms
+            for key, offset in table.find(keys, max(now - self.window_ms - start + 1, 0)):
+                found[key] = max(start + offset, found.get(key, 0))
+        return found
+
+    def known(self, keys: set[bytes]) -> set[bytes]:
+        return set(self.anchors(keys, now_ms()))
+
+    def none_known(self, keys: set[bytes]) -> bool:
+        return not self.anchors(keys, now_ms())
+
+    def stored(self, key: bytes, now_ms: int, window_ms: int) -> bool:
+        if not self.anchors((key,), now_ms):
+            return False
+        self.hits += 1
+        return True
 
     def clear(self) -> None:
         self._buckets.clear()
@@ -295,27 +279,17 @@ class LocalKeyCache:
     window lasts: most repeats are answered without asking Redis. New keys go to the
     young generation; once it holds half the capacity it becomes the old one and the
     old one is forgotten whole: a stored entry's keys enter with one call, with no
-    bookkeeping per key (a key stored again young keeps its latest anchor). With
-    ``forgotten``, a generation forgotten goes into its Bloom filters. Each generation
-    is a ``KeyTable`` (compiled where built; ``compiled=False``: the dict path).
+    bookkeeping per key (a key stored again young keeps its latest anchor). Each
+    generation is a ``KeyTable`` (compiled where built; ``compiled=False``: the dict path).
     """
 
-    def __init__(
-        self, capacity: int, forgotten: ForgottenKeys | None = None, compiled: bool | None = None
-    ) -> None:
+    def __init__(self, capacity: int, compiled: bool | None = None) -> None:
         self.capacity = capacity
         self._half = max(capacity // 2, 1)
         self._compiled = compiled
         self._young = KeyTable(compiled)
         self._old = KeyTable(compiled)
-        self._young_newest = 0
-        self._old_newest = 0
-        """The newest anchor each generation got."""
-        self.forgotten = forgotten
         self.hits = 0
-        self.forgot_ms = 0
-        """Broker time at which keys were last forgotten to make room (0: never): a key
-        stored before then may be missing here (but not from ``forgotten``)."""
 
     def __len__(self) -> int:
         return len(self._young) + len(self._old)
@@ -329,15 +303,8 @@ class LocalKeyCache:
             return
         young = self._young
         young.add(keys if isinstance(keys, list | tuple | set) else list(keys), anchor_ms)
-        if anchor_ms > self._young_newest:
-            self._young_newest = anchor_ms
         if len(young) >= self._half:
-            if len(self._old):
-                self.forgot_ms = now = now_ms()
-                if self.forgotten is not None:
-                    self.forgotten.add(self._old.keys(), self._old_newest, now)
             self._old, self._young = young, KeyTable(self._compiled, like=young)
-            self._old_newest, self._young_newest = self._young_newest, 0
 
     def known(self, keys: set[bytes]) -> set[bytes]:
         """Those of ``keys`` held here (whatever their anchors)."""
@@ -364,14 +331,8 @@ class LocalKeyCache:
         return True
 
     def clear(self) -> None:
-        """Forgets every key (into ``forgotten`` when there is one)."""
-        if len(self._young) or len(self._old):
-            self.forgot_ms = now = now_ms()
-            if self.forgotten is not None:
-                newest = max(self._young_newest, self._old_newest)
-                self.forgotten.add([*self._old.keys(), *self._young.keys()], newest, now)
+        """Forgets every key."""
         self._young, self._old = KeyTable(self._compiled), KeyTable(self._compiled)
-        self._young_newest = self._old_newest = 0
 
 
 class InFlightKeys:

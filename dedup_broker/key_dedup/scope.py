@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
 from dedup_broker.errors import BrokerError
-from dedup_broker.key_dedup.memory import ForgottenKeys, InFlightKeys, LocalKeyCache
+from dedup_broker.key_dedup.memory import InFlightKeys, KeyMemory, LocalKeyCache, WindowKeys
 from dedup_broker.key_dedup.store import KeyStore, KeyStoreUnavailableError, ScopeKeys
-from dedup_broker.key_dedup.window import KeyDedupPolicy, now_ms
+from dedup_broker.key_dedup.window import KEY_BYTES, KeyDedupPolicy, now_ms
 
 if TYPE_CHECKING:
     from dedup_broker.domain_base.names import TopicName
@@ -71,12 +71,14 @@ class KeyScope:
         self.policy = policy
         self.store = store
         self._load_members = load_members
-        self.keys = ScopeKeys(scope_id)
-        self.cache = LocalKeyCache(
-            cache_size, ForgottenKeys(policy.window_ms) if single_writer else None
+        self.keys = ScopeKeys(scope_id, single_writer)
+        self.window = WindowKeys(policy.window_ms) if single_writer else None
+        """A single writer's exact memory of the window (None with several writers)."""
+        self.cache: KeyMemory = (
+            self.window if self.window is not None else LocalKeyCache(cache_size)
         )
-        """Recently stored keys; a single writer's also keeps Bloom filters of the keys it
-        forgot to make room, so its memory covers the whole window."""
+        """Stored keys memory answers: a single writer's whole window, else the recent
+        ones (a hit spares a claim)."""
         self.in_flight = InFlightKeys()
         self.members: set[ScopeMember] = set()
         self.ready = asyncio.Event()
@@ -88,12 +90,8 @@ class KeyScope:
         self.cache_hits = 0
         self._confirm: list[tuple[list[bytes], int]] = []
         """Keys of stored entries not yet in Redis, per entry: (keys, publish time)."""
-        self._flushing: list[list[tuple[list[bytes], int]]] = []
-        """Those on their way to Redis now (per confirmation call)."""
-        self._known_from = now_ms()
-        """Broker time from which every key stored in the scope is in this broker's
-        memory (0: all of the window); keys before it may be known to Redis only."""
-        self._learning: asyncio.Task[None] | None = None
+        self._window_loaded = False
+        """A single writer's memory holds Redis's copy of the window (or the log's)."""
         self.redis_failing_since: int | None = None
         """Broker time since when confirmations have failed to reach Redis (None: they
         reach it)."""
@@ -148,7 +146,7 @@ class KeyScope:
         if checkpoints:
             await store.set_checkpoints(self.keys, checkpoints)
         await store.set_marker(self.keys)
-        self.memory_complete()
+        self._window_loaded = True  # the log's whole window is in memory now
         log.info(
             "key deduplication scope %s rebuilt from the log (%d topic(s))",
             self.scope_id,
@@ -157,9 +155,8 @@ class KeyScope:
 
     async def close(self) -> None:
         self.closed = True
-        for task in (self._preparing, self._learning):
-            if task is not None:
-                task.cancel()
+        if self._preparing is not None:
+            self._preparing.cancel()
         if self._confirm:
             try:
                 await self._flush_once()
@@ -169,64 +166,28 @@ class KeyScope:
             self._flusher.cancel()
 
     # --- the single writer's memory -------------------------------------------------
-    def memory_complete(self) -> None:
-        """Every key of the window (the scope's log replayed) is in this broker's memory."""
-        self._known_from = 0
-
-    def learn_window(self) -> None:
-        """The single writer's memory begins now while Redis holds keys of the window
-        (written by an earlier life of the topic): reads them from Redis into the cache's
-        filters in the background, so memory decides from then on rather than after a
-        window. Until then every key memory does not hold is asked of Redis."""
-        if self._learning is None and self._known_from and self.cache.forgotten is not None:
-            self._learning = asyncio.get_running_loop().create_task(self._learn_window())
-
-    async def _learn_window(self) -> None:
-        forgotten, store, window = self.cache.forgotten, self.store, self.policy.window_ms
-        assert forgotten is not None
-        started = now_ms()
-        try:
-            forgotten.reserve(await store.window_size(self.keys, started, window), started, started)
-            read = 0
-            async for keys in store.scan_window(self.keys, started, window):
-                # Anchors are unknown here: kept as if stored now (a window too long at most).
-                forgotten.add(keys, started, now_ms(), rate=False)
-                read += len(keys)
-            if not await store.marker_present(self.keys):
-                return  # Redis lost the window meanwhile: the rebuild completes memory
-        except KeyStoreUnavailableError as exc:
-            log.warning("scope %s: keys of the window not read from Redis: %s", self.scope_id, exc)
+    async def load_window(self) -> None:
+        """A single writer's memory gets Redis's copy of the window (what an earlier life
+        of the topic stored), once per scope on this broker, before the topic serves:
+        memory alone decides from then on. The copy is read a few hundred confirmations
+        a call, so Redis is never held long."""
+        window = self.window
+        if window is None or self._window_loaded:
             return
-        finally:
-            self._learning = None
-        if not self.closed:
-            self.memory_complete()
-            log.info(
-                "key deduplication scope %s: %d key(s) of the window read from Redis in %d ms",
-                self.scope_id,
-                read,
-                now_ms() - started,
-            )
-
-    def memory_decides(self, now: int) -> bool:
-        """True when a key this broker's memory does not hold is new: the scope has a
-        single writer and no key of the window was stored before its memory begins (a
-        key its cache forgot is in the cache's filters, whose hits are asked of Redis).
-        Otherwise Redis is asked about every key memory does not hold."""
-        if not self.single_writer or self.cache.capacity <= 0:
-            return False
-        since = self._known_from
-        return since == 0 or since + self.policy.window_ms <= now
-
-    def unconfirmed(self, keys: set[bytes]) -> dict[bytes, int]:
-        """Those of ``keys`` stored but not (yet) in Redis, with their anchors: a Redis
-        lookup does not see them."""
-        found: dict[bytes, int] = {}
-        for items in (*self._flushing, self._confirm):
-            for stored_keys, anchor in items:
-                for key in keys.intersection(stored_keys):
-                    found[key] = max(anchor, found.get(key, anchor))
-        return found
+        started = now_ms()
+        read = 0
+        async for anchor, packed in self.store.read_window(
+            self.keys, started, self.policy.window_ms
+        ):
+            window.add_packed(packed, anchor)
+            read += len(packed) // KEY_BYTES
+        self._window_loaded = True
+        log.info(
+            "key deduplication scope %s: %d key(s) of the window read from Redis in %d ms",
+            self.scope_id,
+            read,
+            now_ms() - started,
+        )
 
     # --- stored keys ----------------------------------------------------------------
     def stored(self, keys: list[bytes], anchor_ms: int, ledger: str, position: str) -> None:
@@ -264,7 +225,6 @@ class KeyScope:
     async def _flush_once(self) -> None:
         items, self._confirm = self._confirm, []
         checkpoints, self._checkpoints = self._checkpoints, {}
-        self._flushing.append(items)
         try:
             marker = await self.store.confirm(
                 self.keys, items, now_ms(), self.policy.window_ms, checkpoints
@@ -274,8 +234,6 @@ class KeyScope:
             for ledger, position in checkpoints.items():
                 self._checkpoints.setdefault(ledger, position)
             raise
-        finally:
-            self._flushing = [f for f in self._flushing if f is not items]
         self.redis_failing_since = None
         if not marker and self.state == "Ready":
             self.lost()
@@ -296,15 +254,11 @@ class KeyScope:
             self.lost()
 
     # --- stats ------------------------------------------------------------------------
-    def _filter_stats(self) -> dict[str, int]:
-        forgotten = self.cache.forgotten
-        if forgotten is None:
+    def _window_stats(self) -> dict[str, int]:
+        window = self.window
+        if window is None:
             return {}
-        return {
-            "forgottenKeys": len(forgotten),
-            "forgottenFilterBytes": forgotten.nbytes,
-            "forgottenFilterHits": forgotten.hits,
-        }
+        return {"windowKeys": len(window), "windowBytes": window.nbytes}
 
     def _track(self, anchor_ms: int, count: int) -> None:
         if count:
@@ -332,6 +286,6 @@ class KeyScope:
             "pendingConfirmations": sum(len(keys) for keys, _ in self._confirm),
             "rebuilds": self.rebuilds,
             "singleWriter": self.single_writer,
-            **self._filter_stats(),
+            **self._window_stats(),
             "policy": self.policy.to_json(),
         }

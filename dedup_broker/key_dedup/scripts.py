@@ -119,36 +119,23 @@ end
 return n
 """
 
-LOOKUP = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return false end
-local now, window = tonumber(ARGV[1]), tonumber(ARGV[2])
-local first = 3
-local best = {}
-for b = 2, #KEYS do
-  for lo = first, #ARGV, 1000 do
-    local hi = math.min(lo + 999, #ARGV)
-    local values = redis.call('HMGET', KEYS[b], unpack(ARGV, lo, hi))
-    for j = 1, #values do
-      local v = values[j]
-      if v and string.sub(v, 1, 2) == 't:' then
-        local at = tonumber(string.sub(v, 3))
-        local i = lo - first + j
-        if at + window > now and (best[i] == nil or at > best[i]) then best[i] = at end
-      end
-    end
-  end
+CONFIRM_PACKED = """
+if ARGV[3] ~= '' then
+  redis.call('RPUSH', KEYS[3], ARGV[3])
+  redis.call('PEXPIREAT', KEYS[3], ARGV[1])
 end
-local out, o = {}, 0
-for i, at in pairs(best) do
-  out[o + 1] = i - 1
-  out[o + 2] = at
-  o = o + 2
+redis.call('UNLINK', KEYS[4])
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local pairs_count = tonumber(ARGV[2])
+for j = 0, pairs_count - 1 do
+  redis.call('HSET', KEYS[2], ARGV[4 + 2 * j], ARGV[5 + 2 * j])
 end
-return out
+return 1
 """
-"""Reads, writes nothing: the stored keys among ARGV's (index, publish ms), for a scope
-whose one writer decides from its own memory and asks Redis only about keys stored
-before that memory begins (claims are ignored: a single writer has none to respect)."""
+"""A single writer's confirmation: its stored keys as one packed value appended to the
+current bucket's list (one Redis write per group, not per key), then the checkpoints,
+as ``CONFIRM`` does. Memory decides for such a scope; Redis's copy is read back whole
+when the topic is loaded."""
 
 TAKE_OVER = (
     _LIVE

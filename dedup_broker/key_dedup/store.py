@@ -7,6 +7,13 @@ Layout, per *scope* (a topic with all its partitions, or a namespace)::
     kd:{<tag>}:b:<n>      hash, one per time bucket: 16-byte key -> "t:<publish ms>"
                           (stored) or "p:<claim ms>:<owner>" (in flight)
 
+and for a scope with a single writer, whose memory decides and Redis holds a copy::
+
+    kd:{<tag>}:v          marker
+    kd:{<tag>}:c          checkpoints, as above
+    kd:{<tag>}:k:<n>      list, one per time bucket: one packed value per confirmation
+                          (per entry: publish ms, key count, the 16-byte keys)
+
 ``<tag>`` is a digest of the scope's id inside braces: a Redis Cluster hash tag, so all
 keys of a scope live in one slot and the Lua scripts below (which touch several keys of
 one scope at once) run on any cluster; different scopes spread over the nodes. Every
@@ -28,6 +35,7 @@ window <= now`` (``claim + pending timeout <= now``).
 from __future__ import annotations
 
 import hashlib
+import struct
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,7 +46,7 @@ from redis.exceptions import RedisError
 
 from dedup_broker.errors import RetriableError
 from dedup_broker.key_dedup.redis_client import is_cluster_url, redis_client
-from dedup_broker.key_dedup.scripts import CLAIM, CONFIRM, LOOKUP, RELEASE, TAKE_OVER
+from dedup_broker.key_dedup.scripts import CLAIM, CONFIRM, CONFIRM_PACKED, RELEASE, TAKE_OVER
 
 EXPIRY_MARGIN_MS = 60_000
 """Redis keeps a bucket this long past the last window that reaches it (clock
@@ -46,6 +54,10 @@ differences between Redis and the brokers)."""
 CLOCK_SKEW_MS = 5_000
 """Brokers' clocks are taken to agree within this: each picks buckets by its own."""
 MIN_BUCKET_MS = 10_000
+RUN_HEADER = struct.Struct("<qI")
+"""A packed confirmation's run of keys: the entry's publish ms and how many keys follow."""
+READ_BATCH = 256
+"""Packed confirmations read back per call (each a group's keys: a few thousand)."""
 
 
 class KeyStoreUnavailableError(RetriableError):
@@ -65,6 +77,9 @@ class ScopeKeys:
     """Redis key names of one scope."""
 
     scope_id: str
+    single_writer: bool = False
+    """The scope's memory decides and Redis keeps a packed copy (its own marker: a scope
+    written in the other layout is rebuilt from the log, never read wrongly)."""
 
     @cached_property
     def tag(self) -> str:
@@ -72,14 +87,15 @@ class ScopeKeys:
 
     @property
     def marker(self) -> str:
-        return f"kd:{{{self.tag}}}:w"
+        return f"kd:{{{self.tag}}}:{'v' if self.single_writer else 'w'}"
 
     @property
     def checkpoints(self) -> str:
         return f"kd:{{{self.tag}}}:c"
 
     def bucket(self, number: int) -> str:
-        return f"kd:{{{self.tag}}}:b:{number}"
+        kind = "k" if self.single_writer else "b"
+        return f"kd:{{{self.tag}}}:{kind}:{number}"
 
     def current(self, now_ms: int, window_ms: int) -> tuple[str, int]:
         """The bucket written now, and when Redis may drop it (ms since the epoch)."""
@@ -136,6 +152,7 @@ class KeyStore:
         self._client: Any = redis_client(url, options, cluster=self.cluster)
         self._claim = self._client.register_script(CLAIM)
         self._confirm = self._client.register_script(CONFIRM)
+        self._confirm_packed = self._client.register_script(CONFIRM_PACKED)
         self._release = self._client.register_script(RELEASE)
         self._take_over = self._client.register_script(TAKE_OVER)
 
@@ -203,52 +220,25 @@ class KeyStore:
         values = (v if isinstance(v, bytes) else bytes(v) for v in result[1::2])
         return dict(zip(map(int, result[::2]), values, strict=True))
 
-    @cached_property
-    def _lookup(self) -> Any:
-        return self._client.register_script(LOOKUP)
-
-    async def lookup(
-        self, scope: ScopeKeys, keys: Sequence[bytes], now_ms: int, window_ms: int
-    ) -> dict[int, int]:
-        """The stored keys among ``keys`` whose window has not passed: index in ``keys``
-        -> publish time. Claims nothing. Raises ScopeLostError when the marker is gone."""
-        if not keys:
-            return {}
-        result = await self._call(
-            scope,
-            self._lookup,
-            [scope.marker, *scope.readable(now_ms, window_ms)],
-            [now_ms, window_ms, *keys],
-        )
-        if result is None or result is False:
-            raise ScopeLostError(f"Redis lost key-deduplication scope {scope.scope_id}")
-        return dict(zip(map(int, result[::2]), map(int, result[1::2]), strict=True))
-
-    async def window_size(self, scope: ScopeKeys, now_ms: int, window_ms: int) -> int:
-        """How many fields the buckets the last window may be in hold (HLEN each)."""
-        total = 0
+    async def read_window(
+        self, scope: ScopeKeys, now_ms: int, window_ms: int
+    ) -> AsyncIterator[tuple[int, memoryview]]:
+        """A single writer's copy of the last window: (publish ms, packed 16-byte keys)
+        per entry, ``READ_BATCH`` confirmations a call, so Redis is never held long."""
         for bucket in scope.readable(now_ms, window_ms):
-            total += int(await self._plain(scope, "hlen", bucket))
-        return total
-
-    async def scan_window(
-        self, scope: ScopeKeys, now_ms: int, window_ms: int, count: int = 10_000
-    ) -> AsyncIterator[list[bytes]]:
-        """The fields (keys, whatever their values) of the buckets the last window may be
-        in, about ``count`` at a time: HSCAN, so Redis is never held long by one call."""
-        for bucket in scope.readable(now_ms, window_ms):
-            cursor = 0
+            start = 0
             while True:
-                cursor, fields = await self._plain(scope, "hscan", bucket, cursor, None, count)
-                if fields:
-                    yield [f if isinstance(f, bytes) else f.encode() for f in fields]
-                if not cursor:
+                values = await self._plain(scope, "lrange", bucket, start, start + READ_BATCH - 1)
+                for value in values:
+                    try:
+                        runs = unpack_runs(value)
+                    except ValueError as exc:  # not written by a broker: rebuild it
+                        raise ScopeLostError(f"{bucket}: {exc}") from exc
+                    for run in runs:
+                        yield run
+                if len(values) < READ_BATCH:
                     break
-
-    async def has_keys(self, scope: ScopeKeys, now_ms: int, window_ms: int) -> bool:
-        """True when a bucket the last window may be in exists (keys of an earlier life)."""
-        buckets = scope.readable(now_ms, window_ms)
-        return bool(await self._plain(scope, "exists", *buckets))
+                start += READ_BATCH
 
     async def confirm(
         self,
@@ -263,6 +253,14 @@ class KeyStore:
         pairs: list[object] = []
         for field, value in checkpoints.items():
             pairs += [field, value]
+        current, expire_at = scope.current(now_ms, window_ms)
+        buckets = [scope.marker, scope.checkpoints, current, scope.obsolete(now_ms, window_ms)]
+        if scope.single_writer:
+            packed = pack_runs(runs)
+            result = await self._call(
+                scope, self._confirm_packed, buckets, [expire_at, len(checkpoints), packed, *pairs]
+            )
+            return bool(result)
         anchors: list[int] = []
         fields: list[bytes] = []
         for keys, anchor in runs:
@@ -273,11 +271,10 @@ class KeyStore:
             else:
                 anchors += [anchor, len(keys)]
             fields += keys
-        current, expire_at = scope.current(now_ms, window_ms)
         result = await self._call(
             scope,
             self._confirm,
-            [scope.marker, scope.checkpoints, current, scope.obsolete(now_ms, window_ms)],
+            buckets,
             [expire_at, len(checkpoints), len(anchors) // 2, *pairs, *anchors, *fields],
         )
         return bool(result)
@@ -334,6 +331,32 @@ class KeyStore:
     async def forget_scope(self, scope: ScopeKeys) -> None:
         """Drops the marker and checkpoints: the next user rebuilds the window."""
         await self._plain(scope, "delete", scope.marker, scope.checkpoints)
+
+
+def pack_runs(runs: Sequence[tuple[Sequence[bytes], int]]) -> bytes:
+    """Keys per entry, (keys, publish ms), as one value: per entry its publish ms and key
+    count (``RUN_HEADER``), then the keys."""
+    parts: list[bytes] = []
+    for keys, anchor in runs:
+        if keys:
+            parts.append(RUN_HEADER.pack(anchor, len(keys)))
+            parts += keys
+    return b"".join(parts)
+
+
+def unpack_runs(value: bytes) -> list[tuple[int, memoryview]]:
+    """``pack_runs``'s runs back: (publish ms, packed keys) each, no object per key."""
+    view = memoryview(value)
+    runs: list[tuple[int, memoryview]] = []
+    at, header = 0, RUN_HEADER.size
+    while at + header <= len(view):
+        anchor, count = RUN_HEADER.unpack_from(view, at)
+        at += header
+        runs.append((anchor, view[at : at + 16 * count]))
+        at += 16 * count
+    if at != len(view):
+        raise ValueError("a packed confirmation ends inside a run")
+    return runs
 
 
 def _text(value: bytes | str) -> str:

@@ -39,7 +39,7 @@ from dedup_broker.key_dedup.sends import (
     highest_sequence_id,
     topic_closed,
 )
-from dedup_broker.key_dedup.store import KeyStoreUnavailableError
+from dedup_broker.key_dedup.store import KeyStoreUnavailableError, ScopeLostError
 from dedup_broker.key_dedup.window import (
     KeyDedupPolicy,
     OnRedisUnavailable,
@@ -184,17 +184,14 @@ class TopicKeyDedup:
             try:
                 checkpoint = (await store.checkpoints(scope.keys)).get(self.ledger.name)
                 # After the checkpoint was read: a key Redis gets later is replayed too.
-                fresh = scope.single_writer and not await store.has_keys(
-                    scope.keys, now_ms(), scope.policy.window_ms
-                )
+                await scope.load_window()
                 await self.replay(parse_position(checkpoint) if checkpoint else None)
                 if scope.ready.is_set():
-                    if fresh:  # Redis had no key of the window: memory has them all
-                        scope.memory_complete()
-                    elif scope.single_writer:  # Redis's keys into memory, meanwhile ask
-                        scope.learn_window()
                     self._ready.set()
                     return
+            except ScopeLostError:  # Redis's copy cannot be read: rebuilt from the log
+                scope.lost()
+                await asyncio.sleep(0.5)
             except BrokerError as exc:
                 log.warning("%s: key deduplication recovery: %s; retrying", self.name, exc)
                 await asyncio.sleep(0.5)

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import cast
 
+import redis
+
+from dedup_broker.key_dedup.store import ScopeKeys, unpack_runs
 from harness.admin_http import http_request
 from harness.broker_process import BrokerProcess
 from harness.key_events import KEY_PROPERTY
@@ -40,3 +44,24 @@ def topic_key_stats(broker: BrokerProcess, topic: str) -> dict[str, object]:
     stats = json.loads(body)["keyDeduplication"]
     assert isinstance(stats, dict)
     return stats
+
+
+def scope_of(stats: dict[str, object]) -> ScopeKeys:
+    """The Redis names of the scope a topic's stats name (its layout included)."""
+    return ScopeKeys(str(stats["scope"]), bool(stats.get("singleWriter")))
+
+
+def keys_in_redis(node: redis.Redis, scope: ScopeKeys) -> tuple[set[bytes], list[bytes]]:
+    """The keys Redis holds for ``scope`` and the bucket keys holding them: a single
+    writer's packed lists, or the hashes of a scope with several writers."""
+    kind = "k" if scope.single_writer else "b"
+    buckets = list(node.scan_iter(match=f"kd:{{{scope.tag}}}:{kind}:*", count=1000))
+    keys: set[bytes] = set()
+    for bucket in buckets:
+        if not scope.single_writer:
+            keys.update(cast(list[bytes], node.hkeys(bucket)))
+            continue
+        for value in cast(list[bytes], node.lrange(bucket, 0, -1)):
+            for _, packed in unpack_runs(value):
+                keys.update(bytes(packed[i : i + 16]) for i in range(0, len(packed), 16))
+    return keys, buckets

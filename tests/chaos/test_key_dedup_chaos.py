@@ -14,7 +14,6 @@ import pytest
 import redis
 
 from dedup_broker.devservers import RedisService
-from dedup_broker.key_dedup.store import ScopeKeys
 from harness.broker_process import BrokerProcess
 from harness.key_events import (
     Publisher,
@@ -22,7 +21,7 @@ from harness.key_events import (
     producer_for,
     stored_event_ids,
 )
-from tests.chaos.keyed_brokers import start_keyed_broker, topic_key_stats
+from tests.chaos.keyed_brokers import keys_in_redis, scope_of, start_keyed_broker, topic_key_stats
 
 pytestmark = pytest.mark.chaos
 
@@ -165,12 +164,12 @@ def test_keys_whose_confirmations_never_reached_redis_are_replayed_from_the_log(
             Publisher([producer_for(client, topic)], events).start().wait()
         finally:
             client.close()
-        scope = ScopeKeys(str(topic_key_stats(broker, topic)["scope"]))
+        scope = scope_of(topic_key_stats(broker, topic))
         broker.kill()
         connection = redis.Redis.from_url(redis_url)
         try:
-            lost = list(connection.scan_iter(match=f"kd:{{{scope.tag}}}:b:*", count=1000))
-            assert sum(connection.hlen(bucket) for bucket in lost) == len(events)
+            keys, lost = keys_in_redis(connection, scope)
+            assert len(keys) == len(events)
             connection.delete(*lost, scope.checkpoints)
             assert connection.exists(scope.marker)
         finally:

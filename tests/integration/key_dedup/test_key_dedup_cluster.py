@@ -12,7 +12,6 @@ import pytest
 import redis
 
 from dedup_broker.devservers.redis_cluster import NativeRedisCluster
-from dedup_broker.key_dedup.store import ScopeKeys
 from harness.admin_http import http_request
 from harness.broker_process import free_port
 from harness.key_events import (
@@ -22,6 +21,7 @@ from harness.key_events import (
     producer_for,
     stored_event_ids,
 )
+from tests.chaos.keyed_brokers import keys_in_redis, scope_of
 from tests.integration.conftest import make_broker
 
 
@@ -59,7 +59,7 @@ def test_each_event_once_with_scopes_spread_over_the_cluster(
         for topic in topics:
             short = topic.removeprefix("persistent://")
             _, body = http_request("GET", f"{broker.http_url}/admin/v2/persistent/{short}/stats")
-            scopes.append(ScopeKeys(json.loads(body)["keyDeduplication"]["scope"]))
+            scopes.append(scope_of(json.loads(body)["keyDeduplication"]))
     finally:
         broker.stop()
     # Every scope's keys live in one slot (its hash tag); the scopes spread over nodes.
@@ -72,11 +72,8 @@ def test_each_event_once_with_scopes_spread_over_the_cluster(
             owners.add(owner.port)
             node = redis.Redis(port=owner.port)
             try:
-                buckets = list(node.scan_iter(match=f"kd:{{{scope.tag}}}:b:*", count=1000))
-                # A key claimed just before a bucket boundary and confirmed after it is a
-                # field of both buckets: count the distinct keys.
-                keys = set().union(*(node.hkeys(bucket) for bucket in buckets))
-                assert len(keys) == 1_000
+                keys, buckets = keys_in_redis(node, scope)
+                assert len(keys) == 1_000 and buckets
                 assert {cluster.keyslot(b) for b in buckets} == {cluster.keyslot(scope.marker)}
             finally:
                 node.close()

@@ -176,28 +176,60 @@ def test_claims_release_take_over_and_expire(redis_url: str) -> None:
     assert outcome["past window"] == {}
 
 
-def test_the_window_is_read_back_a_batch_at_a_time(redis_url: str) -> None:
-    """A single writer loaded while Redis holds keys reads them all (HLEN, then HSCAN) into
-    its filters; keys of every readable bucket come back, each once at least."""
-    scope = ScopeKeys(f"store-scan-{uuid.uuid4().hex}")
+def test_a_single_writer_copy_is_read_back_whole_with_its_anchors(redis_url: str) -> None:
+    """A single writer's confirmations are one packed list value each, in the bucket of
+    their writing time; reading the window back pages through every readable bucket and
+    gives each key with its own entry's anchor."""
+    scope = ScopeKeys(f"store-packed-{uuid.uuid4().hex}", single_writer=True)
+    assert scope.marker != ScopeKeys(scope.scope_id).marker  # the other layout is rebuilt
     now = int(time.time() * 1000)
-    keys = [_key(n) for n in range(25_000)]
+    keys = [_key(n) for n in range(30_000)]
+    earlier = now - WINDOW_MS // 2
+    client = redis.Redis.from_url(redis_url)
 
-    async def scenario() -> tuple[int, list[list[bytes]]]:
+    async def scenario() -> list[tuple[int, bytes]]:
         store = KeyStore(redis_url)
         try:
             await store.set_marker(scope)
-            # Two buckets: half written a bucket ago, half now.
-            earlier = now - WINDOW_MS // 2
-            await store.confirm(scope, [(keys[::2], earlier)], earlier, WINDOW_MS, {})
-            await store.confirm(scope, [(keys[1::2], now)], now, WINDOW_MS, {})
-            size = await store.window_size(scope, now, WINDOW_MS)
-            batches = [b async for b in store.scan_window(scope, now, WINDOW_MS, count=5_000)]
-            return size, batches
+            # A bucket ago: one confirmation of two entries; now: 600 small ones (paged).
+            runs = [(keys[:5_000], earlier - 1), (keys[5_000:10_000], earlier)]
+            assert await store.confirm(scope, runs, earlier, WINDOW_MS, {"l": "1:1"})
+            for n in range(600):
+                part = keys[10_000 + n * 33 : 10_000 + (n + 1) * 33]
+                assert await store.confirm(
+                    scope, [(part, now + n)], now, WINDOW_MS, {"l": f"2:{n}"}
+                )
+            assert await store.checkpoints(scope) == {"l": "2:599"}
+            return [
+                (anchor, bytes(packed))
+                async for anchor, packed in store.read_window(scope, now, WINDOW_MS)
+            ]
         finally:
             await store.close()
 
-    size, batches = asyncio.run(scenario())
-    assert size == len(keys)
-    assert {k for batch in batches for k in batch} == set(keys)
-    assert len(batches) > 2 and max(len(b) for b in batches) < 20_000
+    runs = asyncio.run(scenario())
+    anchored = {
+        bytes(packed[i : i + 16]): anchor
+        for anchor, packed in runs
+        for i in range(0, len(packed), 16)
+    }
+    assert len(anchored) == 10_000 + 600 * 33
+    assert anchored[keys[0]] == earlier - 1 and anchored[keys[9_999]] == earlier
+    assert anchored[keys[10_000 + 599 * 33]] == now + 599
+    current = scope.current(now, WINDOW_MS)[0]
+    assert client.type(current) == b"list" and client.llen(current) == 600
+    assert 0 < client.pttl(current) <= WINDOW_MS * 2 + EXPIRY_MARGIN_MS + 10_000
+
+    # A value no broker wrote: the copy cannot be trusted, the scope is rebuilt.
+    client.rpush(current, b"not a confirmation")
+
+    async def read_garbage() -> None:
+        store = KeyStore(redis_url)
+        try:
+            async for _ in store.read_window(scope, now, WINDOW_MS):
+                pass
+        finally:
+            await store.close()
+
+    with pytest.raises(ScopeLostError):
+        asyncio.run(read_garbage())

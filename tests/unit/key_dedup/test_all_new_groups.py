@@ -12,7 +12,7 @@ import pytest
 from dedup_broker.domain_base.outcomes import PublishOutcome, PublishResult, PublishStatus
 from dedup_broker.key_dedup import topic as topic_module
 from dedup_broker.key_dedup.claims import GroupKeys
-from dedup_broker.key_dedup.memory import LocalKeyCache
+from dedup_broker.key_dedup.memory import LocalKeyCache, WindowKeys
 from dedup_broker.key_dedup.scope import KeyScope
 from dedup_broker.key_dedup.sends import ProducerGoneError, QueuedSend
 from dedup_broker.key_dedup.store import KeyStore
@@ -74,7 +74,6 @@ def _topic(single_writer: bool) -> tuple[TopicKeyDedup, KeyScope, FakeAppends, F
         _no_members,
         single_writer=single_writer,
     )
-    scope.memory_complete()
     scope.ready.set()
     appends = FakeAppends()
     topic = TopicKeyDedup(cast(Any, "t"), cast(Any, FakeLedger()), cast(Any, service), appends)
@@ -143,7 +142,8 @@ def test_the_short_path_decides_as_the_general_one(
     open_sends = sum(not closed for _, _, closed in group)
     assert short_groups == ([] if repeats else [open_sends])
     # The general path: every group looks as if a key might be known.
-    monkeypatch.setattr(LocalKeyCache, "none_known", lambda self, keys: False)
+    for memory in (LocalKeyCache, WindowKeys):
+        monkeypatch.setattr(memory, "none_known", lambda self, keys: False)
     general = asyncio.run(_run(single_writer, group, monkeypatch))
     assert short == general
     assert short_groups == ([] if repeats else [open_sends])  # not taken this time

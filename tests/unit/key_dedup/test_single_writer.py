@@ -1,5 +1,6 @@
-"""A topic scope with one writer decides from the broker's memory: Redis is read only for
-keys stored before that memory begins, and nothing is claimed."""
+"""A topic scope with one writer decides from the broker's memory of its whole window:
+Redis is never asked about a key and nothing is claimed; Redis's copy of the window
+(one packed value per confirmation) is read back into memory when the topic loads."""
 
 from __future__ import annotations
 
@@ -10,56 +11,32 @@ from typing import Any, cast
 
 import pytest
 
-from dedup_broker.key_dedup.claims import GroupKeys, ScopeRebuildingError
-from dedup_broker.key_dedup.memory import ForgottenKeys
+from dedup_broker.key_dedup.claims import GroupKeys
 from dedup_broker.key_dedup.scope import KeyScope
-from dedup_broker.key_dedup.store import KeyStore, KeyStoreUnavailableError, ScopeKeys
+from dedup_broker.key_dedup.store import (
+    KeyStore,
+    KeyStoreUnavailableError,
+    ScopeKeys,
+    pack_runs,
+    unpack_runs,
+)
 from dedup_broker.key_dedup.window import KeyDedupPolicy, KeyState, OnRedisUnavailable, now_ms
 
 WINDOW = 60_000
 
 
 class FakeStore:
-    """Redis as the single writer's path sees it: lookups (read) and confirmations."""
+    """Redis as the scope sees it: confirmations (packed, as the real store keeps a single
+    writer's), reading them back, claims (counted: a single writer makes none)."""
 
     def __init__(self) -> None:
-        self.stored: dict[bytes, int] = {}
-        self.lookups: list[list[bytes]] = []
+        self.confirmations: list[bytes] = []
         self.claims = 0
+        self.reads = 0
         self.down = False
-        self.lost = False
-
-    async def lookup(
-        self, scope: ScopeKeys, keys: Sequence[bytes], now: int, window_ms: int
-    ) -> dict[int, int]:
-        if self.down:
-            raise KeyStoreUnavailableError("down")
-        if self.lost:
-            from dedup_broker.key_dedup.store import ScopeLostError
-
-            raise ScopeLostError("lost")
-        self.lookups.append(list(keys))
-        return {
-            i: self.stored[k]
-            for i, k in enumerate(keys)
-            if k in self.stored and self.stored[k] + window_ms > now
-        }
-
-    async def window_size(self, scope: ScopeKeys, now: int, window_ms: int) -> int:
-        return len(self.stored)
-
-    async def scan_window(
-        self, scope: ScopeKeys, now: int, window_ms: int, count: int = 10_000
-    ) -> AsyncIterator[list[bytes]]:
-        if self.down:
-            raise KeyStoreUnavailableError("down")
-        keys = list(self.stored)
-        for start in range(0, len(keys), 100):
-            await asyncio.sleep(0)
-            yield keys[start : start + 100]
 
     async def marker_present(self, scope: ScopeKeys) -> bool:
-        return not self.lost
+        return True
 
     async def claim(self, *args: Any) -> dict[int, bytes]:
         self.claims += 1
@@ -73,9 +50,21 @@ class FakeStore:
         window_ms: int,
         checkpoints: dict[str, str],
     ) -> bool:
-        for keys, anchor in runs:
-            self.stored.update(dict.fromkeys(keys, anchor))
+        if self.down:
+            raise KeyStoreUnavailableError("down")
+        self.confirmations.append(pack_runs(runs))
         return True
+
+    async def read_window(
+        self, scope: ScopeKeys, now: int, window_ms: int
+    ) -> AsyncIterator[tuple[int, memoryview]]:
+        self.reads += 1
+        if self.down:
+            raise KeyStoreUnavailableError("down")
+        for value in self.confirmations:
+            await asyncio.sleep(0)
+            for run in unpack_runs(value):
+                yield run
 
 
 class FakeService:
@@ -118,127 +107,99 @@ def _keys(*names: str) -> list[bytes | None]:
     return [name.encode().ljust(16, b".") for name in names]
 
 
-def test_complete_memory_decides_new_keys_without_redis() -> None:
+def _digests(label: str, count: int) -> list[bytes]:
+    return [hashlib.sha256(b"%s %d" % (label.encode(), n)).digest()[:16] for n in range(count)]
+
+
+def test_memory_holds_the_whole_window_and_decides_without_redis() -> None:
     async def scenario() -> None:
         store = FakeStore()
-        scope = _scope(store)
-        scope.memory_complete()
+        scope = _scope(store, cache=100)  # the cache size bounds other scopes only
+        stored = _digests("stored", 5_000)
+        for start in range(0, len(stored), 500):
+            scope.stored(stored[start : start + 500], now_ms(), "ledger", f"0:{start}")
+        fresh = _digests("fresh", 2_000)
         group = _group(scope, store)
-        keys = _keys("a", "b")
-        await group.lookup([keys])
-        assert store.lookups == [] and store.claims == 0
-        assert set(group.states.values()) == {KeyState.NEW}
-        assert group.owned == set(keys)
-        assert all(k in scope.in_flight for k in group.owned)
-        # Stored: the next group finds them in memory.
-        scope.stored(cast(list[bytes], keys), now_ms(), "ledger", "1:0")
-        again = _group(scope, store)
-        await again.lookup([keys])
-        assert set(again.states.values()) == {KeyState.STORED}
+        await group.lookup([[*stored[::10], *fresh]])
+        assert all(group.states[k] is KeyState.STORED for k in stored[::10])
+        assert all(group.states[k] is KeyState.NEW for k in fresh)
+        assert store.claims == 0
+        stats = scope.stats()
+        assert stats["windowKeys"] == 5_000 and stats["localCacheKeys"] == 5_000
+        assert cast(int, stats["windowBytes"]) <= 5_000 * 32
         await scope.close()
 
     asyncio.run(scenario())
 
 
-def test_memory_that_does_not_reach_back_a_window_asks_redis_and_claims_nothing() -> None:
+def test_a_key_whose_window_passed_is_new_again() -> None:
     async def scenario() -> None:
         store = FakeStore()
-        old, new = _keys("old", "new")
-        assert old is not None
-        store.stored[old] = now_ms() - 1_000  # stored by an earlier life of the topic
-        scope = _scope(store)  # memory begins now: Redis knows what came before
+        scope = _scope(store)
+        old, recent = _digests("old", 3), _digests("recent", 3)
+        scope.stored(old, now_ms() - WINDOW - 1, "ledger", "0:0")
+        scope.stored(recent, now_ms() - WINDOW + 5_000, "ledger", "0:1")
         group = _group(scope, store)
-        await group.lookup([[old, new]])
-        assert [set(k) for k in store.lookups] == [{old, new}] and store.claims == 0
-        assert group.states == {old: KeyState.STORED, new: KeyState.NEW}
-        assert group.owned == {new} and old not in scope.in_flight
-        assert scope.cache.stored(old, now_ms(), WINDOW)
+        await group.lookup([[*old, *recent]])
+        assert [group.states[k] for k in old] == [KeyState.NEW] * 3
+        assert [group.states[k] for k in recent] == [KeyState.STORED] * 3
+        await scope.close()
 
     asyncio.run(scenario())
 
 
-def test_a_key_forgotten_to_make_room_is_asked_and_found_even_before_redis_has_it() -> None:
+def test_a_load_reads_redis_copy_into_memory_once() -> None:
     async def scenario() -> None:
         store = FakeStore()
-        scope = _scope(store, cache=4)
-        scope.memory_complete()
-        first = cast(list[bytes], _keys("k0", "k1"))
-        scope._confirm.append((first, now_ms()))  # stored, its confirmation not sent yet
-        scope.cache.add_all(first, now_ms())
-        for n in range(2, 8):  # pushes the first keys out of the cache
-            scope.cache.add_all(cast(list[bytes], _keys(f"k{n}")), now_ms())
-        # Memory still decides: the forgotten keys are in the cache's filters.
-        assert scope.cache.forgot_ms > 0 and scope.memory_decides(now_ms())
-        new = hashlib.sha256(b"new").digest()[:16]
+        earlier = _digests("earlier", 3_000)
+        # What an earlier life of the topic confirmed: three confirmations, two anchors.
+        store.confirmations = [
+            pack_runs([(earlier[:1_000], now_ms() - 1_000)]),
+            pack_runs([(earlier[1_000:2_000], now_ms() - 500), (earlier[2_000:], now_ms())]),
+        ]
+        scope = _scope(store)
+        await scope.load_window()
+        await scope.load_window()
+        assert store.reads == 1
+        fresh = _digests("fresh", 1_000)
         group = _group(scope, store)
-        await group.lookup([[*first, new]])
-        # Only the filter's hits are asked; the unconfirmed keys are found in memory.
-        assert [set(k) for k in store.lookups] == [set(first)]
-        assert group.states == {**dict.fromkeys(first, KeyState.STORED), new: KeyState.NEW}
-        assert scope.stats()["forgottenFilterHits"] == 2
-
-    asyncio.run(scenario())
-
-
-def test_forgotten_keys_known_only_to_redis_are_found_and_new_keys_are_not_asked() -> None:
-    async def scenario() -> None:
-        store = FakeStore()
-        scope = _scope(store, cache=100)
-        scope.memory_complete()
-        stored = [hashlib.sha256(b"%d" % n).digest()[:16] for n in range(1_000)]
-        for n in range(0, 1_000, 10):
-            scope.stored(stored[n : n + 10], now_ms(), "ledger", f"1:{n}")
-        await scope.close()  # the confirmations reach (the fake) Redis
-        assert len(store.stored) == 1_000 and len(scope.cache) <= 100
-        fresh = [hashlib.sha256(b"fresh %d" % n).digest()[:16] for n in range(2_000)]
-        group = _group(scope, store)
-        await group.lookup([[*stored[:500], *fresh]])
-        assert all(group.states[k] is KeyState.STORED for k in stored[:500])
+        await group.lookup([[*earlier[::7], *fresh]])
+        assert all(group.states[k] is KeyState.STORED for k in earlier[::7])
         assert all(group.states[k] is KeyState.NEW for k in fresh)
-        asked = {k for keys in store.lookups for k in keys}
-        assert set(stored[:500]) - set(scope.cache.known(set(stored))) <= asked
-        assert len(asked & set(fresh)) < 60  # false positives only: about 1% of 2,000
-        stats = cast(dict[str, int], scope.stats())
-        # Forgotten in bursts under a millisecond apart: sized at most 16 times ahead.
-        assert stats["forgottenKeys"] >= 800
-        assert stats["forgottenFilterBytes"] <= 1_500 * 1.5 * ForgottenKeys.GROWTH
+        assert store.claims == 0
+        await scope.close()
 
     asyncio.run(scenario())
 
 
-def test_scopes_with_several_writers_keep_no_filter() -> None:
-    scope = _scope(FakeStore(), single=False)
-    assert scope.cache.forgotten is None and "forgottenKeys" not in scope.stats()
-
-
-def test_redis_down_rejects_or_accepts_from_memory() -> None:
+def test_a_load_that_cannot_read_redis_fails_and_reads_again() -> None:
     async def scenario() -> None:
         store = FakeStore()
+        key = _digests("k", 1)
+        store.confirmations = [pack_runs([(key, now_ms())])]
         store.down = True
         scope = _scope(store)
-        keys = _keys("x")
         with pytest.raises(KeyStoreUnavailableError):
-            await _group(scope, store).lookup([keys])
-        assert len(scope.in_flight) == 0
-        accepting = _scope(store, accept=True)
-        group = _group(accepting, store)
-        await group.lookup([keys])
-        assert group.states == dict.fromkeys(keys, KeyState.NEW)
-        store.down, store.lost = False, True
-        with pytest.raises(ScopeRebuildingError):
-            await _group(_scope(store), store).lookup([keys])
+            await scope.load_window()
+        store.down = False
+        await scope.load_window()
+        assert scope.cache.known(set(key)) == set(key)
+        await scope.close()
 
     asyncio.run(scenario())
+
+
+def test_scopes_with_several_writers_keep_no_window() -> None:
+    scope = _scope(FakeStore(), single=False)
+    assert scope.window is None and "windowKeys" not in scope.stats()
 
 
 def test_scopes_with_several_writers_still_claim() -> None:
     async def scenario() -> None:
         store = FakeStore()
         scope = _scope(store, single=False)
-        scope.memory_complete()
-        assert not scope.memory_decides(now_ms())
         await _group(scope, store).lookup([_keys("a")])
-        assert store.claims == 1 and store.lookups == []
+        assert store.claims == 1
 
     asyncio.run(scenario())
 
@@ -248,7 +209,6 @@ def test_reject_mode_answers_redis_down_once_confirmations_fail() -> None:
         store = FakeStore()
         for accept in (False, True):
             scope = _scope(store, accept=accept)
-            scope.memory_complete()
             scope.redis_failing_since = now_ms()
             group = _group(scope, store)
             if accept:
@@ -262,45 +222,10 @@ def test_reject_mode_answers_redis_down_once_confirmations_fail() -> None:
     asyncio.run(scenario())
 
 
-def test_a_load_while_redis_holds_keys_reads_them_into_memory() -> None:
-    async def scenario() -> None:
-        store = FakeStore()
-        earlier = [hashlib.sha256(b"earlier %d" % n).digest()[:16] for n in range(1_000)]
-        store.stored.update(dict.fromkeys(earlier, now_ms() - 1_000))  # an earlier life's
-        scope = _scope(store, cache=100)
-        assert not scope.memory_decides(now_ms())  # memory begins now: Redis is asked
-        store.down = True
-        scope.learn_window()
-        await asyncio.sleep(0.01)
-        assert not scope.memory_decides(now_ms())  # not read: still asked of Redis
-        store.down = False
-        scope.learn_window()
-        for _ in range(100):
-            await asyncio.sleep(0.001)
-            if scope.memory_decides(now_ms()):
-                break
-        assert scope.memory_decides(now_ms())
-        fresh = [hashlib.sha256(b"fresh %d" % n).digest()[:16] for n in range(1_000)]
-        group = _group(scope, store)
-        await group.lookup([[*earlier[:300], *fresh]])
-        assert all(group.states[k] is KeyState.STORED for k in earlier[:300])
-        assert all(group.states[k] is KeyState.NEW for k in fresh)
-        asked = {k for keys in store.lookups for k in keys}
-        assert set(earlier[:300]) <= asked and len(asked & set(fresh)) < 40
-        await scope.close()
-
-    asyncio.run(scenario())
-
-
-def test_reading_the_window_stops_when_redis_lost_it() -> None:
-    async def scenario() -> None:
-        store = FakeStore()
-        store.stored[b"k" * 16] = now_ms()
-        store.lost = True
-        scope = _scope(store)
-        scope.learn_window()
-        await asyncio.sleep(0.01)
-        assert not scope.memory_decides(now_ms())
-        await scope.close()
-
-    asyncio.run(scenario())
+def test_packed_confirmations_round_trip_and_refuse_a_cut_value() -> None:
+    keys = _digests("p", 5)
+    value = pack_runs([(keys[:2], 7), ([], 8), (keys[2:], 2**40)])
+    runs = [(anchor, bytes(packed)) for anchor, packed in unpack_runs(value)]
+    assert runs == [(7, b"".join(keys[:2])), (2**40, b"".join(keys[2:]))]
+    with pytest.raises(ValueError):
+        unpack_runs(value[:-3])

@@ -1,0 +1,208 @@
+/* The single writer's exact memory of a key window, in C: open-addressing tables of
+ * 16-byte keys with a 32-bit anchor offset, 16 bytes a slot (memory.py's WindowKeys,
+ * whose pure-Python path gives the same answers; tests compare both).
+ *
+ * A slot holds the key's first 12 bytes (96 bits tell keys apart at any realistic
+ * count) and, little-endian, the key's anchor
+ * offset from its table's base plus one (0: an empty slot). The keys are SHA-256
+ * digests, so their bytes are uniform: the first 8 (little-endian) choose the home
+ * slot as (h * slots) >> 64, for a table of any number of slots; linear probing from
+ * there. Tables are never emptied key by key: a whole table is dropped once no window
+ * reaches its anchors.
+ *
+ * add(table, packed, offset) -> keys not held before; find(table, keys, minimum) ->
+ * [(key, offset)] of the keys held with an offset of at least ``minimum``;
+ * move(source, target) -> keys moved into a larger table.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define SLOT 16
+#define KEY 16
+#define KEPT 12 /* the first 12 bytes of a key */
+#define AHEAD 8 /* keys looked ahead of the probe: their slots are fetched meanwhile */
+
+static uint64_t le64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+static uint32_t le32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void put32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t home(const uint8_t *key, uint64_t slots) {
+    return (uint64_t)(((unsigned __int128)le64(key) * slots) >> 64);
+}
+
+/* The slot holding ``key``, or the empty slot where it would go; NULL when the table is
+ * full and does not hold it (the caller keeps room, so only a misuse gets there). */
+static uint8_t *slot_of(uint8_t *base, uint64_t slots, const uint8_t *key) {
+    uint64_t i = home(key, slots);
+    for (uint64_t probes = 0; probes < slots; probes++) {
+        uint8_t *slot = base + i * SLOT;
+        if (le32(slot + KEPT) == 0 || memcmp(slot, key, KEPT) == 0) return slot;
+        if (++i == slots) i = 0;
+    }
+    return NULL;
+}
+
+static int table_view(PyObject *table, Py_buffer *view, int writable, uint64_t *slots) {
+    if (PyObject_GetBuffer(table, view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) return 0;
+    if (view->len % SLOT != 0 || view->len == 0) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, "a window table is 1 or more slots of 16 bytes");
+        return 0;
+    }
+    *slots = (uint64_t)(view->len / SLOT);
+    return 1;
+}
+
+static PyObject *full(void) {
+    PyErr_SetString(PyExc_ValueError, "the window table has no room for these keys");
+    return NULL;
+}
+
+/* add(table, packed, offset): every 16-byte key of ``packed`` gets ``offset`` unless it
+ * holds a later one (a key stored again keeps its latest anchor). */
+static PyObject *add(PyObject *self, PyObject *args) {
+    PyObject *table;
+    Py_buffer packed, view;
+    long long offset;
+    uint64_t slots;
+    if (!PyArg_ParseTuple(args, "Oy*L", &table, &packed, &offset)) return NULL;
+    if (packed.len % KEY != 0 || offset < 0 || offset >= 0xFFFFFFFFLL) {
+        PyBuffer_Release(&packed);
+        PyErr_SetString(PyExc_ValueError, "packed 16-byte keys and an offset of 0..2**32-2");
+        return NULL;
+    }
+    if (!table_view(table, &view, 1, &slots)) {
+        PyBuffer_Release(&packed);
+        return NULL;
+    }
+    const uint8_t *keys = (const uint8_t *)packed.buf;
+    Py_ssize_t n = packed.len / KEY, added = 0;
+    uint32_t value = (uint32_t)offset + 1;
+    uint8_t *base = (uint8_t *)view.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + AHEAD < n) __builtin_prefetch(base + home(keys + (i + AHEAD) * KEY, slots) * SLOT);
+        const uint8_t *key = keys + i * KEY;
+        uint8_t *slot = slot_of(base, slots, key);
+        if (slot == NULL) {
+            added = -1;
+            break;
+        }
+        uint32_t held = le32(slot + KEPT);
+        if (held == 0) {
+            memcpy(slot, key, KEPT);
+            added++;
+        }
+        if (value > held) put32(slot + KEPT, value);
+    }
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&packed);
+    return added < 0 ? full() : PyLong_FromSsize_t(added);
+}
+
+/* find(table, keys, minimum) -> [(key, offset)]: the keys (a sequence of 16-byte bytes)
+ * held with an offset of at least ``minimum``, in order; under a load of new keys an
+ * empty list, with no object made per key. */
+static PyObject *find(PyObject *self, PyObject *args) {
+    PyObject *table, *keys;
+    long long minimum;
+    Py_buffer view;
+    uint64_t slots;
+    if (!PyArg_ParseTuple(args, "OOL", &table, &keys, &minimum)) return NULL;
+    PyObject *seq = PySequence_Fast(keys, "keys must be iterable");
+    if (seq == NULL) return NULL;
+    if (!table_view(table, &view, 0, &slots)) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *out = PyList_New(0);
+    uint8_t *base = (uint8_t *)view.buf;
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *item = items[i];
+        if (!PyBytes_Check(item) || PyBytes_GET_SIZE(item) != KEY) {
+            PyErr_SetString(PyExc_ValueError, "window table keys are 16-byte bytes");
+            Py_CLEAR(out);
+            break;
+        }
+        if (i + AHEAD < n) {
+            PyObject *next = items[i + AHEAD];
+            if (PyBytes_Check(next) && PyBytes_GET_SIZE(next) == KEY)
+                __builtin_prefetch(
+                    base + home((const uint8_t *)PyBytes_AS_STRING(next), slots) * SLOT);
+        }
+        uint8_t *slot = slot_of(base, slots, (const uint8_t *)PyBytes_AS_STRING(item));
+        uint32_t held = slot == NULL ? 0 : le32(slot + KEPT);
+        if (held == 0 || (long long)held - 1 < minimum) continue;
+        PyObject *pair = Py_BuildValue("(OI)", item, (unsigned int)(held - 1));
+        if (pair == NULL || PyList_Append(out, pair) < 0) Py_CLEAR(out);
+        Py_XDECREF(pair);
+    }
+    PyBuffer_Release(&view);
+    Py_DECREF(seq);
+    return out;
+}
+
+/* move(source, target) -> keys moved: every key of ``source`` with its offset into
+ * ``target`` (a larger table), as when a table grows; the kept bytes give the home. */
+static PyObject *move(PyObject *self, PyObject *args) {
+    PyObject *source, *target;
+    Py_buffer from, to;
+    uint64_t from_slots, to_slots;
+    if (!PyArg_ParseTuple(args, "OO", &source, &target)) return NULL;
+    if (!table_view(source, &from, 0, &from_slots)) return NULL;
+    if (!table_view(target, &to, 1, &to_slots)) {
+        PyBuffer_Release(&from);
+        return NULL;
+    }
+    Py_ssize_t moved = 0;
+    for (uint64_t i = 0; moved >= 0 && i < from_slots; i++) {
+        const uint8_t *slot = (const uint8_t *)from.buf + i * SLOT;
+        uint32_t value = le32(slot + KEPT);
+        if (value == 0) continue;
+        uint64_t j = home(slot, to_slots), probes = 0;
+        uint8_t *dest = (uint8_t *)to.buf + j * SLOT;
+        while (le32(dest + KEPT) != 0 && memcmp(dest, slot, KEPT) != 0) {
+            if (++probes == to_slots) {
+                moved = -1;
+                break;
+            }
+            if (++j == to_slots) j = 0;
+            dest = (uint8_t *)to.buf + j * SLOT;
+        }
+        if (moved < 0) break;
+        uint32_t held = le32(dest + KEPT);
+        if (held == 0) moved++;
+        memcpy(dest, slot, KEPT);
+        if (value > held) put32(dest + KEPT, value);
+    }
+    PyBuffer_Release(&from);
+    PyBuffer_Release(&to);
+    return moved < 0 ? full() : PyLong_FromSsize_t(moved);
+}
+
+static PyMethodDef methods[] = {
+    {"add", add, METH_VARARGS,
+     "Adds packed 16-byte keys with one anchor offset to a window table; answers how many "
+     "were new."},
+    {"find", find, METH_VARARGS,
+     "(key, offset) of the keys a window table holds with an offset of at least a minimum."},
+    {"move", move, METH_VARARGS, "Every key of a window table into a larger one."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_window_table",
+                                    "Exact key windows, compiled.", -1, methods};
+
+PyMODINIT_FUNC PyInit__window_table(void) { return PyModule_Create(&module); }

@@ -1,0 +1,119 @@
+"""The single writer's exact memory of a window: every key stored inside its window is
+found, no other key is, whole buckets expire, and the compiled tables answer as the
+pure-Python path does."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+import pytest
+
+from dedup_broker.key_dedup import memory
+from dedup_broker.key_dedup.memory import WINDOW_SLOT_BYTES, WindowKeys, WindowTable
+from dedup_broker.key_dedup.window import now_ms
+
+needs_compiled = pytest.mark.skipif(
+    memory.compiled_window is None, reason="the compiled window tables were not built"
+)
+WINDOW = 600_000
+
+
+def _digests(label: str, count: int) -> list[bytes]:
+    return [hashlib.sha256(b"%s %d" % (label.encode(), n)).digest()[:16] for n in range(count)]
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", range(3))
+def test_compiled_and_python_tables_answer_alike(seed: int) -> None:
+    rng = random.Random(seed)
+    keys = _digests(f"seed {seed}", 6_000)
+    compiled, python = WindowTable(0, compiled=True), WindowTable(0, compiled=False)
+    for _ in range(40):  # grows from 1,024 slots several times on the way
+        chosen = rng.sample(keys, rng.randrange(1, 400))
+        offset = rng.randrange(0, 2**32 - 1)
+        for table in (compiled, python):
+            table.add(b"".join(chosen), offset)
+    assert compiled.count == python.count
+    for minimum in (0, 2**31, 2**32 - 2):
+        asked = rng.sample(keys, 3_000)
+        assert compiled.find(asked, minimum) == python.find(asked, minimum)
+
+
+@pytest.mark.parametrize("compiled", [pytest.param(True, marks=needs_compiled), False])
+def test_every_key_of_the_window_is_found_and_no_other(compiled: bool) -> None:
+    window = WindowKeys(WINDOW, compiled=compiled)
+    now = now_ms()
+    held = _digests("held", 40_000)
+    for start in range(0, len(held), 1_000):  # entries over the last window's buckets
+        window.add_all(held[start : start + 1_000], now - WINDOW + 1_000 + start * 10)
+    others = _digests("other", 40_000)
+    assert window.anchors(others, now) == {}
+    found = window.anchors(held, now)
+    assert set(found) == set(held) and len(window) == 40_000
+    assert found[held[-1]] == now - WINDOW + 1_000 + 39_000 * 10
+    if compiled:  # 16-byte slots; a bucket sized from a busier one before it is emptier
+        assert window.nbytes <= len(window) * WINDOW_SLOT_BYTES * 3
+
+
+@needs_compiled
+def test_a_growing_table_stays_between_half_and_three_quarters_full() -> None:
+    table = WindowTable(0, compiled=True)
+    keys = _digests("grow", 200_000)
+    for start in range(0, len(keys), 5_000):
+        table.add(b"".join(keys[start : start + 5_000]), 1)
+        slots = table.nbytes // WINDOW_SLOT_BYTES
+        assert table.count <= slots * 0.75 and (table.count >= slots * 0.45 or slots == 1_024)
+
+
+@pytest.mark.parametrize("compiled", [pytest.param(True, marks=needs_compiled), False])
+def test_a_key_stored_again_keeps_its_latest_anchor(compiled: bool) -> None:
+    window = WindowKeys(WINDOW, compiled=compiled)
+    now = now_ms()
+    key = _digests("again", 1)
+    window.add_all(key, now - 1_000)
+    window.add_all(key, now - 5_000)  # replayed later, anchored earlier
+    assert window.anchors(key, now) == {key[0]: now - 1_000}
+    assert len(window) == 1
+
+
+@pytest.mark.parametrize("compiled", [pytest.param(True, marks=needs_compiled), False])
+def test_keys_leave_with_their_window_and_buckets_are_dropped_whole(compiled: bool) -> None:
+    window = WindowKeys(WINDOW, compiled=compiled)
+    now = now_ms()
+    early, late = _digests("early", 100), _digests("late", 100)
+    window.add_all(early, now - WINDOW + 10)
+    window.add_all(late, now)
+    assert set(window.anchors([*early, *late], now)) == {*early, *late}
+    assert set(window.anchors([*early, *late], now + 10)) == set(late)  # exact to the ms
+    window.add_all(_digests("never", 5), now - WINDOW)  # its window passed already
+    assert len(window) == 200
+    window.expire(now + WINDOW + window.bucket_ms)
+    assert len(window) == 0 and window.nbytes == 0
+
+
+@pytest.mark.parametrize("compiled", [pytest.param(True, marks=needs_compiled), False])
+def test_a_bucket_is_sized_from_the_one_before(compiled: bool) -> None:
+    window = WindowKeys(WINDOW, compiled=compiled)
+    size = window.bucket_ms
+    base = (now_ms() // size) * size
+    window.add_all(_digests("first", 30_000), base - 1)
+    window.add_all(_digests("second", 10), base)
+    if compiled:
+        assert window.nbytes >= 2 * 30_000 * WINDOW_SLOT_BYTES  # room made ahead
+
+
+@needs_compiled
+def test_bad_input_is_refused() -> None:
+    table = WindowTable(0, compiled=True)
+    with pytest.raises(ValueError):
+        table.add(b"x" * 17, 0)
+    with pytest.raises(ValueError):
+        table.add(b"x" * 16, 2**32)
+    with pytest.raises(ValueError):
+        table.find([b"short"], 0)
+    with pytest.raises(ValueError):
+        WindowKeys(WINDOW).add_packed(b"x" * 15, now_ms())
+    full = bytearray(2 * WINDOW_SLOT_BYTES)
+    with pytest.raises(ValueError):
+        memory.compiled_window.add(full, b"".join(_digests("full", 3)), 0)
