@@ -171,6 +171,16 @@ class HostContainer:
         return self._container.get_wrapped_container()
 
 
+def new_cluster_id() -> str:
+    """A random Kafka cluster id (a UUID in unpadded base64url) that does not start with
+    ``-``: the storage tool's ``--cluster-id`` would take such an id for an option (Kafka's
+    own random ids avoid it for that reason)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 def kafka_environment(props: Mapping[str, str]) -> dict[str, str]:
     """Server properties as the Kafka images take them: ``KAFKA_`` + the key upper-cased,
     ``_`` written ``__``, ``-`` written ``___`` and ``.`` written ``_``."""
@@ -239,7 +249,7 @@ class KafkaClusterInDocker:
         self.ports = picked[:nodes]
         self.controller_ports = picked[nodes:]
         self.image = image or local_or_public(images.KAFKA_IMAGE, PUBLIC_KAFKA_IMAGE)
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = new_cluster_id()
         self.nodes: dict[int, HostContainer] = {}
         for node_id in range(1, nodes + 1):
             props = kafka_node_properties(node_id, self.ports, self.controller_ports)

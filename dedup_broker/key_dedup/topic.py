@@ -256,7 +256,7 @@ class TopicKeyDedup:
                 item.finish(PublishOutcome.failed(ProducerGoneError("the producer closed")))
                 continue
             try:
-                keys = entry_keys(item.entry, policy.key_source)
+                keys = entry_keys(item.entry, policy.key_source, item.metadata)
             except ProtocolError as exc:
                 self._error(item, exc)
                 continue

@@ -23,7 +23,7 @@ from typing import Any, cast
 from dedup_broker.errors import PermanentError
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch import SingleMessage, decompress, is_batch, scan_batch
-from dedup_broker.protocol.framing import parse_message
+from dedup_broker.protocol.framing import parse_message, payload_view
 
 compiled_keys: Any
 """The compiled key reader (``_batch_keys.c``), built by the package's install where the
@@ -218,22 +218,31 @@ def checkable(metadata: pb.MessageMetadata) -> bool:
     return chunks <= 1
 
 
-def entry_keys(entry: bytes, source: KeySource) -> list[bytes | None] | None:
+def entry_keys(
+    entry: bytes, source: KeySource, metadata: pb.MessageMetadata | None = None
+) -> list[bytes | None] | None:
     """The key of every message of an entry, in order, without keeping its messages;
-    None when its messages cannot be keyed."""
-    parsed = parse_message(entry)
-    metadata = parsed.metadata
+    None when its messages cannot be keyed. ``metadata``: the entry's, parsed already
+    (a SEND's, checked on arrival): its payload is then read in place."""
+    payload: bytes | memoryview
+    if metadata is None:
+        parsed = parse_message(entry)
+        metadata, payload = parsed.metadata, parsed.payload
+    else:
+        payload = payload_view(entry)
     if not checkable(metadata) or metadata.HasField("marker_type"):
         return None
     if compiled_keys is not None and is_batch(metadata) and metadata.num_messages_in_batch >= 0:
+        if metadata.compression != pb.NONE:
+            payload = bytes(payload)
         keys = batch_keys_compiled(
-            decompress(metadata.compression, parsed.payload, metadata.uncompressed_size),
+            decompress(metadata.compression, cast(bytes, payload), metadata.uncompressed_size),
             metadata.num_messages_in_batch,
             source,
         )
         if keys is not None:
             return keys
-    return _keys(source, scan_batch(metadata, parsed.payload))
+    return _keys(source, scan_batch(metadata, bytes(payload)))
 
 
 _KINDS = {KeySourceKind.CONTENT: 0, KeySourceKind.PARTITION_KEY: 1, KeySourceKind.PROPERTY: 2}

@@ -320,6 +320,13 @@ def verify_checksum(block: bytes) -> bool:
     return _checksum_matches(block, _layout(block))
 
 
+def payload_view(block: bytes) -> memoryview:
+    """The block's payload, with no metadata parsed, no checksum computed and no copy:
+    for a reader that has the metadata already and trusts the block (checked on
+    arrival)."""
+    return memoryview(block)[_layout(block).metadata_end :]
+
+
 def parse_metadata_only(block: bytes) -> pb.MessageMetadata:
     """The block's metadata, without computing the checksum or copying the payload."""
     return _parse_metadata(block, _layout(block))

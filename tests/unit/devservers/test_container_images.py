@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import re
+import uuid
 from pathlib import Path
 
+import pytest
+
+from dedup_broker.devservers import containers
 from dedup_broker.devservers.compose_local import COMPOSE_FILE, without_published_ports
 from dedup_broker.devservers.containers import kafka_environment, kafka_node_properties
 from dedup_broker.devservers.images import apt_sources
@@ -84,3 +88,11 @@ def test_the_local_compose_file_keeps_everything_but_the_published_ports() -> No
     assert {"kafka-1", "kafka-2", "kafka-3", "broker-1", "deletion-worker"} <= set(services)
     assert re.search(r"(?m)^name:", without_published_ports(text, drop_name=False))
     assert "healthcheck:" in stripped and "DEDUP_BROKER_WEB_SERVICE_PORT" in stripped
+
+
+def test_a_cluster_id_never_starts_like_an_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One random id in 64 starts with '-' in base64url; kafka-storage format refused it."""
+    assert all(not containers.new_cluster_id().startswith("-") for _ in range(2_000))
+    drawn = iter([uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=b"\x10" + bytes(15))])
+    monkeypatch.setattr(containers.uuid, "uuid4", lambda: next(drawn))
+    assert containers.new_cluster_id() == "EAAAAAAAAAAAAAAAAAAAAA"

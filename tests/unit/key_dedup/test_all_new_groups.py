@@ -106,7 +106,9 @@ async def _run(
     topic, scope, appends, _ = _topic(single_writer)
     scope.stored([_key("old")], now_ms(), "ledger-1", "1:0")
     keys = {entry: keys for entry, keys, _ in group}
-    monkeypatch.setattr(topic_module, "entry_keys", lambda entry, source: keys[entry])
+    monkeypatch.setattr(
+        topic_module, "entry_keys", lambda entry, source, metadata=None: keys[entry]
+    )
     items = [_send(entry, FakeProducer(closed)) for entry, _, closed in group]
     await topic._process(items)
     await asyncio.sleep(0)

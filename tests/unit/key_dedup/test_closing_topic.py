@@ -113,7 +113,7 @@ def test_a_write_that_fails_after_the_close_frees_its_keys(
         topic.policy, topic.scope = scope.policy, scope
         topic._ready.set()
         key = _key("b")
-        monkeypatch.setattr(topic_module, "entry_keys", lambda entry, source: [key])
+        monkeypatch.setattr(topic_module, "entry_keys", lambda entry, source, metadata=None: [key])
         item = _send(b"e1", FakeProducer())
         await topic._process([item])
         assert len(appends.results) == 1 and key in scope.in_flight

@@ -17,7 +17,7 @@ from dedup_broker.key_dedup import window
 from dedup_broker.key_dedup.window import KeySource, batch_keys_compiled, entry_keys
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch import build_batch, compress, scan_batch
-from dedup_broker.protocol.framing import encode_message
+from dedup_broker.protocol.framing import encode_message, parse_message
 
 SOURCES = [KeySource.parse(t) for t in ("content", "partitionKey", "property:event-id")]
 
@@ -127,8 +127,11 @@ def test_entry_keys_are_the_same_with_and_without_the_compiled_reader(
     )
     entry = encode_message(meta, compress(compression, raw))
     with_compiled = [entry_keys(entry, s) for s in SOURCES]
+    # A SEND's metadata parsed on arrival: the payload is read in place, same keys.
+    assert [entry_keys(entry, s, parse_message(entry).metadata) for s in SOURCES] == with_compiled
     monkeypatch.setattr(window, "compiled_keys", None)
     assert [entry_keys(entry, s) for s in SOURCES] == with_compiled
+    assert [entry_keys(entry, s, parse_message(entry).metadata) for s in SOURCES] == with_compiled
     assert batch_keys_compiled(raw, len(records), SOURCES[0]) is None
 
 
