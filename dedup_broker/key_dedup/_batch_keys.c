@@ -6,6 +6,8 @@
  * type, a non-ASCII key text): the caller then takes the Python path, which reports
  * the exact error. kind: 0 content, 1 partition key, 2 property ``name``.
  *
+ * batch_kept(data, count, keep) -> the kept messages' records, end to end, or None.
+ *
  * table_add / table_find / table_get / table_remove / table_keys / table_move: an open-addressing table
  * of 16-byte keys with their anchors in a bytearray (window.py's KeyTable, whose
  * pure-Python path gives the same answers).
@@ -257,6 +259,56 @@ static PyObject *batch_keys(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* batch_kept(data, count, keep) -> the records of the messages ``keep`` flags (one byte
+ * per message, nonzero: kept), concatenated as the producer wrote them; None when
+ * anything is unusual (the Python path reports it). Only the record sizes are read. */
+static PyObject *batch_kept(PyObject *self, PyObject *args) {
+    Py_buffer buf, keep;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(args, "y*ny*", &buf, &count, &keep)) return NULL;
+    const uint8_t *data = (const uint8_t *)buf.buf, *flags = (const uint8_t *)keep.buf;
+    const uint8_t *end = data + buf.len, *pos = data;
+    uint8_t *out = count >= 0 && keep.len == count ? PyMem_Malloc(buf.len ? buf.len : 1) : NULL;
+    Py_ssize_t size = 0, index = 0;
+    for (; out != NULL && index < count; index++) {
+        if (end - pos < 4) break;
+        int32_t meta_size = (int32_t)(((uint32_t)pos[0] << 24) | ((uint32_t)pos[1] << 16) |
+                                      ((uint32_t)pos[2] << 8) | (uint32_t)pos[3]);
+        if (meta_size < 0 || meta_size > end - pos - 4) break;
+        const uint8_t *p = pos + 4, *mend = pos + 4 + meta_size;
+        int64_t payload_size = -1;
+        int bad = 0;
+        while (p < mend && !bad) {
+            uint64_t tag, n;
+            if (!varint(&p, mend, &tag) || (tag >> 3) == 0 || tag > 0xFFFFFFFFu) {
+                bad = 1;
+            } else if ((tag >> 3) == 3 && (tag & 7) == 0) {
+                if (!varint(&p, mend, &n)) bad = 1;
+                else payload_size = (int64_t)(int32_t)(uint32_t)n;
+            } else if (!skip(&p, mend, (int)(tag & 7))) {
+                bad = 1;
+            }
+        }
+        if (bad || p != mend || payload_size < 0 || payload_size > end - mend) break;
+        const uint8_t *next = mend + payload_size;
+        if (flags[index]) {
+            memcpy(out + size, pos, (size_t)(next - pos));
+            size += next - pos;
+        }
+        pos = next;
+    }
+    PyObject *result;
+    if (out != NULL && index == count && pos == end) {
+        result = PyBytes_FromStringAndSize((const char *)out, size);
+    } else {
+        result = Py_NewRef(Py_None);
+    }
+    PyMem_Free(out);
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&keep);
+    return result;
+}
+
 static PyObject *digest16(PyObject *self, PyObject *args) {
     Py_buffer buf;
     int prefix;
@@ -492,6 +544,8 @@ static PyObject *table_move(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"batch_keys", batch_keys, METH_VARARGS,
      "Keys of an uncompressed batch payload's messages, or None (take the Python path)."},
+    {"batch_kept", batch_kept, METH_VARARGS,
+     "The kept messages' records of an uncompressed batch payload, or None (Python path)."},
     {"digest16", digest16, METH_VARARGS,
      "The first 16 bytes of SHA-256 of an optional one-byte prefix (-1: none) and data."},
     {"table_add", table_add, METH_VARARGS,

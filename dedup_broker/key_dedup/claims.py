@@ -37,6 +37,9 @@ class GroupKeys:
     """Keys held by a write of this broker in flight: that write's outcome."""
     owned: set[bytes] = field(default_factory=set)
     """Keys claimed by this group."""
+    unusual: set[bytes] = field(default_factory=set)
+    """Keys the lookup found other than NEW (stored, or held by a write): a SEND with
+    none of them (nor a key repeated in the group) is kept whole."""
     all_new: bool = False
     """Every message of the group has a key of its own, none repeated inside the group,
     and every key is NEW (the common case under a load of new keys): each SEND is kept
@@ -81,11 +84,13 @@ class GroupKeys:
                 if stored(key, now, window):
                     states[key] = KeyState.STORED
                     keys.discard(key)
+                    self.unusual.add(key)
         held = scope.in_flight.held(keys)
         for key in held:
             states[key] = KeyState.IN_FLIGHT
             futures[key] = scope.in_flight.get(key)  # type: ignore[assignment]
         keys.difference_update(held)
+        self.unusual |= held
         states.update(dict.fromkeys(keys, KeyState.NEW))
         await self.ask(list(keys))
 
@@ -98,6 +103,7 @@ class GroupKeys:
     def clear(self) -> None:
         """Forgets the states (to look the group up again)."""
         self._states.clear()
+        self.unusual.clear()
         self.all_new = False
         self._pending_new = []
 
@@ -175,6 +181,7 @@ class GroupKeys:
             owned.discard(key)
             if answer.startswith(b"t:"):
                 states[key] = KeyState.STORED
+                self.unusual.add(key)
                 scope.cache.add(key, int(answer[2:]))
                 scope.in_flight.settle(key, True)
             elif answer[2:] == self.owner or (
@@ -192,6 +199,7 @@ class GroupKeys:
                 owned.add(key)
             else:  # another broker's write holds it: its outcome cannot be awaited here
                 states[key] = KeyState.IN_FLIGHT
+                self.unusual.add(key)
                 futures.pop(key, None)
                 scope.in_flight.settle(key, False)
 

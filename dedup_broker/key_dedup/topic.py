@@ -44,6 +44,7 @@ from dedup_broker.key_dedup.window import (
     KeyDedupPolicy,
     OnRedisUnavailable,
     entry_keys,
+    kept_records_compiled,
     now_ms,
     sort_entry,
 )
@@ -287,42 +288,34 @@ class TopicKeyDedup:
             # Closed while claiming: free the keys, other topics of the scope wait on them.
             self._release(list(claims.owned))
             raise
-        if claims.all_new:
-            await self._keep_all(claims, prepared)
-            return
         used: set[bytes] = set()
-        repeated = repeated_keys(key_lists)
+        # All new and distinct (the common case): every SEND with keys is kept whole.
+        repeated = set() if claims.all_new else repeated_keys(key_lists)
+        unusual = claims.unusual | repeated
         try:
             for p in prepared:
-                await self._decide(claims, p, used, repeated)
+                if not self._kept_whole(p, unusual, used, claims.all_new):
+                    await self._decide(claims, p, used, repeated)
         finally:
             self._release(list(claims.owned - used))
 
-    async def _keep_all(self, claims: GroupKeys, prepared: list[PreparedSend]) -> None:
-        """A group whose keys are all new and distinct: every SEND is kept whole, in
-        order (what ``_decide`` concludes for each, without a verdict per message); the
-        keys of a SEND not appended are free again."""
-        scope = claims.scope
-        unused: list[bytes] = []
-        done = 0
-        try:
-            for p in prepared:
-                # all_new: no message of a keyed SEND lacks a key
-                item, keys = p.item, cast("list[bytes]", p.keys)
-                if not keys:  # no key to decide: the general path (unchecked, empty)
-                    await self._decide(claims, p, set(), set())
-                elif item.producer.closed:
-                    unused += keys
-                    item.finish(PublishOutcome.failed(ProducerGoneError("the producer closed")))
-                elif self._append(item, item.entry, item.metadata, keys, scope, []):
-                    scope.kept += len(keys)
-                else:
-                    unused += keys
-                done += 1
-        finally:
-            for p in prepared[done:]:
-                unused += cast("list[bytes]", p.keys or [])
-            self._release(unused)
+    def _kept_whole(
+        self, p: PreparedSend, unusual: set[bytes], used: set[bytes], distinct: bool
+    ) -> bool:
+        """Appends a SEND whole, as ``_decide`` would conclude without a verdict per
+        message, when each of its messages has a key of its own (``distinct``: known
+        already) that the group's lookup found NEW and no other SEND of the group
+        repeats. True when it was handled so (its answer is the append's)."""
+        keys, item, scope = p.keys, p.item, self.scope
+        if not keys or scope is None or item.producer.closed or None in keys:
+            return False
+        if not unusual.isdisjoint(keys) or not (distinct or len(set(keys)) == len(keys)):
+            return False
+        kept = cast("list[bytes]", keys)
+        if self._append(item, item.entry, item.metadata, kept, scope, []):
+            used.update(kept)
+            scope.kept += len(kept)
+        return True
 
     async def _lookup(self, claims: GroupKeys, key_lists: list[list[bytes | None]]) -> None:
         """The group's key states. A Redis that cannot be reached is asked again for up to
@@ -387,7 +380,8 @@ class TopicKeyDedup:
         if dropped:  # the kept messages' records, as sent
             payload = parse_message(entry).payload
             highest = highest_sequence_id(item.send, metadata, payload)
-            metadata, entry = rewrite_batch(metadata, payload, sorting.keep, highest)
+            raw = kept_records_compiled(metadata, payload, sorting.keep)
+            metadata, entry = rewrite_batch(metadata, payload, sorting.keep, highest, raw)
         if self._append(item, entry, metadata, sorting.keys, scope, sorting.after):
             claims.kept(sorting.keys, used, repeated)
             scope.kept += unchecked

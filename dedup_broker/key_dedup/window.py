@@ -260,6 +260,22 @@ def batch_keys_compiled(data: bytes, count: int, source: KeySource) -> list[byte
     return keys
 
 
+def kept_records_compiled(
+    metadata: pb.MessageMetadata, payload: bytes, keep: list[bool]
+) -> bytes | None:
+    """The kept messages' records (``batch.kept_records``) read by the compiled helper:
+    only the records' sizes are read, no object made per message. None when it is not
+    built or leaves the batch to the Python path (which reports what is wrong)."""
+    count = metadata.num_messages_in_batch
+    if compiled_keys is None or not is_batch(metadata) or metadata.encryption_keys:
+        return None
+    if len(keep) != count:
+        return None
+    data = decompress(metadata.compression, payload, metadata.uncompressed_size)
+    kept: bytes | None = compiled_keys.batch_kept(data, count, bytes(keep))
+    return kept
+
+
 def stored_keys(entry: bytes, source: KeySource) -> list[bytes]:
     """Keys of a stored entry, as the publish path computed them when it wrote it."""
     return [k for k in entry_keys(entry, source) or () if k is not None]

@@ -19,15 +19,18 @@ def rewrite_batch(
     payload: bytes,
     keep: list[bool],
     highest_sequence_id: int | None,
+    raw: bytes | None = None,
 ) -> tuple[pb.MessageMetadata, bytes]:
     """The metadata and message block of a batch holding the kept messages, in order.
 
     ``payload`` is the entry's payload as sent, ``keep`` one flag per message.
     ``highest_sequence_id`` (the range the SEND covered) is written into the metadata,
     so the entry still covers the same sequence ids when its messages are fewer (each
-    message keeps its own id in its own metadata).
+    message keeps its own id in its own metadata). ``raw``: the kept records, when the
+    caller read them already (a compiled reader); else they are read here.
     """
-    raw = kept_records(metadata, payload, keep)
+    if raw is None:
+        raw = kept_records(metadata, payload, keep)
     new = pb.MessageMetadata()
     new.CopyFrom(metadata)
     new.num_messages_in_batch = sum(keep)

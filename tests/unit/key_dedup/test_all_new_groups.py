@@ -125,30 +125,39 @@ async def _run(
     )
 
 
+KEPT_WHOLE = {  # SENDs the short path appends whole, per group
+    "all new": 2,
+    "a closed producer": 1,
+    "an unkeyed entry": 1,
+    "an entry not appended": 2,
+    "a repeat inside the group": 0,
+    "a message without a key": 0,
+}
+
+
 @pytest.mark.parametrize("single_writer", [True, False])
 @pytest.mark.parametrize("name", list(GROUPS))
 def test_the_short_path_decides_as_the_general_one(
     name: str, single_writer: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     group = GROUPS[name]
-    short_groups: list[int] = []
-    keep_all = TopicKeyDedup._keep_all
+    whole: list[bool] = []
+    kept_whole = TopicKeyDedup._kept_whole
 
-    async def counted(self: TopicKeyDedup, claims: GroupKeys, prepared: list[Any]) -> None:
-        short_groups.append(len(prepared))
-        await keep_all(self, claims, prepared)
+    def counted(self: TopicKeyDedup, *args: Any) -> bool:
+        whole.append(kept_whole(self, *args))
+        return whole[-1]
 
-    monkeypatch.setattr(TopicKeyDedup, "_keep_all", counted)
+    monkeypatch.setattr(TopicKeyDedup, "_kept_whole", counted)
     short = asyncio.run(_run(single_writer, group, monkeypatch))
-    repeats = name in ("a repeat inside the group", "a message without a key")
-    open_sends = sum(not closed for _, _, closed in group)
-    assert short_groups == ([] if repeats else [open_sends])
-    # The general path: every group looks as if a key might be known.
+    assert sum(whole) == KEPT_WHOLE[name]
+    # The general path: every group looks as if a key might be known, every SEND gets a
+    # verdict per message.
     for memory in (LocalKeyCache, WindowKeys):
         monkeypatch.setattr(memory, "none_known", lambda self, keys: False)
+    monkeypatch.setattr(TopicKeyDedup, "_kept_whole", lambda self, *args: False)
     general = asyncio.run(_run(single_writer, group, monkeypatch))
     assert short == general
-    assert short_groups == ([] if repeats else [open_sends])  # not taken this time
     if name == "a closed producer":
         assert cast(list[Any], short[0])[0] == (
             PublishStatus.FAILED,

@@ -14,9 +14,14 @@ import pytest
 
 from dedup_broker.errors import ProtocolError
 from dedup_broker.key_dedup import window
-from dedup_broker.key_dedup.window import KeySource, batch_keys_compiled, entry_keys
+from dedup_broker.key_dedup.window import (
+    KeySource,
+    batch_keys_compiled,
+    entry_keys,
+    kept_records_compiled,
+)
 from dedup_broker.protocol import pulsar_api_pb2 as pb
-from dedup_broker.protocol.batch import build_batch, compress, scan_batch
+from dedup_broker.protocol.batch import build_batch, compress, kept_records, scan_batch
 from dedup_broker.protocol.framing import encode_message, parse_message
 
 SOURCES = [KeySource.parse(t) for t in ("content", "partitionKey", "property:event-id")]
@@ -148,3 +153,27 @@ def test_a_malformed_entry_raises_the_same_error_either_way(
     monkeypatch.setattr(window, "compiled_keys", None)
     with pytest.raises(ProtocolError, match="truncated"):
         entry_keys(entry, SOURCES[1])
+
+
+@needs_compiled
+@pytest.mark.parametrize("compression", [pb.NONE, pb.LZ4, pb.ZSTD])
+def test_compiled_and_python_kept_records_are_identical(compression: int) -> None:
+    rng = random.Random(compression)
+    for _ in range(20):
+        records = [_random_record(rng) for _ in range(rng.randrange(1, 60))]
+        raw = build_batch(records)
+        meta = pb.MessageMetadata(
+            producer_name="p",
+            sequence_id=0,
+            publish_time=1,
+            num_messages_in_batch=len(records),
+            compression=compression,  # type: ignore[arg-type]
+            uncompressed_size=len(raw),
+        )
+        payload = compress(compression, raw)
+        keep = [rng.random() < 0.7 for _ in records]
+        assert kept_records_compiled(meta, payload, keep) == kept_records(meta, payload, keep)
+    # Anything unusual is left to the Python path, which reports it.
+    meta.num_messages_in_batch += 1
+    assert kept_records_compiled(meta, payload, [*keep, True]) is None
+    assert kept_records_compiled(meta, payload, keep) is None
