@@ -45,6 +45,8 @@ class GroupKeys:
     and every key is NEW (the common case under a load of new keys): each SEND is kept
     whole, without a verdict per message, and the keys' states are written only when
     asked for (``states``) or when an answer turns out otherwise (``fill_states``)."""
+    distinct: bool = False
+    """Every message of the group has a key and no key comes twice in it."""
     _pending_new: list[bytes] = field(default_factory=list)
 
     @property
@@ -66,18 +68,19 @@ class GroupKeys:
         # One pass decides the common case: no key missing, none repeated in the group.
         distinct = not states and None not in unknown
         distinct = distinct and len(unknown) == sum(map(len, key_lists))
+        self.distinct = distinct
         unknown.discard(None)
         unknown.difference_update(states)
         keys = cast(set[bytes], unknown)
         cache, in_flight = scope.cache, scope.in_flight
-        if distinct and cache.none_known(keys) and in_flight.none_held(keys):
+        cached = cache.known(keys)
+        if distinct and not cached and in_flight.none_held(keys):
             self.all_new = True
             ask = list(keys)
             self._pending_new = ask
             await self.ask(ask)
             return
         self.all_new = False
-        cached = cache.known(keys)
         if cached:
             now, window, stored = now_ms(), self.policy.window_ms, scope.cache.stored
             for key in cached:

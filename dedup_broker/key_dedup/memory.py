@@ -39,8 +39,6 @@ class KeyMemory(Protocol):
 
     def known(self, keys: set[bytes]) -> set[bytes]: ...
 
-    def none_known(self, keys: set[bytes]) -> bool: ...
-
     def stored(self, key: bytes, now_ms: int, window_ms: int) -> bool: ...
 
 
@@ -168,9 +166,6 @@ class WindowKeys:
     def known(self, keys: set[bytes]) -> set[bytes]:
         return set(self.anchors(keys, now_ms()))
 
-    def none_known(self, keys: set[bytes]) -> bool:
-        return not self.anchors(keys, now_ms())
-
     def stored(self, key: bytes, now_ms: int, window_ms: int) -> bool:
         if not self.anchors((key,), now_ms):
             return False
@@ -234,14 +229,6 @@ class KeyTable:
             window.compiled_keys.table_move(table, grown)
             self._table = table = grown
         self._count += window.compiled_keys.table_add(table, keys, anchor)
-
-    def holds_any(self, keys: set[bytes]) -> bool:
-        if self._table is None:
-            return not self._dict.keys().isdisjoint(keys)
-        if not self._count:
-            return False
-        found: bool = window.compiled_keys.table_find(self._table, keys, True)
-        return found
 
     def found(self, keys: set[bytes]) -> set[bytes]:
         """Those of ``keys`` held here."""
@@ -312,10 +299,6 @@ class LocalKeyCache:
         if len(self._old):
             found |= self._old.found(keys)
         return found
-
-    def none_known(self, keys: set[bytes]) -> bool:
-        """True when none of ``keys`` is held here (no set of hits built)."""
-        return not self._young.holds_any(keys) and not self._old.holds_any(keys)
 
     def stored(self, key: bytes, now_ms: int, window_ms: int) -> bool:
         anchor = self._young.get(key)

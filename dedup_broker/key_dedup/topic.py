@@ -290,11 +290,11 @@ class TopicKeyDedup:
             raise
         used: set[bytes] = set()
         # All new and distinct (the common case): every SEND with keys is kept whole.
-        repeated = set() if claims.all_new else repeated_keys(key_lists)
+        repeated = set() if claims.distinct else repeated_keys(key_lists)
         unusual = claims.unusual | repeated
         try:
             for p in prepared:
-                if not self._kept_whole(p, unusual, used, claims.all_new):
+                if not self._kept_whole(p, unusual, used, claims.distinct):
                     await self._decide(claims, p, used, repeated)
         finally:
             self._release(list(claims.owned - used))

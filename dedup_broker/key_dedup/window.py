@@ -300,15 +300,6 @@ class MessageVerdict(Enum):
     UNCHECKED = "unchecked"
 
 
-def _all_new(keys: list[bytes | None], states: dict[bytes, KeyState]) -> bool:
-    """True when every message has a key of its own, NEW: the entry is kept whole
-    (set operations in place of a verdict per message)."""
-    if not keys or len(set(keys)) != len(keys):
-        return False
-    found = set(map(states.get, keys))  # type: ignore[arg-type]
-    return len(found) == 1 and KeyState.NEW in found
-
-
 def verdicts(keys: list[bytes | None], states: dict[bytes, KeyState]) -> list[MessageVerdict]:
     """One verdict per message of an entry, in order.
 
@@ -360,11 +351,9 @@ def sort_entry(
     another broker's write holds (that write's outcome cannot be awaited here).
 
     A repeat of a key this broker's write holds is dropped at once, on the condition
-    that write succeeds: the answer waits for it (in ``after``). An entry whose keys are
-    all new and distinct, the common case, is kept whole without a verdict per message.
+    that write succeeds: the answer waits for it (in ``after``). (An entry whose keys are
+    all new and distinct, the common case, is appended whole before it gets here.)
     """
-    if _all_new(keys, states):
-        return EntrySorting([True] * len(keys), cast(list[bytes], keys), [], 0)
     sorting = EntrySorting([], [], [], 0)
     keep, kept, after = sorting.keep.append, sorting.keys.append, sorting.after.append
     for key, verdict in zip(keys, verdicts(keys, states), strict=True):

@@ -12,7 +12,7 @@ import pytest
 from dedup_broker.domain_base.outcomes import PublishOutcome, PublishResult, PublishStatus
 from dedup_broker.key_dedup import topic as topic_module
 from dedup_broker.key_dedup.claims import GroupKeys
-from dedup_broker.key_dedup.memory import LocalKeyCache, WindowKeys
+from dedup_broker.key_dedup.memory import InFlightKeys
 from dedup_broker.key_dedup.scope import KeyScope
 from dedup_broker.key_dedup.sends import ProducerGoneError, QueuedSend
 from dedup_broker.key_dedup.store import KeyStore
@@ -151,10 +151,9 @@ def test_the_short_path_decides_as_the_general_one(
     monkeypatch.setattr(TopicKeyDedup, "_kept_whole", counted)
     short = asyncio.run(_run(single_writer, group, monkeypatch))
     assert sum(whole) == KEPT_WHOLE[name]
-    # The general path: every group looks as if a key might be known, every SEND gets a
+    # The general path: every group looks as if a key might be held, every SEND gets a
     # verdict per message.
-    for memory in (LocalKeyCache, WindowKeys):
-        monkeypatch.setattr(memory, "none_known", lambda self, keys: False)
+    monkeypatch.setattr(InFlightKeys, "none_held", lambda self, keys: False)
     monkeypatch.setattr(TopicKeyDedup, "_kept_whole", lambda self, *args: False)
     general = asyncio.run(_run(single_writer, group, monkeypatch))
     assert short == general

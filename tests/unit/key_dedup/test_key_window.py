@@ -200,7 +200,6 @@ def test_local_cache_keeps_about_its_capacity_and_the_latest_anchor(compiled: bo
     cache.add_all([_k("49-0")], 60)  # stored again (its window passed): the later anchor
     assert cache.stored(_k("49-0"), 69, window_ms=10)
     assert cache.known({_k("49-0"), _k("49-1"), _k("0-0")}) == {_k("49-0"), _k("49-1")}
-    assert not cache.none_known({_k("0-0"), _k("49-1")}) and cache.none_known({_k("0-0")})
     assert LocalKeyCache(capacity=0, compiled=compiled).known({_k("x")}) == set()
 
 
@@ -221,7 +220,6 @@ def test_key_tables_answer_as_the_dict_path() -> None:
         compiled, python = tables
         assert len(compiled) == len(python)
         assert compiled.found(probe) == python.found(probe)
-        assert compiled.holds_any(probe) == python.holds_any(probe)
         key = rng.choice(pool)
         assert compiled.get(key) == python.get(key)
         for key in rng.sample(pool, rng.randint(0, 40)):  # holes in probe sequences
