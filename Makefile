@@ -121,6 +121,7 @@ bench: $(STAMP)
 	$(PY) -m bench.cluster
 	$(PY) -m bench.failover
 	$(PY) -m bench.producer_memory
+	$(PY) -m bench.window_memory
 	$(PY) -m bench.memory
 	$(PY) -m bench.deletion_worker
 	$(PY) -m bench.many_topics
