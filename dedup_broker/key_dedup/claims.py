@@ -35,8 +35,10 @@ class GroupKeys:
     _states: dict[bytes, KeyState] = field(default_factory=dict)
     futures: dict[bytes, asyncio.Future[bool]] = field(default_factory=dict)
     """Keys held by a write of this broker in flight: that write's outcome."""
-    owned: set[bytes] = field(default_factory=set)
-    """Keys claimed by this group."""
+    _owned: set[bytes] = field(default_factory=set)
+    _owned_new: list[list[bytes]] = field(default_factory=list)
+    """Keys a single writer took as new, merged into ``owned`` when it is read (most
+    groups never read it: every SEND is appended whole)."""
     unusual: set[bytes] = field(default_factory=set)
     """Keys the lookup found other than NEW (stored, or held by a write): a SEND with
     none of them (nor a key repeated in the group) is kept whole."""
@@ -48,6 +50,15 @@ class GroupKeys:
     distinct: bool = False
     """Every message of the group has a key and no key comes twice in it."""
     _pending_new: list[bytes] = field(default_factory=list)
+
+    @property
+    def owned(self) -> set[bytes]:
+        """Keys claimed by this group."""
+        if self._owned_new:
+            for keys in self._owned_new:
+                self._owned.update(keys)
+            self._owned_new = []
+        return self._owned
 
     @property
     def states(self) -> dict[bytes, KeyState]:
@@ -144,7 +155,7 @@ class GroupKeys:
             # restart replays from) stopped moving: answer as a claim would, Redis down.
             raise KeyStoreUnavailableError("Redis does not take the stored keys")
         scope.in_flight.claim_new(ask)
-        self.owned.update(ask)
+        self._owned_new.append(ask)
 
     def _unclaim(self, keys: list[bytes]) -> None:
         self.scope.in_flight.settle_all(keys, False)

@@ -289,23 +289,33 @@ class TopicKeyDedup:
             self._release(list(claims.owned))
             raise
         used: set[bytes] = set()
+        # Keys the group may have to free: those of SENDs not appended whole (a SEND
+        # appended whole shares no key with another SEND of the group).
+        left: list[bytes] = []
         # All new and distinct (the common case): every SEND with keys is kept whole.
         repeated = set() if claims.distinct else repeated_keys(key_lists)
         unusual = claims.unusual | repeated
+        done = 0
         try:
             for p in prepared:
-                if not self._kept_whole(p, unusual, used, claims.distinct):
+                if not self._kept_whole(p, unusual, left, claims.distinct):
+                    left += filter(None, p.keys or ())
                     await self._decide(claims, p, used, repeated)
+                done += 1
         finally:
-            self._release(list(claims.owned - used))
+            for p in prepared[done:]:
+                left += filter(None, p.keys or ())
+            if left:
+                self._release(list(claims.owned.intersection(left) - used))
 
     def _kept_whole(
-        self, p: PreparedSend, unusual: set[bytes], used: set[bytes], distinct: bool
+        self, p: PreparedSend, unusual: set[bytes], left: list[bytes], distinct: bool
     ) -> bool:
         """Appends a SEND whole, as ``_decide`` would conclude without a verdict per
         message, when each of its messages has a key of its own (``distinct``: known
         already) that the group's lookup found NEW and no other SEND of the group
-        repeats. True when it was handled so (its answer is the append's)."""
+        repeats. True when it was handled so (its answer is the append's; the keys of an
+        entry not appended go to ``left``)."""
         keys, item, scope = p.keys, p.item, self.scope
         if not keys or scope is None or item.producer.closed or None in keys:
             return False
@@ -313,8 +323,9 @@ class TopicKeyDedup:
             return False
         kept = cast("list[bytes]", keys)
         if self._append(item, item.entry, item.metadata, kept, scope, []):
-            used.update(kept)
             scope.kept += len(kept)
+        else:
+            left += kept
         return True
 
     async def _lookup(self, claims: GroupKeys, key_lists: list[list[bytes | None]]) -> None:
