@@ -4,15 +4,19 @@
  *
  * A slot holds the key's first 12 bytes (96 bits tell keys apart at any realistic
  * count) and, little-endian, the key's anchor
- * offset from its table's base plus one (0: an empty slot). The keys are SHA-256
+ * offset from its table's base plus one (0: an empty slot), its top bit set while the
+ * write holding the key is in flight; all ones: a key whose write failed (held by none,
+ * its slot kept so probes go on past it). The keys are SHA-256
  * digests, so their bytes are uniform: the first 8 (little-endian) choose the home
  * slot as (h * slots) >> 64, for a table of any number of slots; linear probing from
  * there. Tables are never emptied key by key: a whole table is dropped once no window
  * reaches its anchors.
  *
- * add(table, packed, offset) -> keys not held before; find(table, keys, minimum) ->
+ * add(table, packed, offset) -> keys not held before (new slots, freed ones); find(table, keys, minimum) ->
  * [(key, offset)] of the keys held with an offset of at least ``minimum``;
- * move(source, target) -> keys moved into a larger table.
+ * move(source, target) -> keys moved into a larger table; claim(tables, minimums,
+ * target, packed, offset) -> the keys held already, the others added in flight;
+ * settle(table, packed, offset, stored) -> claimed keys stored, or freed.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -23,6 +27,9 @@
 #define KEY 16
 #define KEPT 12 /* the first 12 bytes of a key */
 #define AHEAD 8 /* keys looked ahead of the probe: their slots are fetched meanwhile */
+#define FLYING 0x80000000u /* the write holding the key is in flight */
+#define FREED 0xFFFFFFFFu  /* the write holding the key failed: held by none */
+#define MAX_TABLES 16
 
 static uint64_t le64(const uint8_t *p) {
     uint64_t v = 0;
@@ -37,6 +44,9 @@ static uint32_t le32(const uint8_t *p) {
 static void put32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
+
+/* A slot's offset plus one, 0 when it holds no key (empty, or freed). */
+static uint32_t held_value(uint32_t v) { return v == FREED ? 0 : v & ~FLYING; }
 
 static uint64_t home(const uint8_t *key, uint64_t slots) {
     return (uint64_t)(((unsigned __int128)le64(key) * slots) >> 64);
@@ -70,25 +80,34 @@ static PyObject *full(void) {
     return NULL;
 }
 
-/* add(table, packed, offset): every 16-byte key of ``packed`` gets ``offset`` unless it
- * holds a later one (a key stored again keeps its latest anchor). */
+/* Checks packed keys and an offset and opens ``table`` for writing; releases ``packed``
+ * and answers 0 with an error set when either is wrong. */
+static int open_for_keys(PyObject *table, Py_buffer *packed, long long offset, Py_buffer *view,
+                         uint64_t *slots) {
+    if (packed->len % KEY != 0 || offset < 0 || offset >= 0x7FFFFFFFLL) {
+        PyBuffer_Release(packed);
+        PyErr_SetString(PyExc_ValueError, "packed 16-byte keys and an offset of 0..2**31-2");
+        return 0;
+    }
+    if (!table_view(table, view, 1, slots)) {
+        PyBuffer_Release(packed);
+        return 0;
+    }
+    return 1;
+}
+
+/* add(table, packed, offset) -> (added, reused): every 16-byte key of ``packed`` gets
+ * ``offset`` unless it holds a later one (a key stored again keeps its latest anchor);
+ * counts of keys put in empty slots and in slots of freed keys. */
 static PyObject *add(PyObject *self, PyObject *args) {
     PyObject *table;
     Py_buffer packed, view;
     long long offset;
     uint64_t slots;
     if (!PyArg_ParseTuple(args, "Oy*L", &table, &packed, &offset)) return NULL;
-    if (packed.len % KEY != 0 || offset < 0 || offset >= 0xFFFFFFFFLL) {
-        PyBuffer_Release(&packed);
-        PyErr_SetString(PyExc_ValueError, "packed 16-byte keys and an offset of 0..2**32-2");
-        return NULL;
-    }
-    if (!table_view(table, &view, 1, &slots)) {
-        PyBuffer_Release(&packed);
-        return NULL;
-    }
+    if (!open_for_keys(table, &packed, offset, &view, &slots)) return NULL;
     const uint8_t *keys = (const uint8_t *)packed.buf;
-    Py_ssize_t n = packed.len / KEY, added = 0;
+    Py_ssize_t n = packed.len / KEY, added = 0, reused = 0;
     uint32_t value = (uint32_t)offset + 1;
     uint8_t *base = (uint8_t *)view.buf;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -104,11 +123,12 @@ static PyObject *add(PyObject *self, PyObject *args) {
             memcpy(slot, key, KEPT);
             added++;
         }
-        if (value > held) put32(slot + KEPT, value);
+        if (held == FREED) reused++;
+        if (value > held_value(held)) put32(slot + KEPT, value | (held == FREED ? 0 : held & FLYING));
     }
     PyBuffer_Release(&view);
     PyBuffer_Release(&packed);
-    return added < 0 ? full() : PyLong_FromSsize_t(added);
+    return added < 0 ? full() : Py_BuildValue("(nn)", added, reused);
 }
 
 /* find(table, keys, minimum) -> [(key, offset)]: the keys (a sequence of 16-byte bytes)
@@ -144,7 +164,7 @@ static PyObject *find(PyObject *self, PyObject *args) {
                     base + home((const uint8_t *)PyBytes_AS_STRING(next), slots) * SLOT);
         }
         uint8_t *slot = slot_of(base, slots, (const uint8_t *)PyBytes_AS_STRING(item));
-        uint32_t held = slot == NULL ? 0 : le32(slot + KEPT);
+        uint32_t held = slot == NULL ? 0 : held_value(le32(slot + KEPT));
         if (held == 0 || (long long)held - 1 < minimum) continue;
         PyObject *pair = Py_BuildValue("(OI)", item, (unsigned int)(held - 1));
         if (pair == NULL || PyList_Append(out, pair) < 0) Py_CLEAR(out);
@@ -171,7 +191,7 @@ static PyObject *move(PyObject *self, PyObject *args) {
     for (uint64_t i = 0; moved >= 0 && i < from_slots; i++) {
         const uint8_t *slot = (const uint8_t *)from.buf + i * SLOT;
         uint32_t value = le32(slot + KEPT);
-        if (value == 0) continue;
+        if (held_value(value) == 0) continue;
         uint64_t j = home(slot, to_slots), probes = 0;
         uint8_t *dest = (uint8_t *)to.buf + j * SLOT;
         while (le32(dest + KEPT) != 0 && memcmp(dest, slot, KEPT) != 0) {
@@ -186,11 +206,124 @@ static PyObject *move(PyObject *self, PyObject *args) {
         uint32_t held = le32(dest + KEPT);
         if (held == 0) moved++;
         memcpy(dest, slot, KEPT);
-        if (value > held) put32(dest + KEPT, value);
+        if (held_value(value) > held_value(held)) put32(dest + KEPT, value);
     }
     PyBuffer_Release(&from);
     PyBuffer_Release(&to);
     return moved < 0 ? full() : PyLong_FromSsize_t(moved);
+}
+
+/* claim(tables, minimums, target, packed, offset) -> (added, reused, [(index, table,
+ * offset, flying)]): each 16-byte key of ``packed``, in order, is looked for in every table (held
+ * with an offset of at least that table's minimum); a key held nowhere is added to
+ * ``tables[target]`` with ``offset``, in flight. The list names the keys held already
+ * (by a stored write, one in flight, or an earlier key of ``packed``): under a load of
+ * new keys it is empty. ``added``: keys put in empty slots; ``reused``: in slots of freed
+ * keys. The target table has room for every key (the caller grows it). */
+static PyObject *claim(PyObject *self, PyObject *args) {
+    PyObject *tables, *minimums;
+    Py_ssize_t target;
+    Py_buffer packed;
+    long long offset;
+    if (!PyArg_ParseTuple(args, "OOny*L", &tables, &minimums, &target, &packed, &offset))
+        return NULL;
+    Py_buffer views[MAX_TABLES];
+    uint64_t slots[MAX_TABLES];
+    long long mins[MAX_TABLES];
+    Py_ssize_t count = 0, n = packed.len / KEY, added = 0, reused = 0;
+    PyObject *repeats = NULL;
+    if (!PyTuple_Check(tables) || !PyTuple_Check(minimums) ||
+        PyTuple_GET_SIZE(tables) != PyTuple_GET_SIZE(minimums) ||
+        PyTuple_GET_SIZE(tables) > MAX_TABLES || target < 0 ||
+        target >= PyTuple_GET_SIZE(tables) || packed.len % KEY != 0 || offset < 0 ||
+        offset >= 0x7FFFFFFFLL) {
+        PyErr_SetString(PyExc_ValueError,
+                        "claim(tables, minimums, target, packed keys, offset of 0..2**31-2)");
+        goto done;
+    }
+    for (; count < PyTuple_GET_SIZE(tables); count++) {
+        mins[count] = PyLong_AsLongLong(PyTuple_GET_ITEM(minimums, count));
+        if (mins[count] == -1 && PyErr_Occurred()) goto done;
+        if (!table_view(PyTuple_GET_ITEM(tables, count), &views[count], count == target,
+                        &slots[count]))
+            goto done;
+    }
+    repeats = PyList_New(0);
+    if (repeats == NULL) goto done;
+    const uint8_t *keys = (const uint8_t *)packed.buf;
+    uint32_t value = ((uint32_t)offset + 1) | FLYING;
+    uint8_t *into = (uint8_t *)views[target].buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + AHEAD < n) {
+            const uint8_t *ahead = keys + (i + AHEAD) * KEY;
+            for (Py_ssize_t t = 0; t < count; t++)
+                __builtin_prefetch((uint8_t *)views[t].buf + home(ahead, slots[t]) * SLOT);
+        }
+        const uint8_t *key = keys + i * KEY;
+        int found = 0;
+        for (Py_ssize_t t = 0; t < count && !found; t++) {
+            uint8_t *slot = slot_of((uint8_t *)views[t].buf, slots[t], key);
+            uint32_t raw = slot == NULL ? 0 : le32(slot + KEPT);
+            uint32_t held = held_value(raw);
+            if (held == 0 || (long long)held - 1 < mins[t]) continue;
+            found = 1;
+            PyObject *repeat = Py_BuildValue("(nnIi)", i, t, (unsigned int)(held - 1),
+                                             (raw & FLYING) != 0);
+            if (repeat == NULL || PyList_Append(repeats, repeat) < 0) {
+                Py_XDECREF(repeat);
+                Py_CLEAR(repeats);
+                goto done;
+            }
+            Py_DECREF(repeat);
+        }
+        if (found) continue;
+        uint8_t *slot = slot_of(into, slots[target], key);
+        if (slot == NULL) {
+            Py_CLEAR(repeats);
+            full();
+            goto done;
+        }
+        uint32_t was = le32(slot + KEPT);
+        if (was == 0) {
+            memcpy(slot, key, KEPT);
+            added++;
+        }
+        if (was == FREED) reused++;
+        put32(slot + KEPT, value);
+    }
+done:
+    for (Py_ssize_t t = 0; t < count; t++) PyBuffer_Release(&views[t]);
+    PyBuffer_Release(&packed);
+    if (repeats == NULL) return NULL;
+    PyObject *out = Py_BuildValue("(nnN)", added, reused, repeats);
+    return out;
+}
+
+/* settle(table, packed, offset, stored) -> keys settled: the keys ``claim`` added with
+ * ``offset`` leave flight, stored (held on) or not (freed: held by none). A key the
+ * table holds otherwise is left as it is. */
+static PyObject *settle(PyObject *self, PyObject *args) {
+    PyObject *table;
+    Py_buffer packed, view;
+    long long offset;
+    int stored;
+    uint64_t slots;
+    if (!PyArg_ParseTuple(args, "Oy*Lp", &table, &packed, &offset, &stored)) return NULL;
+    if (!open_for_keys(table, &packed, offset, &view, &slots)) return NULL;
+    const uint8_t *keys = (const uint8_t *)packed.buf;
+    Py_ssize_t n = packed.len / KEY, settled = 0;
+    uint32_t flying = ((uint32_t)offset + 1) | FLYING;
+    uint8_t *base = (uint8_t *)view.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + AHEAD < n) __builtin_prefetch(base + home(keys + (i + AHEAD) * KEY, slots) * SLOT);
+        uint8_t *slot = slot_of(base, slots, keys + i * KEY);
+        if (slot == NULL || le32(slot + KEPT) != flying) continue;
+        put32(slot + KEPT, stored ? flying & ~FLYING : FREED);
+        settled++;
+    }
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&packed);
+    return PyLong_FromSsize_t(settled);
 }
 
 static PyMethodDef methods[] = {
@@ -200,6 +333,9 @@ static PyMethodDef methods[] = {
     {"find", find, METH_VARARGS,
      "(key, offset) of the keys a window table holds with an offset of at least a minimum."},
     {"move", move, METH_VARARGS, "Every key of a window table into a larger one."},
+    {"claim", claim, METH_VARARGS,
+     "Looks packed keys up in window tables; adds those held nowhere, in flight."},
+    {"settle", settle, METH_VARARGS, "Claimed keys leave flight: stored, or freed."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_window_table",

@@ -35,10 +35,8 @@ class GroupKeys:
     _states: dict[bytes, KeyState] = field(default_factory=dict)
     futures: dict[bytes, asyncio.Future[bool]] = field(default_factory=dict)
     """Keys held by a write of this broker in flight: that write's outcome."""
-    _owned: set[bytes] = field(default_factory=set)
-    _owned_new: list[list[bytes]] = field(default_factory=list)
-    """Keys a single writer took as new, merged into ``owned`` when it is read (most
-    groups never read it: every SEND is appended whole)."""
+    owned: set[bytes] = field(default_factory=set)
+    """Keys claimed by this group."""
     unusual: set[bytes] = field(default_factory=set)
     """Keys the lookup found other than NEW (stored, or held by a write): a SEND with
     none of them (nor a key repeated in the group) is kept whole."""
@@ -50,15 +48,6 @@ class GroupKeys:
     distinct: bool = False
     """Every message of the group has a key and no key comes twice in it."""
     _pending_new: list[bytes] = field(default_factory=list)
-
-    @property
-    def owned(self) -> set[bytes]:
-        """Keys claimed by this group."""
-        if self._owned_new:
-            for keys in self._owned_new:
-                self._owned.update(keys)
-            self._owned_new = []
-        return self._owned
 
     @property
     def states(self) -> dict[bytes, KeyState]:
@@ -135,31 +124,8 @@ class GroupKeys:
         self.scope.kept += len(kept_keys)
 
     async def ask(self, ask: list[bytes]) -> None:
-        """Keys neither memory knows: decided by the single writer, else claimed."""
-        if self.scope.single_writer:
-            await self.decide_alone(ask)
-        else:
-            await self.claim(ask)
-
-    async def decide_alone(self, ask: list[bytes]) -> None:
-        """The scope's single writer: a key its memory does not hold is new. That memory
-        is the whole window (Redis's copy read back when the topic was loaded, the log
-        after the checkpoint replayed), so Redis is not asked and nothing is claimed: this
-        broker's writes in flight are in its own memory."""
-        if not ask:
-            return
-        scope, policy = self.scope, self.policy
-        accept = policy.on_redis_unavailable is OnRedisUnavailable.ACCEPT
-        if scope.redis_failing_since is not None and not accept:
-            # reject: memory still decides right, but Redis's copy (and the checkpoint a
-            # restart replays from) stopped moving: answer as a claim would, Redis down.
-            raise KeyStoreUnavailableError("Redis does not take the stored keys")
-        scope.in_flight.claim_new(ask)
-        self._owned_new.append(ask)
-
-    def _unclaim(self, keys: list[bytes]) -> None:
-        self.scope.in_flight.settle_all(keys, False)
-        self.owned.difference_update(keys)
+        """Keys neither memory knows: claimed in Redis (one round trip)."""
+        await self.claim(ask)
 
     async def claim(self, ask: list[bytes]) -> None:
         if not ask:

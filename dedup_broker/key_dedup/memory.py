@@ -13,7 +13,7 @@ import asyncio
 import importlib
 from collections.abc import Collection, Iterable
 from itertools import repeat
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from dedup_broker.key_dedup import window
 from dedup_broker.key_dedup.window import KEY_BYTES, now_ms
@@ -47,6 +47,8 @@ WINDOW_SLOT_BYTES = 16
 """A window table's slot: the key's first 12 bytes, then its anchor's offset from the
 table's start plus one (0: empty)."""
 _WINDOW_MIN_SLOTS = 1024
+FLYING = 1 << 31
+"""Marks an offset whose key a write in flight holds (offsets are below it)."""
 WINDOW_FILL = 0.75
 """A window table grows (by half) before it is fuller than this: 21-32 bytes a key."""
 
@@ -56,48 +58,112 @@ class WindowTable:
 
     Compiled: one bytearray of 16-byte slots (open addressing), the keys of a group
     looked up and added in one call each, no Python object per key stored. Otherwise a
-    dict: the same answers (tested).
+    dict: the same answers (tested). A key claimed by a write in flight carries
+    ``FLYING`` on its offset until the write settles.
     """
 
-    __slots__ = ("_dict", "_table", "count")
+    __slots__ = ("_dict", "_table", "count", "freed")
 
     def __init__(self, expected: int, compiled: bool) -> None:
         slots = max(int(expected / WINDOW_FILL) + 1, _WINDOW_MIN_SLOTS)
         self._table = bytearray(slots * WINDOW_SLOT_BYTES) if compiled else None
         self._dict: dict[bytes, int] = {}
         self.count = 0
+        """Slots with a key, held or freed."""
+        self.freed = 0
+        """Slots whose key a lost write freed (gone when the table grows)."""
+
+    @property
+    def held(self) -> int:
+        return self.count - self.freed
 
     @property
     def nbytes(self) -> int:
         return len(self._table) if self._table is not None else 0
 
-    def add(self, packed: bytes | memoryview, offset: int) -> None:
-        """Packed 16-byte keys, one offset (a key held with a later one keeps it)."""
+    def reserve(self, more: int) -> None:
+        """Room for ``more`` keys not held yet (the table grows by half, or to fit)."""
         table = self._table
         if table is None:
-            held = self._dict
-            for start in range(0, len(packed), KEY_BYTES):
-                key = bytes(packed[start : start + KEY_BYTES])
-                held[key] = max(offset, held.get(key, offset))
-            self.count = len(held)
             return
-        needed = self.count + len(packed) // KEY_BYTES
+        needed = self.count + more
         slots = len(table) // WINDOW_SLOT_BYTES
         if needed > slots * WINDOW_FILL:
             grown = bytearray(
                 max(int(needed / WINDOW_FILL) + 1, slots * 3 // 2) * WINDOW_SLOT_BYTES
             )
-            compiled_window.move(table, grown)
-            self._table = table = grown
-        self.count += compiled_window.add(table, packed, offset)
+            self.count, self.freed = compiled_window.move(table, grown), 0
+            self._table = grown
+
+    def add(self, packed: bytes | memoryview, offset: int) -> None:
+        """Packed 16-byte keys, one offset (a key held with a later one keeps it)."""
+        if self._table is None:
+            held = self._dict
+            for start in range(0, len(packed), KEY_BYTES):
+                key = bytes(packed[start : start + KEY_BYTES])
+                before = held.get(key, offset)
+                held[key] = max(offset, before & ~FLYING) | (before & FLYING)
+            self.count = len(held)
+            return
+        self.reserve(len(packed) // KEY_BYTES)
+        added, reused = compiled_window.add(self._table, packed, offset)
+        self.count += added
+        self.freed -= reused
 
     def find(self, keys: Collection[bytes], minimum: int) -> list[tuple[bytes, int]]:
         """(key, offset) of those of ``keys`` held with an offset of at least ``minimum``."""
         if self._table is None:
             held = self._dict
-            return [(k, o) for k in keys if (o := held.get(k, -1)) >= minimum]
+            return [(k, o) for k in keys if (o := held.get(k, -1) & ~FLYING) >= minimum]
         found: list[tuple[bytes, int]] = compiled_window.find(self._table, keys, minimum)
         return found
+
+    def settle(self, packed: bytes, offset: int, stored: bool) -> None:
+        """Keys claimed with ``offset`` leave flight: held on (stored) or freed."""
+        if self._table is not None:
+            settled = compiled_window.settle(self._table, packed, offset, stored)
+            self.freed += 0 if stored else settled
+            return
+        held, flying = self._dict, offset | FLYING
+        for start in range(0, len(packed), KEY_BYTES):
+            key = packed[start : start + KEY_BYTES]
+            if held.get(key) == flying:
+                if stored:
+                    held[key] = offset
+                else:
+                    del held[key]
+        self.count = len(held)
+
+
+def _claim_python(
+    tables: list[WindowTable], minimums: list[int], target: int, packed: bytes, offset: int
+) -> list[tuple[int, int, int, bool]]:
+    """``compiled_window.claim`` on dict tables: the same answers."""
+    found: list[tuple[int, int, int, bool]] = []
+    dicts = [t._dict for t in tables]
+    into = dicts[target]
+    for index in range(len(packed) // KEY_BYTES):
+        key = packed[index * KEY_BYTES : (index + 1) * KEY_BYTES]
+        for number, (held, minimum) in enumerate(zip(dicts, minimums, strict=True)):
+            value = held.get(key, -1)
+            if value >= 0 and value & ~FLYING >= minimum:
+                found.append((index, number, value & ~FLYING, bool(value & FLYING)))
+                break
+        else:
+            into[key] = offset | FLYING
+    tables[target].count = len(into)
+    return found
+
+
+class HeldKey(NamedTuple):
+    """A key a claim found held already."""
+
+    position: int
+    """Its position among the claimed keys."""
+    anchor: int
+    """The anchor it is held under."""
+    flying: bool
+    """The write holding it is in flight."""
 
 
 class WindowKeys:
@@ -118,7 +184,7 @@ class WindowKeys:
         self.hits = 0
 
     def __len__(self) -> int:
-        return sum(t.count for t in self._buckets.values())
+        return sum(t.held for t in self._buckets.values())
 
     @property
     def nbytes(self) -> int:
@@ -146,12 +212,49 @@ class WindowKeys:
             return  # the window of these keys has passed
         self.expire(now)
         number = anchor // self.bucket_ms
+        self._bucket(number).add(packed, anchor - number * self.bucket_ms)
+
+    def _bucket(self, number: int) -> WindowTable:
         table = self._buckets.get(number)
         if table is None:
             before = self._buckets.get(number - 1)
             table = WindowTable(before.count if before else 0, self._compiled)
             self._buckets[number] = table
-        table.add(packed, anchor - number * self.bucket_ms)
+        return table
+
+    def claim(self, packed: bytes, anchor_ms: int) -> tuple[int, list[HeldKey]]:
+        """A write's keys (packed) looked up and, those held nowhere, added in flight
+        (``settle`` ends that): one pass for the lookup and the claim, no object made per
+        key. Answers the anchor memory keeps them under (a publish time whose window has
+        passed already counts from now) and the keys held already: by a stored write, one
+        in flight, or an earlier key of ``packed``."""
+        now = now_ms()
+        self.expire(now)
+        window, size = self.window_ms, self.bucket_ms
+        anchor = max(anchor_ms, now - window + 1)
+        number = anchor // size
+        target = self._bucket(number)
+        target.reserve(len(packed) // KEY_BYTES)
+        numbers = list(self._buckets)
+        tables = [self._buckets[n] for n in numbers]
+        minimums = [max(now - window - n * size + 1, 0) for n in numbers]
+        at, offset = numbers.index(number), anchor - number * size
+        if self._compiled:
+            added, reused, found = compiled_window.claim(
+                tuple(t._table for t in tables), tuple(minimums), at, packed, offset
+            )
+            target.count += added
+            target.freed -= reused
+        else:
+            found = _claim_python(tables, minimums, at, packed, offset)
+        return anchor, [HeldKey(i, numbers[t] * size + o, flying) for i, t, o, flying in found]
+
+    def settle(self, packed: bytes, anchor: int, stored: bool) -> None:
+        """The keys ``claim`` took under ``anchor`` leave flight: stored, or freed."""
+        number = anchor // self.bucket_ms
+        table = self._buckets.get(number)
+        if table is not None:
+            table.settle(packed, anchor - number * self.bucket_ms, stored)
 
     def anchors(self, keys: Collection[bytes], now: int) -> dict[bytes, int]:
         """Those of ``keys`` stored inside their window at ``now``, with their anchors."""

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from dedup_broker.errors import BrokerError
 from dedup_broker.key_dedup.memory import InFlightKeys, KeyMemory, LocalKeyCache, WindowKeys
+from dedup_broker.key_dedup.sole import SoleWrites
 from dedup_broker.key_dedup.store import KeyStore, KeyStoreUnavailableError, ScopeKeys
 from dedup_broker.key_dedup.window import KEY_BYTES, KeyDedupPolicy, now_ms
 
@@ -80,6 +81,9 @@ class KeyScope:
         """Stored keys memory answers: a single writer's whole window, else the recent
         ones (a hit spares a claim)."""
         self.in_flight = InFlightKeys()
+        """Keys claimed by this broker's writes in flight (several writers)."""
+        self.writes = SoleWrites(self.window) if self.window is not None else None
+        """A single writer's writes in flight (their keys are in ``window``)."""
         self.members: set[ScopeMember] = set()
         self.ready = asyncio.Event()
         self.state = "Recovering"
@@ -88,8 +92,9 @@ class KeyScope:
         self.kept = 0
         self.unchecked = 0
         self.cache_hits = 0
-        self._confirm: list[tuple[list[bytes], int]] = []
-        """Keys of stored entries not yet in Redis, per entry: (keys, publish time)."""
+        self._confirm: list[tuple[list[bytes] | bytes, int]] = []
+        """Keys of stored entries not yet in Redis, per entry: (keys, or packed, publish
+        time)."""
         self._window_loaded = False
         """A single writer's memory holds Redis's copy of the window (or the log's)."""
         self.redis_failing_since: int | None = None
@@ -196,6 +201,16 @@ class KeyScope:
         self.in_flight.settle_all(keys, True)
         self._confirm.append((keys, anchor_ms))
         self._track(anchor_ms, len(keys))
+        self._advance(ledger, position)
+
+    def stored_packed(self, packed: bytes, anchor_ms: int, ledger: str, position: str) -> None:
+        """A single writer's entry Kafka acknowledged (its keys settled in memory
+        already): to Redis soon."""
+        self._confirm.append((packed, anchor_ms))
+        self._track(anchor_ms, len(packed) // KEY_BYTES)
+        self._advance(ledger, position)
+
+    def _advance(self, ledger: str, position: str) -> None:
         if ledger not in self._held:
             self._checkpoints[ledger] = position
         self._kick()
@@ -277,13 +292,15 @@ class KeyScope:
             "scope": self.scope_id,
             "state": self.state,
             "keysTracked": self.keys_tracked(),
-            "keysInFlight": len(self.in_flight),
+            "keysInFlight": self.writes.keys if self.writes else len(self.in_flight),
             "localCacheKeys": len(self.cache),
             "localCacheHits": self.cache.hits,
             "repeatsDropped": self.dropped,
             "messagesKept": self.kept,
             "messagesUnchecked": self.unchecked,
-            "pendingConfirmations": sum(len(keys) for keys, _ in self._confirm),
+            "pendingConfirmations": sum(
+                len(k) // KEY_BYTES if isinstance(k, bytes) else len(k) for k, _ in self._confirm
+            ),
             "rebuilds": self.rebuilds,
             "singleWriter": self.single_writer,
             **self._window_stats(),

@@ -47,6 +47,7 @@ from redis.exceptions import RedisError
 from dedup_broker.errors import RetriableError
 from dedup_broker.key_dedup.redis_client import is_cluster_url, redis_client
 from dedup_broker.key_dedup.scripts import CLAIM, CONFIRM, CONFIRM_PACKED, RELEASE, TAKE_OVER
+from dedup_broker.key_dedup.window import KEY_BYTES
 
 EXPIRY_MARGIN_MS = 60_000
 """Redis keeps a bucket this long past the last window that reaches it (clock
@@ -243,13 +244,14 @@ class KeyStore:
     async def confirm(
         self,
         scope: ScopeKeys,
-        runs: Sequence[tuple[Sequence[bytes], int]],
+        runs: Sequence[tuple[list[bytes] | bytes, int]],
         now_ms: int,
         window_ms: int,
         checkpoints: dict[str, str],
     ) -> bool:
-        """Stores keys of stored messages, given per entry as (keys, publish time);
-        advances checkpoints if the marker is there."""
+        """Stores keys of stored messages, given per entry as (keys, publish time) (a
+        single writer's keys may come packed); advances checkpoints if the marker is
+        there."""
         pairs: list[object] = []
         for field, value in checkpoints.items():
             pairs += [field, value]
@@ -263,7 +265,8 @@ class KeyStore:
             return bool(result)
         anchors: list[int] = []
         fields: list[bytes] = []
-        for keys, anchor in runs:
+        for run, anchor in runs:
+            keys = unpacked(run)
             if not keys:
                 continue
             if anchors and anchors[-2] == anchor:
@@ -333,15 +336,24 @@ class KeyStore:
         await self._plain(scope, "delete", scope.marker, scope.checkpoints)
 
 
-def pack_runs(runs: Sequence[tuple[Sequence[bytes], int]]) -> bytes:
-    """Keys per entry, (keys, publish ms), as one value: per entry its publish ms and key
-    count (``RUN_HEADER``), then the keys."""
+def pack_runs(runs: Sequence[tuple[list[bytes] | bytes, int]]) -> bytes:
+    """Keys per entry, (keys or packed keys, publish ms), as one value: per entry its
+    publish ms and key count (``RUN_HEADER``), then the keys."""
     parts: list[bytes] = []
     for keys, anchor in runs:
-        if keys:
+        if isinstance(keys, bytes):
+            if keys:
+                parts += (RUN_HEADER.pack(anchor, len(keys) // KEY_BYTES), keys)
+        elif keys:
             parts.append(RUN_HEADER.pack(anchor, len(keys)))
             parts += keys
     return b"".join(parts)
+
+
+def unpacked(keys: list[bytes] | bytes) -> list[bytes]:
+    if not isinstance(keys, bytes):
+        return keys
+    return [keys[at : at + KEY_BYTES] for at in range(0, len(keys), KEY_BYTES)]
 
 
 def unpack_runs(value: bytes) -> list[tuple[int, memoryview]]:

@@ -1,19 +1,17 @@
 """Key-window deduplication on one topic: the ordered path from SEND to append.
 
 While the topic's policy has it on, every SEND goes through a queue worked in arrival
-order. The worker takes what has queued up, decides its new keys (from this broker's
-memory for a scope with a single writer, else by one claim round trip to Redis), then
-for each SEND in order drops the repeats, rewrites a batch that lost some messages, and
-hands the entry to the topic's normal publish path (PIP-6 included). Receipts keep each
-producer's order, since the official clients require it.
+order. The worker takes what has queued up, decides its keys (a single writer from its
+own memory, ``sole.py``; else by one claim round trip to Redis for the group,
+``claims.py``), then for each SEND in order drops the repeats, rewrites a batch that lost
+some messages, and hands the entry to the topic's normal publish path (PIP-6 included).
+Receipts keep each producer's order, since the official clients require it.
 
-Only keys of entries Kafka acknowledged are remembered; a key claimed by a write in
-flight makes a repeat wait for that write's outcome. After a restart (or when Redis lost
-its data) the log is the source of truth: the entries of the last window are read back
-and their keys written to Redis before this topic accepts any message.
-
-A group's keys and their claim are ``claims.py``; a queued SEND, the errors it may be
-answered with and how its answer waits for earlier writes ``sends.py``.
+Only keys of entries Kafka acknowledged are remembered; a key held by a write in flight
+makes a repeat wait for that write's outcome (``written.py``). After a restart (or when
+Redis lost its data) the log is the source of truth: the entries of the last window are
+read back before this topic accepts any message. A queued SEND, the errors it may be
+answered with and how its answer waits for earlier writes: ``sends.py``.
 """
 
 from __future__ import annotations
@@ -39,6 +37,7 @@ from dedup_broker.key_dedup.sends import (
     highest_sequence_id,
     topic_closed,
 )
+from dedup_broker.key_dedup.sole import SoleWrites
 from dedup_broker.key_dedup.store import KeyStoreUnavailableError, ScopeLostError
 from dedup_broker.key_dedup.window import (
     KeyDedupPolicy,
@@ -48,6 +47,7 @@ from dedup_broker.key_dedup.window import (
     now_ms,
     sort_entry,
 )
+from dedup_broker.key_dedup.written import WriteOutcomes, Written
 from dedup_broker.lazy import LazyDeque, LazyEvent, LazyLock
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch_rewrite import rewrite_batch
@@ -83,7 +83,7 @@ class TopicKeyDedup:
         "_appends",
         "_busy",
         "_change",
-        "_failed",
+        "_outcomes",
         "_owner",
         "_queue",
         "_ready",
@@ -120,7 +120,7 @@ class TopicKeyDedup:
         self._busy = False
         self._ready = LazyEvent()
         self._recovering: asyncio.Task[None] | None = None
-        self._failed: LazyDeque[list[bytes]] = LazyDeque()
+        self._outcomes = WriteOutcomes(self)
         self._change = LazyLock()
         self.errors = 0
 
@@ -138,7 +138,7 @@ class TopicKeyDedup:
     def write_failure_resolved(self, told: Position, truth: Position) -> None:
         """The ledger learnt what a failed write left: settle the keys in doubt."""
         if self.scope is not None:
-            asyncio.get_running_loop().create_task(self._resolve_failure(told, truth))
+            asyncio.get_running_loop().create_task(self._outcomes.resolve_failure(told, truth))
 
     # --- policy -----------------------------------------------------------------------
     @property
@@ -249,7 +249,7 @@ class TopicKeyDedup:
         policy, scope = self.policy, self.scope
         if policy is None or scope is None:
             for item in group:
-                self._append(item, item.entry, item.metadata, [], None, [])
+                self._append(item, item.entry, item.metadata, [], None)
             return
         prepared: list[PreparedSend] = []
         for item in group:
@@ -269,6 +269,14 @@ class TopicKeyDedup:
             for p in prepared:
                 self._error(p.item, KeyDedupNotReadyError("key deduplication is recovering"))
             return
+        if scope.writes is not None:
+            if not accept and not await self._redis_takes(scope):
+                for p in prepared:
+                    self._error(p.item, KeyStoreUnavailableError("Redis does not take keys"))
+                return
+            for p in prepared:
+                self._sort_alone(p, scope, scope.writes)
+            return
         claims = GroupKeys(scope, policy, self.service, self.owner)
         key_lists = [p.keys for p in prepared if p.keys]
         try:
@@ -286,7 +294,7 @@ class TopicKeyDedup:
             return
         except asyncio.CancelledError:
             # Closed while claiming: free the keys, other topics of the scope wait on them.
-            self._release(list(claims.owned))
+            self._outcomes.release(list(claims.owned))
             raise
         used: set[bytes] = set()
         # Keys the group may have to free: those of SENDs not appended whole (a SEND
@@ -306,7 +314,7 @@ class TopicKeyDedup:
             for p in prepared[done:]:
                 left += filter(None, p.keys or ())
             if left:
-                self._release(list(claims.owned.intersection(left) - used))
+                self._outcomes.release(list(claims.owned.intersection(left) - used))
 
     def _kept_whole(
         self, p: PreparedSend, unusual: set[bytes], left: list[bytes], distinct: bool
@@ -322,7 +330,7 @@ class TopicKeyDedup:
         if not unusual.isdisjoint(keys) or not (distinct or len(set(keys)) == len(keys)):
             return False
         kept = cast("list[bytes]", keys)
-        if self._append(item, item.entry, item.metadata, kept, scope, []):
+        if self._append(item, item.entry, item.metadata, [], self._outcomes.claimed(scope, kept)):
             scope.kept += len(kept)
         else:
             left += kept
@@ -371,7 +379,7 @@ class TopicKeyDedup:
         keys = p.keys
         if keys is None:
             scope.unchecked += max(item.metadata.num_messages_in_batch, 1)
-            self._append(item, item.entry, item.metadata, [], scope, [])
+            self._append(item, item.entry, item.metadata, [], None)
             return
         if futures:  # a batch may carry one key twice: settle each key once
             settled = [k for k in futures.keys() & set(keys) if futures[k].done()]
@@ -393,82 +401,80 @@ class TopicKeyDedup:
             highest = highest_sequence_id(item.send, metadata, payload)
             raw = kept_records_compiled(metadata, payload, sorting.keep)
             metadata, entry = rewrite_batch(metadata, payload, sorting.keep, highest, raw)
-        if self._append(item, entry, metadata, sorting.keys, scope, sorting.after):
+        written = self._outcomes.claimed(scope, sorting.keys)
+        if self._append(item, entry, metadata, sorting.after, written):
             claims.kept(sorting.keys, used, repeated)
             scope.kept += unchecked
+
+    def _sort_alone(self, p: PreparedSend, scope: KeyScope, writes: SoleWrites) -> None:
+        """One SEND of a single writer's scope: its keys claimed in memory, its repeats
+        dropped, the rest appended (an answer waits for the writes it repeats keys of)."""
+        item = p.item
+        if item.producer.closed:
+            item.finish(PublishOutcome.failed(ProducerGoneError("the producer closed")))
+            return
+        entry, metadata, keys = item.entry, item.metadata, p.keys
+        if keys is None:
+            scope.unchecked += max(metadata.num_messages_in_batch, 1)
+            self._append(item, entry, metadata, [], None)
+            return
+        anchor = metadata.publish_time or now_ms()
+        sorting = writes.sort(keys, anchor)
+        scope.unchecked += sorting.unchecked
+        scope.dropped += sorting.dropped
+        keep, write = sorting.keep, sorting.write
+        if keep is not None:
+            if not any(keep):
+                finish_duplicate(item, sorting.after)
+                return
+            payload = parse_message(entry).payload
+            highest = highest_sequence_id(item.send, metadata, payload)
+            raw = kept_records_compiled(metadata, payload, keep)
+            metadata, entry = rewrite_batch(metadata, payload, keep, highest, raw)
+        written = None if write is None else self._outcomes.alone(scope, writes, write, anchor)
+        if self._append(item, entry, metadata, sorting.after, written, anchor):
+            if write is not None:
+                writes.flying(write)
+            scope.kept += (write.count if write is not None else 0) + sorting.unchecked
+        elif write is not None:
+            writes.settle(write, False)
+
+    async def _redis_takes(self, scope: KeyScope) -> bool:
+        """A single writer's memory still decides right while Redis is down, but Redis's
+        copy (and the checkpoint a restart replays from) stops moving: with ``reject``,
+        SENDs wait for it up to ``READY_WAIT_SECONDS``, as a claim would, then fail."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + READY_WAIT_SECONDS
+        while scope.redis_failing_since is not None:
+            if loop.time() >= deadline or self.closed:
+                return False
+            await asyncio.sleep(REDIS_ASK_AGAIN_SECONDS)
+        return True
 
     def _append(
         self,
         item: QueuedSend,
         entry: bytes,
         metadata: pb.MessageMetadata,
-        keys: list[bytes],
-        scope: KeyScope | None,
         after: list[asyncio.Future[bool]],
+        written: Written | None,
+        anchor: int | None = None,
     ) -> bool:
-        """Hand the (rewritten) entry to the topic; False if nothing was appended."""
-        anchor = metadata.publish_time or now_ms()
+        """Hand the (rewritten) entry to the topic; False if nothing was appended.
+        ``written`` hears the write's outcome with its anchor (the publish time)."""
+        anchor = anchor or metadata.publish_time or now_ms()
         result = self._appends.append_checked(item.producer, item.send, entry, metadata, anchor)
         complete_after(result, after, item.result)
         if result.done() and result.result().status is not PublishStatus.STORED:
             return False
-        if scope is not None:
-            ledger = self.ledger.name
-
-            def written(done: PublishResult) -> None:
-                outcome = done.result()
-                if outcome.status is not PublishStatus.STORED or outcome.position is None:
-                    if self.closed:
-                        # Never resolved here: a repeat on another topic of the scope
-                        # asks Redis (where the claim stays) instead of waiting forever.
-                        scope.in_flight.settle_all(keys, False)
-                        return
-                    self._failed.append(keys)
-                    scope.hold_checkpoint(ledger, True)
-                    return
-                scope.stored(keys, anchor, ledger, str(outcome.position))
-
-            result.add_done_callback(written)
+        if written is not None:
+            result.add_done_callback(lambda done: written(done.result(), anchor))
         return True
 
     def _error(self, item: QueuedSend, exc: BaseException) -> None:
         self.errors += 1
         log.debug("%s: SEND %d not accepted: %s", self.name, item.send.sequence_id, exc)
         item.finish(PublishOutcome.failed(exc))
-
-    def _release(self, keys: list[bytes]) -> None:
-        """Keys claimed for writes that did not happen are free again, here and in Redis."""
-        scope = self.scope
-        if not keys or scope is None:
-            return
-        scope.in_flight.settle_all(keys, False)
-        if scope.single_writer:  # nothing was claimed in Redis
-            return
-        store = self.service.store
-
-        async def release() -> None:
-            try:
-                await store.release(scope.keys, keys, self.owner, now_ms(), scope.policy.window_ms)
-            except KeyStoreUnavailableError as exc:
-                log.debug("release of %d claim(s) failed (they expire): %s", len(keys), exc)
-
-        asyncio.get_running_loop().create_task(release())
-
-    # --- failed writes --------------------------------------------------------------
-    async def _resolve_failure(self, told: Position, truth: Position) -> None:
-        """What landed is stored (keys remembered); what did not is free again."""
-        scope = self.scope
-        policy = self.policy
-        if scope is None or policy is None:
-            return
-        ledger = self.ledger
-        try:
-            landed = await recovery.landed_keys(ledger, told, truth, policy.key_source)
-        except BrokerError as exc:
-            log.error("%s: %s; their keys stay claimed until the topic reloads", ledger.name, exc)
-            return
-        failed, self._failed = self._failed, LazyDeque()
-        self._release(recovery.store_landed(scope, ledger.name, failed, landed))
 
     # --- lifecycle and stats --------------------------------------------------------
     async def close(self) -> None:
@@ -479,9 +485,7 @@ class TopicKeyDedup:
             self._queue.popleft().finish(PublishOutcome.failed(topic_closed()))
         scope = self.scope
         if scope is not None:
-            for keys in self._failed:  # outcome unknown: the next load replays the log
-                scope.in_flight.settle_all(keys, False)
-            self._failed.clear()
+            self._outcomes.close(scope)
             self._detach()
 
     def stats(self) -> dict[str, object]:

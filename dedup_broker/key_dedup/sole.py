@@ -1,0 +1,144 @@
+"""A single writer's decisions: a scope one fenced owner writes (a topic that is not
+partitioned) decides every key from its own memory of the window, with no I/O.
+
+Each SEND's keys are claimed in one pass over the window's tables (``WindowKeys.claim``):
+the keys held nowhere go in, marked in flight, and the pass names the keys held already.
+Under a load of new keys it names none and the SEND is appended whole, with no object
+made and no step taken per key in Python. The write's keys leave flight when Kafka
+answers: stored (they stay, and go to Redis's copy) or lost (freed).
+
+A repeat of a key a write in flight holds is dropped on the condition that write is
+stored: its answer waits for that write's outcome, found among the writes in flight by
+the anchor the table holds the key under.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
+
+from dedup_broker.key_dedup.window import KEY_BYTES
+
+if TYPE_CHECKING:
+    from dedup_broker.key_dedup.memory import WindowKeys
+    from dedup_broker.storage.api import Position
+
+
+@dataclass(eq=False, slots=True)
+class HeldWrite:
+    """The keys one appended entry claimed, until Kafka answers."""
+
+    packed: bytes
+    anchor: int
+    """The anchor memory holds them under."""
+    outcome: asyncio.Future[bool] | None = None
+    """Made only when a repeat waits for this write: True when it was stored."""
+
+    @property
+    def count(self) -> int:
+        return len(self.packed) // KEY_BYTES
+
+    def holds(self, key: bytes) -> bool:
+        packed = self.packed
+        at = packed.find(key)
+        while at >= 0 and at % KEY_BYTES:
+            at = packed.find(key, at + 1)
+        return at >= 0
+
+
+@dataclass(slots=True)
+class SoleSorting:
+    """What stays of one SEND: ``keep`` (a flag per message; None: all of them), the
+    write's claimed keys (None: no key claimed), the writes its answer waits for."""
+
+    keep: list[bool] | None
+    write: HeldWrite | None
+    after: list[asyncio.Future[bool]] = field(default_factory=list)
+    dropped: int = 0
+    unchecked: int = 0
+
+
+class SoleWrites:
+    """A single writer's writes in flight, by the anchor their keys are held under."""
+
+    def __init__(self, window: WindowKeys) -> None:
+        self.window = window
+        self._flying: dict[int, list[HeldWrite]] = {}
+        self.keys = 0
+        """Keys held by writes in flight."""
+
+    def sort(self, keys: list[bytes | None], anchor_ms: int) -> SoleSorting:
+        """Claims a SEND's keys (one per message; None: a message without one, kept
+        unchecked) and sorts its messages: a key held already is a repeat."""
+        present = cast(
+            "list[bytes]", keys if None not in keys else [k for k in keys if k is not None]
+        )
+        unchecked = len(keys) - len(present)
+        anchor, found = self.window.claim(b"".join(present), anchor_ms)
+        if not found:
+            write = HeldWrite(b"".join(present), anchor) if present else None
+            return SoleSorting(None, write, unchecked=unchecked)
+        repeats = {held.position for held in found}
+        after: dict[int, asyncio.Future[bool]] = {}
+        for held in found:
+            holder = self._holder(present[held.position], held.anchor) if held.flying else None
+            if holder is not None:  # None: an earlier message of this SEND holds it
+                after.setdefault(id(holder), self.outcome(holder))
+        kept = b"".join(k for i, k in enumerate(present) if i not in repeats)
+        if unchecked:
+            positions = [i for i, k in enumerate(keys) if k is not None]
+            keep = [True] * len(keys)
+            for index in repeats:
+                keep[positions[index]] = False
+        else:
+            keep = [i not in repeats for i in range(len(keys))]
+        return SoleSorting(
+            keep,
+            HeldWrite(kept, anchor) if kept else None,
+            list(after.values()),
+            len(repeats),
+            unchecked,
+        )
+
+    def _holder(self, key: bytes, anchor: int) -> HeldWrite | None:
+        for write in self._flying.get(anchor, ()):
+            if write.holds(key):
+                return write
+        return None
+
+    def outcome(self, write: HeldWrite) -> asyncio.Future[bool]:
+        if write.outcome is None:
+            write.outcome = asyncio.get_running_loop().create_future()
+        return write.outcome
+
+    def flying(self, write: HeldWrite) -> None:
+        """``write`` was appended: its keys stay in flight until ``settle``."""
+        self._flying.setdefault(write.anchor, []).append(write)
+        self.keys += write.count
+
+    def settle(self, write: HeldWrite, stored: bool) -> None:
+        """Kafka's answer (or certainty that it was lost): the keys stay, or are freed."""
+        self.window.settle(write.packed, write.anchor, stored)
+        same = self._flying.get(write.anchor)
+        if same is not None and write in same:
+            same.remove(write)
+            self.keys -= write.count
+            if not same:
+                del self._flying[write.anchor]
+        if write.outcome is not None and not write.outcome.done():
+            write.outcome.set_result(stored)
+
+
+def settle_landed(
+    writes: SoleWrites, failed: list[HeldWrite], landed: dict[bytes, tuple[int, Position]]
+) -> list[tuple[HeldWrite, int, Position]]:
+    """After a failed write: the writes whose entry landed are stored, the others freed.
+    Answers the stored ones with their entry's publish time and position."""
+    stored: list[tuple[HeldWrite, int, Position]] = []
+    for write in failed:
+        first = write.packed[:KEY_BYTES]
+        if first in landed:
+            stored.append((write, *landed[first]))
+        writes.settle(write, first in landed)
+    return stored
