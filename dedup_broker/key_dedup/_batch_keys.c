@@ -8,6 +8,9 @@
  *
  * batch_kept(data, count, keep) -> the kept messages' records, end to end, or None.
  *
+ * SHA-256 runs on the x86 SHA extensions where the processor has them (checked once, at
+ * import), else on portable C; accelerated(on) switches (tests compare both).
+ *
  * table_add / table_find / table_get / table_remove / table_keys / table_move: an open-addressing table
  * of 16-byte keys with their anchors in a bytearray (window.py's KeyTable, whose
  * pure-Python path gives the same answers).
@@ -32,7 +35,7 @@ static const uint32_t K256[64] = {
 
 #define ROR(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
 
-static void sha256_block(uint32_t h[8], const uint8_t *p) {
+static void sha256_block_portable(uint32_t h[8], const uint8_t *p) {
     uint32_t w[64];
     for (int i = 0; i < 16; i++) {
         w[i] = ((uint32_t)p[4 * i] << 24) | ((uint32_t)p[4 * i + 1] << 16) |
@@ -60,6 +63,57 @@ static void sha256_block(uint32_t h[8], const uint8_t *p) {
     h[0] += a; h[1] += b; h[2] += c; h[3] += d;
     h[4] += e; h[5] += f; h[6] += g; h[7] += k;
 }
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <immintrin.h>
+#define HAVE_SHA_NI 1
+/* One block with the x86 SHA extensions (SHA-NI: about a tenth of the portable block's
+ * time). The state is kept as the instructions want it: ABEF and CDGH; each
+ * sha256rnds2 does two rounds, sha256msg1/msg2 extend the message schedule four words
+ * at a time. */
+__attribute__((target("sha,sse4.1,ssse3"))) static void sha256_block_ni(uint32_t h[8],
+                                                                         const uint8_t *p) {
+    const __m128i swap = _mm_set_epi64x(0x0c0d0e0f08090a0bLL, 0x0405060700010203LL);
+    __m128i abcd = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&h[0]), 0xB1);
+    __m128i efgh = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&h[4]), 0x1B);
+    __m128i abef = _mm_alignr_epi8(abcd, efgh, 8);
+    __m128i cdgh = _mm_blend_epi16(efgh, abcd, 0xF0);
+    const __m128i abef_in = abef, cdgh_in = cdgh;
+    __m128i w[4];
+    for (int i = 0; i < 16; i++) {
+        __m128i words;
+        if (i < 4) {
+            words = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 16 * i)), swap);
+        } else { /* W[t..t+3] from W[t-16..], W[t-12..], W[t-8..], W[t-4..] */
+            __m128i t = _mm_sha256msg1_epu32(w[i % 4], w[(i + 1) % 4]);
+            t = _mm_add_epi32(t, _mm_alignr_epi8(w[(i + 3) % 4], w[(i + 2) % 4], 4));
+            words = _mm_sha256msg2_epu32(t, w[(i + 3) % 4]);
+        }
+        w[i % 4] = words;
+        __m128i k = _mm_add_epi32(words, _mm_loadu_si128((const __m128i *)&K256[4 * i]));
+        cdgh = _mm_sha256rnds2_epu32(cdgh, abef, k);
+        abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(k, 0x0E));
+    }
+    abef = _mm_add_epi32(abef, abef_in);
+    cdgh = _mm_add_epi32(cdgh, cdgh_in);
+    __m128i feba = _mm_shuffle_epi32(abef, 0x1B);
+    __m128i dchg = _mm_shuffle_epi32(cdgh, 0xB1);
+    _mm_storeu_si128((__m128i *)&h[0], _mm_blend_epi16(feba, dchg, 0xF0));
+    _mm_storeu_si128((__m128i *)&h[4], _mm_alignr_epi8(dchg, feba, 8));
+}
+
+/* The processor has the SHA extensions and the SSE levels the block above uses. */
+static int sha_ni_present(void) {
+    unsigned int a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 19)) || !(c & (1u << 9))) return 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    return (b >> 29) & 1;
+}
+#endif
+
+typedef void (*block_fn)(uint32_t h[8], const uint8_t *p);
+static block_fn sha256_block = sha256_block_portable;
 
 /* The first 16 bytes of SHA-256(prefix || data) (prefix: 0 or 1 byte). */
 static void key16(int prefix, const uint8_t *data, Py_ssize_t len, uint8_t out[16]) {
@@ -309,6 +363,18 @@ static PyObject *batch_kept(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* accelerated(on) -> whether the SHA extensions hash keys now: ``on`` True uses them
+ * where the processor has them, False the portable code (tests compare both). */
+static PyObject *accelerated(PyObject *self, PyObject *args) {
+    int on;
+    if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
+    sha256_block = sha256_block_portable;
+#ifdef HAVE_SHA_NI
+    if (on && sha_ni_present()) sha256_block = sha256_block_ni;
+#endif
+    return PyBool_FromLong(sha256_block != sha256_block_portable);
+}
+
 static PyObject *digest16(PyObject *self, PyObject *args) {
     Py_buffer buf;
     int prefix;
@@ -548,6 +614,9 @@ static PyMethodDef methods[] = {
      "The kept messages' records of an uncompressed batch payload, or None (Python path)."},
     {"digest16", digest16, METH_VARARGS,
      "The first 16 bytes of SHA-256 of an optional one-byte prefix (-1: none) and data."},
+    {"accelerated", accelerated, METH_VARARGS,
+     "Hash with the processor's SHA extensions where it has them (True) or not; answers "
+     "whether they are used."},
     {"table_add", table_add, METH_VARARGS,
      "Adds 16-byte keys with one anchor to a key table; answers how many were new."},
     {"table_find", table_find, METH_VARARGS,
@@ -561,4 +630,9 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_batch_keys",
                                     "Message keys of batches, compiled.", -1, methods};
 
-PyMODINIT_FUNC PyInit__batch_keys(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__batch_keys(void) {
+#ifdef HAVE_SHA_NI
+    if (sha_ni_present()) sha256_block = sha256_block_ni;
+#endif
+    return PyModule_Create(&module);
+}

@@ -73,11 +73,6 @@ READY_WAIT_SECONDS = 5.0
 REDIS_ASK_AGAIN_SECONDS = 0.1
 
 
-def parse_position(text: str) -> Position:
-    ledger, _, entry = text.partition(":")
-    return Position(int(ledger), int(entry))
-
-
 class TopicKeyDedup:
     __slots__ = (
         "_appends",
@@ -186,7 +181,7 @@ class TopicKeyDedup:
                 checkpoint = (await store.checkpoints(scope.keys)).get(self.ledger.name)
                 # After the checkpoint was read: a key Redis gets later is replayed too.
                 await scope.load_window()
-                await self.replay(parse_position(checkpoint) if checkpoint else None)
+                await self.replay(Position.parse(checkpoint) if checkpoint else None)
                 if scope.ready.is_set():
                     self._ready.set()
                     return
@@ -357,6 +352,8 @@ class TopicKeyDedup:
         scope = self.scope
         if scope is None:
             return False
+        if self._ready.is_set() and scope.ready.is_set():
+            return True  # the common case: no task made, no turn of the loop given up
 
         async def both() -> None:
             await self._ready.wait()

@@ -50,6 +50,12 @@ class Position:
     def __str__(self) -> str:
         return f"{self.ledger_id}:{self.entry_id}"
 
+    @classmethod
+    def parse(cls, text: str) -> Position:
+        """``str``'s inverse: ``ledger:entry``."""
+        ledger, _, entry = text.partition(":")
+        return cls(int(ledger), int(entry))
+
 
 @dataclass(frozen=True, slots=True)
 class Entry:

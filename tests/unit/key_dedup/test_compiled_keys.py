@@ -8,6 +8,7 @@ import random
 import shutil
 import struct
 import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -62,9 +63,32 @@ def _python_keys(meta: pb.MessageMetadata, payload: bytes, source: KeySource) ->
     return window._keys(source, scan_batch(meta, payload))
 
 
+@pytest.fixture(params=[True, False], ids=["sha-extensions", "portable"])
+def hashing(request: pytest.FixtureRequest) -> Iterator[bool]:
+    """The compiled reader hashing with the processor's SHA extensions (where it has
+    them; skipped where not) and with its portable code."""
+    if window.compiled_keys is None:
+        pytest.skip("the compiled key reader is not built here")
+    on = window.compiled_keys.accelerated(request.param)
+    if request.param and not on:
+        pytest.skip("this processor has no SHA extensions")
+    yield on
+    window.compiled_keys.accelerated(True)
+
+
+def test_compiled_digests_are_sha256(hashing: bool) -> None:
+    rng = random.Random(7)
+    for size in [*range(0, 200), 1_000, 4_096, 10_001]:
+        data = rng.randbytes(size)
+        for prefix in (-1, ord("k")):
+            head = bytes([prefix]) if prefix >= 0 else b""
+            expected = hashlib.sha256(head + data).digest()[:16]
+            assert window.compiled_keys.digest16(prefix, data) == expected, (size, prefix)
+
+
 @needs_compiled
 @pytest.mark.parametrize("seed", range(40))
-def test_compiled_and_python_keys_are_identical(seed: int) -> None:
+def test_compiled_and_python_keys_are_identical(seed: int, hashing: bool) -> None:
     rng = random.Random(seed)
     records = [_random_record(rng) for _ in range(rng.randrange(1, 60))]
     data = build_batch(records)

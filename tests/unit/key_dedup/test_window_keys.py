@@ -76,7 +76,7 @@ def test_a_claim_names_held_keys_and_takes_the_others_in_flight(compiled: bool) 
     _, held = window.claim(b"".join([b, c, d]), now)
     assert held == [(0, now, False), (1, now, False)]
     old, _ = window.claim(_digests("late", 1)[0], now - WINDOW - 5)
-    assert old == now - WINDOW + 1  # a window passed already counts from now (to the ms)
+    assert now - WINDOW < old <= now_ms() - WINDOW + 1  # a window passed counts from now
     assert len(window) == 5
 
 

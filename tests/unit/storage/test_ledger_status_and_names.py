@@ -6,7 +6,7 @@ import json
 
 from dedup_broker.storage import formats
 from dedup_broker.storage.formats import broker_key, broker_record, broker_urls
-from dedup_broker.storage.values import LedgerStatus, LedgerType
+from dedup_broker.storage.values import LedgerStatus, LedgerType, Position
 
 
 def test_statuses_and_types_keep_their_wire_strings() -> None:
@@ -56,3 +56,8 @@ def test_broker_registry_entries() -> None:
     ]
     assert broker_key("b1", 6650) == "brokers/b1:6650"
     assert broker_urls(entries) == ["http://b1:8080", "http://b2:8080"]
+
+
+def test_positions_read_back_as_written() -> None:
+    for position in (Position(0, -1), Position(7, 0), Position(2**40, 123_456)):
+        assert Position.parse(str(position)) == position
