@@ -22,6 +22,12 @@ if TYPE_CHECKING:
     from dedup_broker.domain_base.producer import Producer
 
 
+READY_WAIT_SECONDS = 5.0
+"""How long a SEND waits for a recovery, a rebuild or a Redis that cannot be reached
+before it fails (a Redis restart takes about a second)."""
+REDIS_ASK_AGAIN_SECONDS = 0.1
+
+
 class KeyDedupNotReadyError(RetriableError):
     """Key deduplication cannot decide now (Redis unreachable, window being rebuilt)."""
 
@@ -57,9 +63,20 @@ class QueuedSend:
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
 
+    direct: bool = False
+    """Decided as it arrived, before its answer was handed out: that answer may be the
+    append's own result (no future chained, no turn of the loop)."""
+
     @property
     def answered(self) -> bool:
         return self.result.done()
+
+    def answer_with(self, result: PublishResult, after: list[asyncio.Future[bool]]) -> None:
+        """The append's outcome answers the SEND (once the writes in ``after`` settled)."""
+        if self.direct and not after and not self.result.done():
+            self.result = result
+        else:
+            complete_after(result, after, self.result)
 
     def finish(self, outcome: PublishOutcome) -> None:
         if not self.result.done():

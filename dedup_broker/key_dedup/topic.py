@@ -20,19 +20,20 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from dedup_broker.domain_base.outcomes import PublishOutcome, PublishResult, PublishStatus
 from dedup_broker.errors import BrokerError, ProtocolError, RetriableError
 from dedup_broker.key_dedup import recovery
-from dedup_broker.key_dedup.claims import GroupKeys, ScopeRebuildingError, repeated_keys
+from dedup_broker.key_dedup.claimed import decide_claimed
 from dedup_broker.key_dedup.sends import (
+    READY_WAIT_SECONDS,
+    REDIS_ASK_AGAIN_SECONDS,
     CheckedAppends,
     KeyDedupNotReadyError,
     PreparedSend,
     ProducerGoneError,
     QueuedSend,
-    complete_after,
     finish_duplicate,
     highest_sequence_id,
     topic_closed,
@@ -45,7 +46,6 @@ from dedup_broker.key_dedup.window import (
     entry_keys,
     kept_records_compiled,
     now_ms,
-    sort_entry,
 )
 from dedup_broker.key_dedup.written import WriteOutcomes, Written
 from dedup_broker.lazy import LazyDeque, LazyEvent, LazyLock
@@ -69,8 +69,6 @@ GROUP_MAX_MESSAGES = 4096
 """...and at most about this many messages: a group's messages are parsed on the event
 loop and its keys claimed in one Redis script, so an unbounded group (a client's whole
 window of 1000-message batches) would hold the loop and Redis for seconds."""
-READY_WAIT_SECONDS = 5.0
-REDIS_ASK_AGAIN_SECONDS = 0.1
 
 
 class TopicKeyDedup:
@@ -78,7 +76,6 @@ class TopicKeyDedup:
         "_appends",
         "_busy",
         "_change",
-        "_outcomes",
         "_owner",
         "_queue",
         "_ready",
@@ -89,6 +86,7 @@ class TopicKeyDedup:
         "errors",
         "ledger",
         "name",
+        "outcomes",
         "policy",
         "scope",
         "service",
@@ -115,7 +113,7 @@ class TopicKeyDedup:
         self._busy = False
         self._ready = LazyEvent()
         self._recovering: asyncio.Task[None] | None = None
-        self._outcomes = WriteOutcomes(self)
+        self.outcomes = WriteOutcomes(self)
         self._change = LazyLock()
         self.errors = 0
 
@@ -133,7 +131,7 @@ class TopicKeyDedup:
     def write_failure_resolved(self, told: Position, truth: Position) -> None:
         """The ledger learnt what a failed write left: settle the keys in doubt."""
         if self.scope is not None:
-            asyncio.get_running_loop().create_task(self._outcomes.resolve_failure(told, truth))
+            asyncio.get_running_loop().create_task(self.outcomes.resolve_failure(told, truth))
 
     # --- policy -----------------------------------------------------------------------
     @property
@@ -207,11 +205,56 @@ class TopicKeyDedup:
         metadata: pb.MessageMetadata,
     ) -> PublishResult:
         item = QueuedSend(producer, send, entry, metadata)
+        writes = self._deciding_now()
+        if writes is not None:
+            self._decide_now(item, writes)
+            return item.result
         self._queue.append(item)
         if self._worker is None or self._worker.done():
             self._worker = asyncio.get_running_loop().create_task(self._run())
         self._wake.set()
         return item.result
+
+    def _deciding_now(self) -> SoleWrites | None:
+        """A single writer's SEND is decided as it arrives, with no turn of the loop
+        given up, when nothing waits before it and memory can decide: its writes in
+        flight then; None when the SEND must queue."""
+        scope, policy = self.scope, self.policy
+        if self._queue or self._busy or self.closed or scope is None or policy is None:
+            return None
+        if scope.writes is None or not (self._ready.is_set() and scope.ready.is_set()):
+            return None
+        if scope.redis_failing_since is not None and (
+            policy.on_redis_unavailable is not OnRedisUnavailable.ACCEPT
+        ):
+            return None
+        return scope.writes
+
+    def _decide_now(self, item: QueuedSend, writes: SoleWrites) -> None:
+        scope, policy = self.scope, self.policy
+        assert scope is not None and policy is not None
+        item.direct = True  # its answer may be the append's own
+        try:
+            prepared = self._prepare(item, policy)
+            if prepared is not None:
+                self._sort_alone(prepared, scope, writes)
+        except Exception as exc:  # keep the topic serving
+            log.exception("%s: key deduplication failed on a SEND", self.name)
+            if not item.answered:
+                self.refuse(item, RetriableError(f"key deduplication failed: {exc}"))
+        finally:
+            item.direct = False
+
+    def _prepare(self, item: QueuedSend, policy: KeyDedupPolicy) -> PreparedSend | None:
+        """A SEND with its messages' keys; None when it was answered already."""
+        if item.producer.closed:  # the client resends it on its new connection
+            item.finish(PublishOutcome.failed(ProducerGoneError("the producer closed")))
+            return None
+        try:
+            return PreparedSend(item, entry_keys(item.entry, policy.key_source, item.metadata))
+        except ProtocolError as exc:
+            self.refuse(item, exc)
+            return None
 
     async def _run(self) -> None:
         while not self.closed:
@@ -236,7 +279,7 @@ class TopicKeyDedup:
                 log.exception("%s: key deduplication failed on a group", self.name)
                 for item in group:
                     if not item.answered:
-                        self._error(item, RetriableError(f"key deduplication failed: {exc}"))
+                        self.refuse(item, RetriableError(f"key deduplication failed: {exc}"))
             finally:
                 self._busy = False
 
@@ -244,110 +287,27 @@ class TopicKeyDedup:
         policy, scope = self.policy, self.scope
         if policy is None or scope is None:
             for item in group:
-                self._append(item, item.entry, item.metadata, [], None)
+                self.append_entry(item, item.entry, item.metadata, [], None)
             return
-        prepared: list[PreparedSend] = []
-        for item in group:
-            if item.producer.closed:  # the client resends it on its new connection
-                item.finish(PublishOutcome.failed(ProducerGoneError("the producer closed")))
-                continue
-            try:
-                keys = entry_keys(item.entry, policy.key_source, item.metadata)
-            except ProtocolError as exc:
-                self._error(item, exc)
-                continue
-            prepared.append(PreparedSend(item, keys))
+        prepared = [p for p in (self._prepare(item, policy) for item in group) if p]
         if not prepared:
             return
         accept = policy.on_redis_unavailable is OnRedisUnavailable.ACCEPT
-        if not await self._wait_ready() and not accept:
+        if not await self.wait_ready() and not accept:
             for p in prepared:
-                self._error(p.item, KeyDedupNotReadyError("key deduplication is recovering"))
+                self.refuse(p.item, KeyDedupNotReadyError("key deduplication is recovering"))
             return
         if scope.writes is not None:
             if not accept and not await self._redis_takes(scope):
                 for p in prepared:
-                    self._error(p.item, KeyStoreUnavailableError("Redis does not take keys"))
+                    self.refuse(p.item, KeyStoreUnavailableError("Redis does not take keys"))
                 return
             for p in prepared:
                 self._sort_alone(p, scope, scope.writes)
             return
-        claims = GroupKeys(scope, policy, self.service, self.owner)
-        key_lists = [p.keys for p in prepared if p.keys]
-        try:
-            try:
-                await self._lookup(claims, key_lists)
-            except ScopeRebuildingError:
-                # Rebuilding from the log takes moments: wait for it rather than fail.
-                claims.clear()
-                if not await self._wait_ready():
-                    raise KeyDedupNotReadyError("the key window is being rebuilt") from None
-                await self._lookup(claims, key_lists)
-        except BrokerError as exc:
-            for p in prepared:
-                self._error(p.item, exc)
-            return
-        except asyncio.CancelledError:
-            # Closed while claiming: free the keys, other topics of the scope wait on them.
-            self._outcomes.release(list(claims.owned))
-            raise
-        used: set[bytes] = set()
-        # Keys the group may have to free: those of SENDs not appended whole (a SEND
-        # appended whole shares no key with another SEND of the group).
-        left: list[bytes] = []
-        # All new and distinct (the common case): every SEND with keys is kept whole.
-        repeated = set() if claims.distinct else repeated_keys(key_lists)
-        unusual = claims.unusual | repeated
-        done = 0
-        try:
-            for p in prepared:
-                if not self._kept_whole(p, unusual, left, claims.distinct):
-                    left += filter(None, p.keys or ())
-                    await self._decide(claims, p, used, repeated)
-                done += 1
-        finally:
-            for p in prepared[done:]:
-                left += filter(None, p.keys or ())
-            if left:
-                self._outcomes.release(list(claims.owned.intersection(left) - used))
+        await decide_claimed(self, prepared, scope, policy)
 
-    def _kept_whole(
-        self, p: PreparedSend, unusual: set[bytes], left: list[bytes], distinct: bool
-    ) -> bool:
-        """Appends a SEND whole, as ``_decide`` would conclude without a verdict per
-        message, when each of its messages has a key of its own (``distinct``: known
-        already) that the group's lookup found NEW and no other SEND of the group
-        repeats. True when it was handled so (its answer is the append's; the keys of an
-        entry not appended go to ``left``)."""
-        keys, item, scope = p.keys, p.item, self.scope
-        if not keys or scope is None or item.producer.closed or None in keys:
-            return False
-        if not unusual.isdisjoint(keys) or not (distinct or len(set(keys)) == len(keys)):
-            return False
-        kept = cast("list[bytes]", keys)
-        if self._append(item, item.entry, item.metadata, [], self._outcomes.claimed(scope, kept)):
-            scope.kept += len(kept)
-        else:
-            left += kept
-        return True
-
-    async def _lookup(self, claims: GroupKeys, key_lists: list[list[bytes | None]]) -> None:
-        """The group's key states. A Redis that cannot be reached is asked again for up to
-        ``READY_WAIT_SECONDS`` (a restart takes about a second) before the SENDs fail:
-        the official clients answer each send error by dropping their connection, with
-        every producer and consumer on it."""
-        deadline = asyncio.get_running_loop().time() + READY_WAIT_SECONDS
-        while True:
-            try:
-                await claims.lookup(key_lists)
-                return
-            except KeyStoreUnavailableError:
-                if asyncio.get_running_loop().time() >= deadline or self.closed:
-                    raise
-                claims.clear()
-                await asyncio.sleep(REDIS_ASK_AGAIN_SECONDS)
-
-    async def _wait_ready(self) -> bool:
+    async def wait_ready(self) -> bool:
         """Both this topic's replay and the scope (marker, rebuild) done, within a bound."""
         scope = self.scope
         if scope is None:
@@ -363,46 +323,6 @@ class TopicKeyDedup:
             await asyncio.wait_for(both(), READY_WAIT_SECONDS)
         return self._ready.is_set() and scope.ready.is_set()
 
-    async def _decide(
-        self, claims: GroupKeys, p: PreparedSend, used: set[bytes], repeated: set[bytes]
-    ) -> None:
-        """One SEND: drop its repeats, append the rest, answer in the producer's order
-        (a repeat of a write in flight: after that write, without holding later SENDs)."""
-        scope, states, futures = claims.scope, claims.states, claims.futures
-        item = p.item
-        if item.producer.closed:
-            item.finish(PublishOutcome.failed(ProducerGoneError("the producer closed")))
-            return
-        keys = p.keys
-        if keys is None:
-            scope.unchecked += max(item.metadata.num_messages_in_batch, 1)
-            self._append(item, item.entry, item.metadata, [], None)
-            return
-        if futures:  # a batch may carry one key twice: settle each key once
-            settled = [k for k in futures.keys() & set(keys) if futures[k].done()]
-            if settled:
-                await claims.settle(settled)
-        sorting = sort_entry(keys, states, futures)
-        if sorting is None:  # a key held by a write another broker is making
-            self._error(item, KeyDedupNotReadyError("an earlier copy is being written"))
-            return
-        dropped, unchecked = sorting.dropped, sorting.unchecked
-        scope.unchecked += unchecked
-        scope.dropped += dropped
-        if dropped == len(sorting.keep):
-            finish_duplicate(item, sorting.after)
-            return
-        entry, metadata = item.entry, item.metadata
-        if dropped:  # the kept messages' records, as sent
-            payload = parse_message(entry).payload
-            highest = highest_sequence_id(item.send, metadata, payload)
-            raw = kept_records_compiled(metadata, payload, sorting.keep)
-            metadata, entry = rewrite_batch(metadata, payload, sorting.keep, highest, raw)
-        written = self._outcomes.claimed(scope, sorting.keys)
-        if self._append(item, entry, metadata, sorting.after, written):
-            claims.kept(sorting.keys, used, repeated)
-            scope.kept += unchecked
-
     def _sort_alone(self, p: PreparedSend, scope: KeyScope, writes: SoleWrites) -> None:
         """One SEND of a single writer's scope: its keys claimed in memory, its repeats
         dropped, the rest appended (an answer waits for the writes it repeats keys of)."""
@@ -413,7 +333,7 @@ class TopicKeyDedup:
         entry, metadata, keys = item.entry, item.metadata, p.keys
         if keys is None:
             scope.unchecked += max(metadata.num_messages_in_batch, 1)
-            self._append(item, entry, metadata, [], None)
+            self.append_entry(item, entry, metadata, [], None)
             return
         anchor = metadata.publish_time or now_ms()
         sorting = writes.sort(keys, anchor)
@@ -428,8 +348,8 @@ class TopicKeyDedup:
             highest = highest_sequence_id(item.send, metadata, payload)
             raw = kept_records_compiled(metadata, payload, keep)
             metadata, entry = rewrite_batch(metadata, payload, keep, highest, raw)
-        written = None if write is None else self._outcomes.alone(scope, writes, write, anchor)
-        if self._append(item, entry, metadata, sorting.after, written, anchor):
+        written = None if write is None else self.outcomes.alone(scope, writes, write, anchor)
+        if self.append_entry(item, entry, metadata, sorting.after, written, anchor):
             if write is not None:
                 writes.flying(write)
             scope.kept += (write.count if write is not None else 0) + sorting.unchecked
@@ -448,7 +368,7 @@ class TopicKeyDedup:
             await asyncio.sleep(REDIS_ASK_AGAIN_SECONDS)
         return True
 
-    def _append(
+    def append_entry(
         self,
         item: QueuedSend,
         entry: bytes,
@@ -461,14 +381,14 @@ class TopicKeyDedup:
         ``written`` hears the write's outcome with its anchor (the publish time)."""
         anchor = anchor or metadata.publish_time or now_ms()
         result = self._appends.append_checked(item.producer, item.send, entry, metadata, anchor)
-        complete_after(result, after, item.result)
+        item.answer_with(result, after)
         if result.done() and result.result().status is not PublishStatus.STORED:
             return False
         if written is not None:
             result.add_done_callback(lambda done: written(done.result(), anchor))
         return True
 
-    def _error(self, item: QueuedSend, exc: BaseException) -> None:
+    def refuse(self, item: QueuedSend, exc: BaseException) -> None:
         self.errors += 1
         log.debug("%s: SEND %d not accepted: %s", self.name, item.send.sequence_id, exc)
         item.finish(PublishOutcome.failed(exc))
@@ -482,7 +402,7 @@ class TopicKeyDedup:
             self._queue.popleft().finish(PublishOutcome.failed(topic_closed()))
         scope = self.scope
         if scope is not None:
-            self._outcomes.close(scope)
+            self.outcomes.close(scope)
             self._detach()
 
     def stats(self) -> dict[str, object]:

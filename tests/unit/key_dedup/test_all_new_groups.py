@@ -11,6 +11,7 @@ from typing import Any, cast
 import pytest
 
 from dedup_broker.domain_base.outcomes import PublishOutcome, PublishResult, PublishStatus
+from dedup_broker.key_dedup import claimed
 from dedup_broker.key_dedup import topic as topic_module
 from dedup_broker.key_dedup.claims import GroupKeys
 from dedup_broker.key_dedup.memory import InFlightKeys
@@ -142,19 +143,19 @@ def test_the_short_path_decides_as_the_general_one(
 ) -> None:
     group = GROUPS[name]
     whole: list[bool] = []
-    kept_whole = TopicKeyDedup._kept_whole
+    kept_whole = claimed._kept_whole
 
-    def counted(self: TopicKeyDedup, *args: Any) -> bool:
-        whole.append(kept_whole(self, *args))
+    def counted(*args: Any) -> bool:
+        whole.append(kept_whole(*args))
         return whole[-1]
 
-    monkeypatch.setattr(TopicKeyDedup, "_kept_whole", counted)
+    monkeypatch.setattr(claimed, "_kept_whole", counted)
     short = asyncio.run(_run(False, group, monkeypatch))
     assert sum(whole) == KEPT_WHOLE[name]
     # The general path: every group looks as if a key might be held, every SEND gets a
     # verdict per message.
     monkeypatch.setattr(InFlightKeys, "none_held", lambda self, keys: False)
-    monkeypatch.setattr(TopicKeyDedup, "_kept_whole", lambda self, *args: False)
+    monkeypatch.setattr(claimed, "_kept_whole", lambda *args: False)
     general = asyncio.run(_run(False, group, monkeypatch))
     assert short == general
     if name == "a closed producer":

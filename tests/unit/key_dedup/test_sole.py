@@ -72,7 +72,7 @@ def test_a_repeat_of_a_write_in_flight_waits_for_its_outcome(
             appends.results[0].set_result(PublishOutcome.failed(RuntimeError("lost")))
             await asyncio.sleep(0)
             assert not repeat.result.done()  # in doubt until then
-            await topic._outcomes.resolve_failure(Position(1, 0), Position(1, 0))
+            await topic.outcomes.resolve_failure(Position(1, 0), Position(1, 0))
         outcome = await asyncio.wait_for(repeat.result, 5)
         if stored:
             assert outcome.status is PublishStatus.DUPLICATE
@@ -121,5 +121,40 @@ def test_reject_fails_sends_while_redis_does_not_take_the_keys(
             assert appends.results == [] and scope.stats()["keysInFlight"] == 0
         else:
             assert len(appends.results) == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_ready_single_writer_decides_each_send_as_it_arrives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def scenario() -> None:
+        a, b = _key("a"), _key("b")
+        topic, scope, appends = _topic(monkeypatch, {b"e1": [a], b"e2": [a], b"e3": [b]})
+        first = _send(b"e1")
+        answer = topic.submit(first.producer, first.send, first.entry, first.metadata)
+        assert len(appends.results) == 1  # appended before any turn of the loop
+        assert answer is appends.results[0]  # the append's own answer, nothing chained
+        repeat = _send(b"e2")
+        repeated = topic.submit(repeat.producer, repeat.send, repeat.entry, repeat.metadata)
+        assert len(appends.results) == 1 and not repeated.done()  # waits for the first
+        # While the topic is not ready, SENDs queue, and keep their order once it is.
+        topic._ready.clear()
+        later = _send(b"e3")
+        queued = topic.submit(later.producer, later.send, later.entry, later.metadata)
+        await asyncio.sleep(0.05)
+        assert len(appends.results) == 1
+        topic._ready.set()
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if len(appends.results) == 2:
+                break
+        assert len(appends.results) == 2 and not queued.done()
+        appends.results[0].set_result(PublishOutcome.stored(Position(1, 0)))
+        appends.results[1].set_result(PublishOutcome.stored(Position(1, 1)))
+        assert (await asyncio.wait_for(repeated, 5)).status is PublishStatus.DUPLICATE
+        assert (await asyncio.wait_for(queued, 5)).status is PublishStatus.STORED
+        assert scope.kept == 2 and scope.dropped == 1
+        await topic.close()
 
     asyncio.run(scenario())
