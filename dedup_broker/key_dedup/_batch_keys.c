@@ -6,6 +6,9 @@
  * type, a non-ASCII key text): the caller then takes the Python path, which reports
  * the exact error. kind: 0 content, 1 partition key, 2 property ``name``.
  *
+ * batch_keys_packed(data, count, kind, name) -> (packed keys, indexes of the messages
+ * without one), or None: the same keys with no object made per key.
+ *
  * batch_kept(data, count, keep) -> the kept messages' records, end to end, or None.
  *
  * SHA-256 runs on the x86 SHA extensions where the processor has them (checked once, at
@@ -20,142 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 
-/* --- SHA-256 (FIPS 180-4) ------------------------------------------------------ */
-static const uint32_t K256[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
-    0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
-    0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
-    0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
-    0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
-    0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
-    0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
-    0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
-    0xc67178f2};
-
-#define ROR(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
-
-static void sha256_block_portable(uint32_t h[8], const uint8_t *p) {
-    uint32_t w[64];
-    for (int i = 0; i < 16; i++) {
-        w[i] = ((uint32_t)p[4 * i] << 24) | ((uint32_t)p[4 * i + 1] << 16) |
-               ((uint32_t)p[4 * i + 2] << 8) | (uint32_t)p[4 * i + 3];
-    }
-    for (int i = 16; i < 64; i++) {
-        uint32_t s0 = ROR(w[i - 15], 7) ^ ROR(w[i - 15], 18) ^ (w[i - 15] >> 3);
-        uint32_t s1 = ROR(w[i - 2], 17) ^ ROR(w[i - 2], 19) ^ (w[i - 2] >> 10);
-        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-    }
-    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], k = h[7];
-    for (int i = 0; i < 64; i++) {
-        uint32_t t1 = k + (ROR(e, 6) ^ ROR(e, 11) ^ ROR(e, 25)) + ((e & f) ^ (~e & g)) +
-                      K256[i] + w[i];
-        uint32_t t2 = (ROR(a, 2) ^ ROR(a, 13) ^ ROR(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-        k = g;
-        g = f;
-        f = e;
-        e = d + t1;
-        d = c;
-        c = b;
-        b = a;
-        a = t1 + t2;
-    }
-    h[0] += a; h[1] += b; h[2] += c; h[3] += d;
-    h[4] += e; h[5] += f; h[6] += g; h[7] += k;
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <cpuid.h>
-#include <immintrin.h>
-#define HAVE_SHA_NI 1
-/* One block with the x86 SHA extensions (SHA-NI: about a tenth of the portable block's
- * time). The state is kept as the instructions want it: ABEF and CDGH; each
- * sha256rnds2 does two rounds, sha256msg1/msg2 extend the message schedule four words
- * at a time. */
-__attribute__((target("sha,sse4.1,ssse3"))) static void sha256_block_ni(uint32_t h[8],
-                                                                         const uint8_t *p) {
-    const __m128i swap = _mm_set_epi64x(0x0c0d0e0f08090a0bLL, 0x0405060700010203LL);
-    __m128i abcd = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&h[0]), 0xB1);
-    __m128i efgh = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&h[4]), 0x1B);
-    __m128i abef = _mm_alignr_epi8(abcd, efgh, 8);
-    __m128i cdgh = _mm_blend_epi16(efgh, abcd, 0xF0);
-    const __m128i abef_in = abef, cdgh_in = cdgh;
-    __m128i w[4];
-    for (int i = 0; i < 16; i++) {
-        __m128i words;
-        if (i < 4) {
-            words = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 16 * i)), swap);
-        } else { /* W[t..t+3] from W[t-16..], W[t-12..], W[t-8..], W[t-4..] */
-            __m128i t = _mm_sha256msg1_epu32(w[i % 4], w[(i + 1) % 4]);
-            t = _mm_add_epi32(t, _mm_alignr_epi8(w[(i + 3) % 4], w[(i + 2) % 4], 4));
-            words = _mm_sha256msg2_epu32(t, w[(i + 3) % 4]);
-        }
-        w[i % 4] = words;
-        __m128i k = _mm_add_epi32(words, _mm_loadu_si128((const __m128i *)&K256[4 * i]));
-        cdgh = _mm_sha256rnds2_epu32(cdgh, abef, k);
-        abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(k, 0x0E));
-    }
-    abef = _mm_add_epi32(abef, abef_in);
-    cdgh = _mm_add_epi32(cdgh, cdgh_in);
-    __m128i feba = _mm_shuffle_epi32(abef, 0x1B);
-    __m128i dchg = _mm_shuffle_epi32(cdgh, 0xB1);
-    _mm_storeu_si128((__m128i *)&h[0], _mm_blend_epi16(feba, dchg, 0xF0));
-    _mm_storeu_si128((__m128i *)&h[4], _mm_alignr_epi8(dchg, feba, 8));
-}
-
-/* The processor has the SHA extensions and the SSE levels the block above uses. */
-static int sha_ni_present(void) {
-    unsigned int a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 19)) || !(c & (1u << 9))) return 0;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
-    return (b >> 29) & 1;
-}
-#endif
-
-typedef void (*block_fn)(uint32_t h[8], const uint8_t *p);
-static block_fn sha256_block = sha256_block_portable;
-
-/* The first 16 bytes of SHA-256(prefix || data) (prefix: 0 or 1 byte). */
-static void key16(int prefix, const uint8_t *data, Py_ssize_t len, uint8_t out[16]) {
-    uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                     0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-    uint8_t block[64];
-    Py_ssize_t fill = 0;
-    uint64_t total = (uint64_t)len + (prefix >= 0 ? 1 : 0);
-    if (prefix >= 0) block[fill++] = (uint8_t)prefix;
-    while (len > 0) {
-        Py_ssize_t take = 64 - fill;
-        if (take > len) take = len;
-        if (fill == 0 && take == 64) {
-            sha256_block(h, data);
-        } else {
-            memcpy(block + fill, data, (size_t)take);
-            fill += take;
-            if (fill == 64) {
-                sha256_block(h, block);
-                fill = 0;
-            }
-        }
-        data += take;
-        len -= take;
-    }
-    block[fill++] = 0x80;
-    if (fill > 56) {
-        memset(block + fill, 0, (size_t)(64 - fill));
-        sha256_block(h, block);
-        fill = 0;
-    }
-    memset(block + fill, 0, (size_t)(56 - fill));
-    uint64_t bits = total * 8;
-    for (int i = 0; i < 8; i++) block[56 + i] = (uint8_t)(bits >> (56 - 8 * i));
-    sha256_block(h, block);
-    for (int i = 0; i < 4; i++) {
-        out[4 * i] = (uint8_t)(h[i] >> 24);
-        out[4 * i + 1] = (uint8_t)(h[i] >> 16);
-        out[4 * i + 2] = (uint8_t)(h[i] >> 8);
-        out[4 * i + 3] = (uint8_t)h[i];
-    }
-}
+#include "_sha256.h"
 
 /* --- protobuf wire format ------------------------------------------------------ */
 static int varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
@@ -222,15 +90,12 @@ static int key_value(const uint8_t *p, const uint8_t *end, const uint8_t **k, ui
     return has_k && has_v;
 }
 
-static PyObject *batch_keys(PyObject *self, PyObject *args) {
-    Py_buffer buf, name;
-    Py_ssize_t count;
-    int kind;
-    if (!PyArg_ParseTuple(args, "y*niy*", &buf, &count, &kind, &name)) return NULL;
-    PyObject *out = count >= 0 ? PyList_New(count) : NULL;
-    const uint8_t *data = (const uint8_t *)buf.buf;
-    const uint8_t *end = data + buf.len, *pos = data;
-    int ok = out != NULL;
+/* Reads the keys of ``count`` messages of a batch payload into ``keys`` (16 bytes each)
+ * and ``present`` (0: a message without a key); 0 when anything is unusual. */
+static int read_keys(const uint8_t *data, Py_ssize_t len, Py_ssize_t count, int kind,
+                     const uint8_t *name, Py_ssize_t name_len, uint8_t *keys, uint8_t *present) {
+    const uint8_t *end = data + len, *pos = data;
+    int ok = 1;
     for (Py_ssize_t index = 0; ok && index < count; index++) {
         ok = 0;
         if (end - pos < 4) break;
@@ -254,8 +119,8 @@ static PyObject *batch_keys(PyObject *self, PyObject *args) {
                     const uint8_t *k = NULL, *v = NULL;
                     uint64_t kn = 0, vn = 0;
                     if (!key_value(p, p + n, &k, &kn, &v, &vn)) { bad = 1; break; }
-                    if (found == NULL && kn == (uint64_t)name.len &&
-                        memcmp(k, name.buf, (size_t)kn) == 0) {
+                    if (found == NULL && kn == (uint64_t)name_len &&
+                        memcmp(k, name, (size_t)kn) == 0) {
                         found = v;
                         found_n = vn;
                     }
@@ -281,35 +146,87 @@ static PyObject *batch_keys(PyObject *self, PyObject *args) {
         if (bad || p != mend || payload_size < 0 || payload_size > end - mend) break;
         const uint8_t *payload = mend;
         pos = mend + payload_size;
-        uint8_t key[16];
-        PyObject *item;
+        uint8_t *key = keys + 16 * index;
+        present[index] = 1;
         if (kind == 0) {
             key16(-1, payload, (Py_ssize_t)payload_size, key);
-            item = PyBytes_FromStringAndSize((const char *)key, 16);
         } else if (kind == 1 && pk != NULL && !null_pk) {
             key16('k', pk, (Py_ssize_t)pk_n, key);
-            item = PyBytes_FromStringAndSize((const char *)key, 16);
         } else if (kind == 2 && found != NULL) {
             key16('p', found, (Py_ssize_t)found_n, key);
-            item = PyBytes_FromStringAndSize((const char *)key, 16);
         } else {
-            item = Py_NewRef(Py_None);
+            present[index] = 0;
         }
-        if (item == NULL) break;
-        PyList_SET_ITEM(out, index, item);
         ok = 1;
     }
-    if (ok && pos != end) ok = 0;
+    return ok && pos == end;
+}
+
+/* The batch's keys read into one buffer: 16 bytes a message, then a flag a message;
+ * NULL (no error set) when anything is unusual, NULL with an error when out of memory. */
+static uint8_t *batch_read(PyObject *args, Py_ssize_t *count) {
+    Py_buffer buf, name;
+    int kind;
+    if (!PyArg_ParseTuple(args, "y*niy*", &buf, count, &kind, &name)) return NULL;
+    uint8_t *out = *count >= 0 ? PyMem_Malloc((size_t)*count * 17 + 1) : NULL;
+    if (out == NULL && *count >= 0) PyErr_NoMemory();
+    if (out != NULL && !read_keys((const uint8_t *)buf.buf, buf.len, *count, kind,
+                                  (const uint8_t *)name.buf, name.len, out,
+                                  out + 16 * *count)) {
+        PyMem_Free(out);
+        out = NULL;
+    }
     PyBuffer_Release(&buf);
     PyBuffer_Release(&name);
-    if (!ok) {
-        if (PyErr_Occurred()) {
-            Py_XDECREF(out);
-            return NULL;
-        }
-        Py_XDECREF(out);
+    return out;
+}
+
+static PyObject *batch_keys(PyObject *self, PyObject *args) {
+    Py_ssize_t count = 0;
+    uint8_t *read = batch_read(args, &count);
+    if (read == NULL) {
+        if (PyErr_Occurred()) return NULL;
         Py_RETURN_NONE;
     }
+    PyObject *out = PyList_New(count);
+    for (Py_ssize_t i = 0; out != NULL && i < count; i++) {
+        PyObject *item = read[16 * count + i]
+                             ? PyBytes_FromStringAndSize((const char *)read + 16 * i, 16)
+                             : Py_NewRef(Py_None);
+        if (item == NULL) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, i, item);
+    }
+    PyMem_Free(read);
+    return out;
+}
+
+/* batch_keys_packed(data, count, kind, name) -> (packed, missing): the keys batch_keys
+ * reads, those present end to end in order, and the indexes of the messages without a
+ * key; None when anything is unusual. No object is made per key. */
+static PyObject *batch_keys_packed(PyObject *self, PyObject *args) {
+    Py_ssize_t count = 0;
+    uint8_t *read = batch_read(args, &count);
+    if (read == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    const uint8_t *present = read + 16 * count;
+    Py_ssize_t kept = 0;
+    PyObject *missing = PyList_New(0);
+    for (Py_ssize_t i = 0; missing != NULL && i < count; i++) {
+        if (present[i]) {
+            if (kept != i) memmove(read + 16 * kept, read + 16 * i, 16);
+            kept++;
+        } else {
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (index == NULL || PyList_Append(missing, index) < 0) Py_CLEAR(missing);
+            Py_XDECREF(index);
+        }
+    }
+    PyObject *out = missing == NULL ? NULL
+                                    : Py_BuildValue("(y#N)", (const char *)read,
+                                                    (Py_ssize_t)(16 * kept), missing);
+    PyMem_Free(read);
     return out;
 }
 
@@ -608,6 +525,9 @@ static PyObject *table_move(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
+    {"batch_keys_packed", batch_keys_packed, METH_VARARGS,
+     "The keys batch_keys reads, packed end to end, and the indexes of messages without "
+     "one."},
     {"batch_keys", batch_keys, METH_VARARGS,
      "Keys of an uncompressed batch payload's messages, or None (take the Python path)."},
     {"batch_kept", batch_kept, METH_VARARGS,

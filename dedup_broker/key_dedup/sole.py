@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
-from dedup_broker.key_dedup.window import KEY_BYTES
+from dedup_broker.key_dedup.window import KEY_BYTES, PackedKeys
 
 if TYPE_CHECKING:
     from dedup_broker.key_dedup.memory import WindowKeys
@@ -68,31 +68,36 @@ class SoleWrites:
         self.keys = 0
         """Keys held by writes in flight."""
 
-    def sort(self, keys: list[bytes | None], anchor_ms: int) -> SoleSorting:
-        """Claims a SEND's keys (one per message; None: a message without one, kept
-        unchecked) and sorts its messages: a key held already is a repeat."""
-        present = cast(
-            "list[bytes]", keys if None not in keys else [k for k in keys if k is not None]
-        )
-        unchecked = len(keys) - len(present)
-        anchor, found = self.window.claim(b"".join(present), anchor_ms)
+    def sort(self, keys: PackedKeys, anchor_ms: int) -> SoleSorting:
+        """Claims a SEND's keys (those of its messages that have one, packed) and sorts
+        its messages: a key held already is a repeat; a message without one is kept
+        unchecked."""
+        packed, missing, count = keys
+        unchecked = len(missing)
+        anchor, found = self.window.claim(packed, anchor_ms)
         if not found:
-            write = HeldWrite(b"".join(present), anchor) if present else None
+            write = HeldWrite(packed, anchor) if packed else None
             return SoleSorting(None, write, unchecked=unchecked)
         repeats = {held.position for held in found}
         after: dict[int, asyncio.Future[bool]] = {}
         for held in found:
-            holder = self._holder(present[held.position], held.anchor) if held.flying else None
+            start = held.position * KEY_BYTES
+            key = packed[start : start + KEY_BYTES]
+            holder = self._holder(key, held.anchor) if held.flying else None
             if holder is not None:  # None: an earlier message of this SEND holds it
                 after.setdefault(id(holder), self.outcome(holder))
-        kept = b"".join(k for i, k in enumerate(present) if i not in repeats)
-        if unchecked:
-            positions = [i for i, k in enumerate(keys) if k is not None]
-            keep = [True] * len(keys)
+        present = len(packed) // KEY_BYTES
+        kept = b"".join(
+            packed[i * KEY_BYTES : (i + 1) * KEY_BYTES] for i in range(present) if i not in repeats
+        )
+        if missing:
+            without = set(missing)
+            positions = [i for i in range(count) if i not in without]
+            keep = [True] * count
             for index in repeats:
                 keep[positions[index]] = False
         else:
-            keep = [i not in repeats for i in range(len(keys))]
+            keep = [i not in repeats for i in range(count)]
         return SoleSorting(
             keep,
             HeldWrite(kept, anchor) if kept else None,

@@ -44,6 +44,7 @@ from dedup_broker.key_dedup.window import (
     KeyDedupPolicy,
     OnRedisUnavailable,
     entry_keys,
+    entry_keys_packed,
     kept_records_compiled,
     now_ms,
 )
@@ -235,9 +236,7 @@ class TopicKeyDedup:
         assert scope is not None and policy is not None
         item.direct = True  # its answer may be the append's own
         try:
-            prepared = self._prepare(item, policy)
-            if prepared is not None:
-                self._sort_alone(prepared, scope, writes)
+            self._decide_alone(item, scope, writes, policy)
         except Exception as exc:  # keep the topic serving
             log.exception("%s: key deduplication failed on a SEND", self.name)
             if not item.answered:
@@ -289,21 +288,21 @@ class TopicKeyDedup:
             for item in group:
                 self.append_entry(item, item.entry, item.metadata, [], None)
             return
+        accept = policy.on_redis_unavailable is OnRedisUnavailable.ACCEPT
+        if scope.writes is not None:
+            refusal = await self._alone_refusal(scope, accept)
+            for item in group:
+                if refusal is not None:
+                    self.refuse(item, refusal)
+                else:
+                    self._decide_alone(item, scope, scope.writes, policy)
+            return
         prepared = [p for p in (self._prepare(item, policy) for item in group) if p]
         if not prepared:
             return
-        accept = policy.on_redis_unavailable is OnRedisUnavailable.ACCEPT
         if not await self.wait_ready() and not accept:
             for p in prepared:
                 self.refuse(p.item, KeyDedupNotReadyError("key deduplication is recovering"))
-            return
-        if scope.writes is not None:
-            if not accept and not await self._redis_takes(scope):
-                for p in prepared:
-                    self.refuse(p.item, KeyStoreUnavailableError("Redis does not take keys"))
-                return
-            for p in prepared:
-                self._sort_alone(p, scope, scope.writes)
             return
         await decide_claimed(self, prepared, scope, policy)
 
@@ -323,14 +322,20 @@ class TopicKeyDedup:
             await asyncio.wait_for(both(), READY_WAIT_SECONDS)
         return self._ready.is_set() and scope.ready.is_set()
 
-    def _sort_alone(self, p: PreparedSend, scope: KeyScope, writes: SoleWrites) -> None:
+    def _decide_alone(
+        self, item: QueuedSend, scope: KeyScope, writes: SoleWrites, policy: KeyDedupPolicy
+    ) -> None:
         """One SEND of a single writer's scope: its keys claimed in memory, its repeats
         dropped, the rest appended (an answer waits for the writes it repeats keys of)."""
-        item = p.item
-        if item.producer.closed:
+        if item.producer.closed:  # the client resends it on its new connection
             item.finish(PublishOutcome.failed(ProducerGoneError("the producer closed")))
             return
-        entry, metadata, keys = item.entry, item.metadata, p.keys
+        entry, metadata = item.entry, item.metadata
+        try:
+            keys = entry_keys_packed(entry, policy.key_source, metadata)
+        except ProtocolError as exc:
+            self.refuse(item, exc)
+            return
         if keys is None:
             scope.unchecked += max(metadata.num_messages_in_batch, 1)
             self.append_entry(item, entry, metadata, [], None)
@@ -355,6 +360,17 @@ class TopicKeyDedup:
             scope.kept += (write.count if write is not None else 0) + sorting.unchecked
         elif write is not None:
             writes.settle(write, False)
+
+    async def _alone_refusal(self, scope: KeyScope, accept: bool) -> BrokerError | None:
+        """Why a single writer's queued SENDs are refused (None: they are decided)."""
+        ready = await self.wait_ready()
+        if accept:
+            return None
+        if not ready:
+            return KeyDedupNotReadyError("key deduplication is recovering")
+        if not await self._redis_takes(scope):
+            return KeyStoreUnavailableError("Redis does not take keys")
+        return None
 
     async def _redis_takes(self, scope: KeyScope) -> bool:
         """A single writer's memory still decides right while Redis is down, but Redis's

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from dedup_broker.errors import PermanentError
 from dedup_broker.protocol import pulsar_api_pb2 as pb
@@ -224,6 +224,53 @@ def entry_keys(
     """The key of every message of an entry, in order, without keeping its messages;
     None when its messages cannot be keyed. ``metadata``: the entry's, parsed already
     (a SEND's, checked on arrival): its payload is then read in place."""
+    read = _keyable(entry, metadata)
+    if read is None:
+        return None
+    metadata, payload, batch = read
+    if batch is not None:
+        keys = batch_keys_compiled(batch, metadata.num_messages_in_batch, source)
+        if keys is not None:
+            return keys
+    return _keys(source, scan_batch(metadata, bytes(payload)))
+
+
+class PackedKeys(NamedTuple):
+    """An entry's keys with no object per key: those of the messages that have one, end
+    to end, and the indexes of the messages that have none."""
+
+    packed: bytes
+    missing: list[int]
+    messages: int
+
+    @classmethod
+    def of(cls, keys: list[bytes | None]) -> PackedKeys:
+        missing = [i for i, key in enumerate(keys) if key is None]
+        return cls(b"".join(k for k in keys if k is not None), missing, len(keys))
+
+
+def entry_keys_packed(
+    entry: bytes, source: KeySource, metadata: pb.MessageMetadata
+) -> PackedKeys | None:
+    """``entry_keys``, packed (read so by the compiled reader where it reads the batch)."""
+    read = _keyable(entry, metadata)
+    if read is None:
+        return None
+    _, _, batch = read
+    count = metadata.num_messages_in_batch
+    if batch is not None:
+        found = compiled_keys.batch_keys_packed(batch, count, _KINDS[source.kind], _name(source))
+        if found is not None:
+            return PackedKeys(found[0], found[1], count)
+    keys = entry_keys(entry, source, metadata)
+    return None if keys is None else PackedKeys.of(keys)
+
+
+def _keyable(
+    entry: bytes, metadata: pb.MessageMetadata | None
+) -> tuple[pb.MessageMetadata, bytes | memoryview, bytes | None] | None:
+    """An entry's metadata and payload, and its batch uncompressed when the compiled
+    reader can read it (else None); None when its messages cannot be keyed."""
     payload: bytes | memoryview
     if metadata is None:
         parsed = parse_message(entry)
@@ -232,17 +279,15 @@ def entry_keys(
         payload = payload_view(entry)
     if not checkable(metadata) or metadata.HasField("marker_type"):
         return None
-    if compiled_keys is not None and is_batch(metadata) and metadata.num_messages_in_batch >= 0:
-        if metadata.compression != pb.NONE:
-            payload = bytes(payload)
-        keys = batch_keys_compiled(
-            decompress(metadata.compression, cast(bytes, payload), metadata.uncompressed_size),
-            metadata.num_messages_in_batch,
-            source,
-        )
-        if keys is not None:
-            return keys
-    return _keys(source, scan_batch(metadata, bytes(payload)))
+    if compiled_keys is None or not is_batch(metadata) or metadata.num_messages_in_batch < 0:
+        return metadata, payload, None
+    data = bytes(payload) if metadata.compression != pb.NONE else payload
+    batch = decompress(metadata.compression, cast(bytes, data), metadata.uncompressed_size)
+    return metadata, payload, batch
+
+
+def _name(source: KeySource) -> bytes:
+    return source.property_name.encode()
 
 
 _KINDS = {KeySourceKind.CONTENT: 0, KeySourceKind.PARTITION_KEY: 1, KeySourceKind.PROPERTY: 2}
@@ -255,7 +300,7 @@ def batch_keys_compiled(data: bytes, count: int, source: KeySource) -> list[byte
     if compiled_keys is None:
         return None
     keys: list[bytes | None] | None = compiled_keys.batch_keys(
-        data, count, _KINDS[source.kind], source.property_name.encode()
+        data, count, _KINDS[source.kind], _name(source)
     )
     return keys
 

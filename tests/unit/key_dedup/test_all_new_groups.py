@@ -19,7 +19,7 @@ from dedup_broker.key_dedup.scope import KeyScope
 from dedup_broker.key_dedup.sends import ProducerGoneError, QueuedSend
 from dedup_broker.key_dedup.store import KeyStore, unpacked
 from dedup_broker.key_dedup.topic import TopicKeyDedup
-from dedup_broker.key_dedup.window import KeyDedupPolicy, KeyState, now_ms
+from dedup_broker.key_dedup.window import KeyDedupPolicy, KeyState, PackedKeys, now_ms
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.storage.api import Position
 from tests.unit.key_dedup.test_single_writer import FakeService, FakeStore, _no_members
@@ -111,6 +111,9 @@ async def _run(
     monkeypatch.setattr(
         topic_module, "entry_keys", lambda entry, source, metadata=None: keys[entry]
     )
+    monkeypatch.setattr(
+        topic_module, "entry_keys_packed", lambda entry, source, metadata: packed(keys[entry])
+    )
     items = [_send(entry, FakeProducer(closed)) for entry, _, closed in group]
     await topic._process(items)
     await asyncio.sleep(0)
@@ -197,3 +200,7 @@ def test_only_groups_of_distinct_new_keys_take_the_short_path() -> None:
         assert group.all_new and group.states == {a: KeyState.NEW}
 
     asyncio.run(scenario())
+
+
+def packed(keys: list[bytes | None] | None) -> PackedKeys | None:
+    return None if keys is None else PackedKeys.of(keys)

@@ -17,8 +17,10 @@ from dedup_broker.errors import ProtocolError
 from dedup_broker.key_dedup import window
 from dedup_broker.key_dedup.window import (
     KeySource,
+    PackedKeys,
     batch_keys_compiled,
     entry_keys,
+    entry_keys_packed,
     kept_records_compiled,
 )
 from dedup_broker.protocol import pulsar_api_pb2 as pb
@@ -156,11 +158,15 @@ def test_entry_keys_are_the_same_with_and_without_the_compiled_reader(
     )
     entry = encode_message(meta, compress(compression, raw))
     with_compiled = [entry_keys(entry, s) for s in SOURCES]
-    # A SEND's metadata parsed on arrival: the payload is read in place, same keys.
+    # A SEND's metadata parsed on arrival: the payload is read in place, same keys; a
+    # single writer reads them packed.
     assert [entry_keys(entry, s, parse_message(entry).metadata) for s in SOURCES] == with_compiled
+    packed = [PackedKeys.of(keys) if keys is not None else None for keys in with_compiled]
+    assert [entry_keys_packed(entry, s, parse_message(entry).metadata) for s in SOURCES] == packed
     monkeypatch.setattr(window, "compiled_keys", None)
     assert [entry_keys(entry, s) for s in SOURCES] == with_compiled
     assert [entry_keys(entry, s, parse_message(entry).metadata) for s in SOURCES] == with_compiled
+    assert [entry_keys_packed(entry, s, parse_message(entry).metadata) for s in SOURCES] == packed
     assert batch_keys_compiled(raw, len(records), SOURCES[0]) is None
 
 
@@ -172,11 +178,12 @@ def test_a_malformed_entry_raises_the_same_error_either_way(
         producer_name="p", sequence_id=0, publish_time=1, num_messages_in_batch=2
     )
     entry = encode_message(meta, raw)
-    with pytest.raises(ProtocolError, match="truncated"):
-        entry_keys(entry, SOURCES[1])
-    monkeypatch.setattr(window, "compiled_keys", None)
-    with pytest.raises(ProtocolError, match="truncated"):
-        entry_keys(entry, SOURCES[1])
+    for _ in range(2):  # with the compiled reader, then without it
+        with pytest.raises(ProtocolError, match="truncated"):
+            entry_keys(entry, SOURCES[1])
+        with pytest.raises(ProtocolError, match="truncated"):
+            entry_keys_packed(entry, SOURCES[1], parse_message(entry).metadata)
+        monkeypatch.setattr(window, "compiled_keys", None)
 
 
 @needs_compiled

@@ -20,7 +20,7 @@ from dedup_broker.key_dedup.store import (
     pack_runs,
     unpack_runs,
 )
-from dedup_broker.key_dedup.window import KeyDedupPolicy, OnRedisUnavailable, now_ms
+from dedup_broker.key_dedup.window import KeyDedupPolicy, OnRedisUnavailable, PackedKeys, now_ms
 
 WINDOW = 60_000
 
@@ -107,7 +107,7 @@ def _repeats(scope: KeyScope, keys: list[bytes]) -> set[bytes]:
     """The keys the single writer finds held already; the write of the others is lost
     (their keys freed again)."""
     assert scope.writes is not None
-    sorting = scope.writes.sort(cast("list[bytes | None]", keys), now_ms())
+    sorting = scope.writes.sort(PackedKeys.of(cast("list[bytes | None]", keys)), now_ms())
     if sorting.write is not None:
         scope.writes.settle(sorting.write, False)
     if sorting.keep is None:

@@ -18,7 +18,7 @@ from dedup_broker.key_dedup.store import KeyStore, KeyStoreUnavailableError
 from dedup_broker.key_dedup.topic import TopicKeyDedup
 from dedup_broker.key_dedup.window import KeyDedupPolicy, OnRedisUnavailable, now_ms
 from dedup_broker.storage.api import Position
-from tests.unit.key_dedup.test_all_new_groups import FakeLedger, _send
+from tests.unit.key_dedup.test_all_new_groups import FakeLedger, _send, packed
 from tests.unit.key_dedup.test_closing_topic import ClosingService, PendingAppends
 from tests.unit.key_dedup.test_single_writer import FakeStore, _no_members
 
@@ -50,6 +50,9 @@ def _topic(
     topic._ready.set()
     monkeypatch.setattr(
         topic_module, "entry_keys", lambda entry, source, metadata=None: keys[entry]
+    )
+    monkeypatch.setattr(
+        topic_module, "entry_keys_packed", lambda entry, source, metadata: packed(keys[entry])
     )
     return topic, scope, appends
 
