@@ -4,9 +4,8 @@
  *
  * A slot holds the key's first 12 bytes (96 bits tell keys apart at any realistic
  * count) and, little-endian, the key's anchor
- * offset from its table's base plus one (0: an empty slot), its top bit set while the
- * write holding the key is in flight; all ones: a key whose write failed (held by none,
- * its slot kept so probes go on past it). The keys are SHA-256
+ * offset from its table's base plus one (0: an empty slot; all ones: a key whose write
+ * failed, held by none, its slot kept so probes go on past it). The keys are SHA-256
  * digests, so their bytes are uniform: the first 8 (little-endian) choose the home
  * slot as (h * slots) >> 64, for a table of any number of slots; linear probing from
  * there. Tables are never emptied key by key: a whole table is dropped once no window
@@ -15,8 +14,8 @@
  * add(table, packed, offset) -> keys not held before (new slots, freed ones); find(table, keys, minimum) ->
  * [(key, offset)] of the keys held with an offset of at least ``minimum``;
  * move(source, target) -> keys moved into a larger table; claim(tables, minimums,
- * target, packed, offset) -> the keys held already, the others added in flight;
- * settle(table, packed, offset, stored) -> claimed keys stored, or freed.
+ * target, packed, offset) -> the keys held already, the others added; free(table,
+ * packed, offset) -> the keys a lost write claimed, held by none again.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -27,7 +26,6 @@
 #define KEY 16
 #define KEPT 12 /* the first 12 bytes of a key */
 #define AHEAD 8 /* keys looked ahead of the probe: their slots are fetched meanwhile */
-#define FLYING 0x80000000u /* the write holding the key is in flight */
 #define FREED 0xFFFFFFFFu  /* the write holding the key failed: held by none */
 #define MAX_TABLES 16
 
@@ -46,7 +44,7 @@ static void put32(uint8_t *p, uint32_t v) {
 }
 
 /* A slot's offset plus one, 0 when it holds no key (empty, or freed). */
-static uint32_t held_value(uint32_t v) { return v == FREED ? 0 : v & ~FLYING; }
+static uint32_t held_value(uint32_t v) { return v == FREED ? 0 : v; }
 
 static uint64_t home(const uint8_t *key, uint64_t slots) {
     return (uint64_t)(((unsigned __int128)le64(key) * slots) >> 64);
@@ -124,7 +122,7 @@ static PyObject *add(PyObject *self, PyObject *args) {
             added++;
         }
         if (held == FREED) reused++;
-        if (value > held_value(held)) put32(slot + KEPT, value | (held == FREED ? 0 : held & FLYING));
+        if (value > held_value(held)) put32(slot + KEPT, value);
     }
     PyBuffer_Release(&view);
     PyBuffer_Release(&packed);
@@ -190,6 +188,10 @@ static PyObject *move(PyObject *self, PyObject *args) {
     Py_ssize_t moved = 0;
     for (uint64_t i = 0; moved >= 0 && i < from_slots; i++) {
         const uint8_t *slot = (const uint8_t *)from.buf + i * SLOT;
+        if (i + AHEAD < from_slots) { /* the target slot of a key ahead, fetched meanwhile */
+            const uint8_t *ahead = slot + AHEAD * SLOT;
+            __builtin_prefetch((uint8_t *)to.buf + home(ahead, to_slots) * SLOT, 1);
+        }
         uint32_t value = le32(slot + KEPT);
         if (held_value(value) == 0) continue;
         uint64_t j = home(slot, to_slots), probes = 0;
@@ -214,10 +216,10 @@ static PyObject *move(PyObject *self, PyObject *args) {
 }
 
 /* claim(tables, minimums, target, packed, offset) -> (added, reused, [(index, table,
- * offset, flying)]): each 16-byte key of ``packed``, in order, is looked for in every table (held
+ * offset)]): each 16-byte key of ``packed``, in order, is looked for in every table (held
  * with an offset of at least that table's minimum); a key held nowhere is added to
- * ``tables[target]`` with ``offset``, in flight. The list names the keys held already
- * (by a stored write, one in flight, or an earlier key of ``packed``): under a load of
+ * ``tables[target]`` with ``offset``. The list names the keys held already (by a
+ * stored write, one in flight, or an earlier key of ``packed``): under a load of
  * new keys it is empty. ``added``: keys put in empty slots; ``reused``: in slots of freed
  * keys. The target table has room for every key (the caller grows it). */
 static PyObject *claim(PyObject *self, PyObject *args) {
@@ -251,7 +253,7 @@ static PyObject *claim(PyObject *self, PyObject *args) {
     repeats = PyList_New(0);
     if (repeats == NULL) goto done;
     const uint8_t *keys = (const uint8_t *)packed.buf;
-    uint32_t value = ((uint32_t)offset + 1) | FLYING;
+    uint32_t value = (uint32_t)offset + 1;
     uint8_t *into = (uint8_t *)views[target].buf;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (i + AHEAD < n) {
@@ -267,8 +269,7 @@ static PyObject *claim(PyObject *self, PyObject *args) {
             uint32_t held = held_value(raw);
             if (held == 0 || (long long)held - 1 < mins[t]) continue;
             found = 1;
-            PyObject *repeat = Py_BuildValue("(nnIi)", i, t, (unsigned int)(held - 1),
-                                             (raw & FLYING) != 0);
+            PyObject *repeat = Py_BuildValue("(nnI)", i, t, (unsigned int)(held - 1));
             if (repeat == NULL || PyList_Append(repeats, repeat) < 0) {
                 Py_XDECREF(repeat);
                 Py_CLEAR(repeats);
@@ -299,31 +300,29 @@ done:
     return out;
 }
 
-/* settle(table, packed, offset, stored) -> keys settled: the keys ``claim`` added with
- * ``offset`` leave flight, stored (held on) or not (freed: held by none). A key the
- * table holds otherwise is left as it is. */
-static PyObject *settle(PyObject *self, PyObject *args) {
+/* free(table, packed, offset) -> keys freed: the keys ``claim`` added with ``offset``
+ * for a write that was lost are held by none again (their slots stay, marked, so probes
+ * go on past them). A key the table holds otherwise is left as it is. */
+static PyObject *free_keys(PyObject *self, PyObject *args) {
     PyObject *table;
     Py_buffer packed, view;
     long long offset;
-    int stored;
     uint64_t slots;
-    if (!PyArg_ParseTuple(args, "Oy*Lp", &table, &packed, &offset, &stored)) return NULL;
+    if (!PyArg_ParseTuple(args, "Oy*L", &table, &packed, &offset)) return NULL;
     if (!open_for_keys(table, &packed, offset, &view, &slots)) return NULL;
     const uint8_t *keys = (const uint8_t *)packed.buf;
-    Py_ssize_t n = packed.len / KEY, settled = 0;
-    uint32_t flying = ((uint32_t)offset + 1) | FLYING;
+    Py_ssize_t n = packed.len / KEY, freed = 0;
+    uint32_t claimed = (uint32_t)offset + 1;
     uint8_t *base = (uint8_t *)view.buf;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (i + AHEAD < n) __builtin_prefetch(base + home(keys + (i + AHEAD) * KEY, slots) * SLOT);
         uint8_t *slot = slot_of(base, slots, keys + i * KEY);
-        if (slot == NULL || le32(slot + KEPT) != flying) continue;
-        put32(slot + KEPT, stored ? flying & ~FLYING : FREED);
-        settled++;
+        if (slot == NULL || le32(slot + KEPT) != claimed) continue;
+        put32(slot + KEPT, FREED);
+        freed++;
     }
     PyBuffer_Release(&view);
     PyBuffer_Release(&packed);
-    return PyLong_FromSsize_t(settled);
+    return PyLong_FromSsize_t(freed);
 }
 
 static PyMethodDef methods[] = {
@@ -334,8 +333,8 @@ static PyMethodDef methods[] = {
      "(key, offset) of the keys a window table holds with an offset of at least a minimum."},
     {"move", move, METH_VARARGS, "Every key of a window table into a larger one."},
     {"claim", claim, METH_VARARGS,
-     "Looks packed keys up in window tables; adds those held nowhere, in flight."},
-    {"settle", settle, METH_VARARGS, "Claimed keys leave flight: stored, or freed."},
+     "Looks packed keys up in window tables; adds those held nowhere."},
+    {"free", free_keys, METH_VARARGS, "The keys a lost write claimed, held by none again."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_window_table",

@@ -47,8 +47,6 @@ WINDOW_SLOT_BYTES = 16
 """A window table's slot: the key's first 12 bytes, then its anchor's offset from the
 table's start plus one (0: empty)."""
 _WINDOW_MIN_SLOTS = 1024
-FLYING = 1 << 31
-"""Marks an offset whose key a write in flight holds (offsets are below it)."""
 WINDOW_FILL = 0.75
 """A window table grows (by half) before it is fuller than this: 21-32 bytes a key."""
 
@@ -58,8 +56,7 @@ class WindowTable:
 
     Compiled: one bytearray of 16-byte slots (open addressing), the keys of a group
     looked up and added in one call each, no Python object per key stored. Otherwise a
-    dict: the same answers (tested). A key claimed by a write in flight carries
-    ``FLYING`` on its offset until the write settles.
+    dict: the same answers (tested). A key a lost write claimed is freed: held by none.
     """
 
     __slots__ = ("_dict", "_table", "count", "freed")
@@ -101,8 +98,7 @@ class WindowTable:
             held = self._dict
             for start in range(0, len(packed), KEY_BYTES):
                 key = bytes(packed[start : start + KEY_BYTES])
-                before = held.get(key, offset)
-                held[key] = max(offset, before & ~FLYING) | (before & FLYING)
+                held[key] = max(offset, held.get(key, offset))
             self.count = len(held)
             return
         self.reserve(len(packed) // KEY_BYTES)
@@ -114,43 +110,39 @@ class WindowTable:
         """(key, offset) of those of ``keys`` held with an offset of at least ``minimum``."""
         if self._table is None:
             held = self._dict
-            return [(k, o) for k in keys if (o := held.get(k, -1) & ~FLYING) >= minimum]
+            return [(k, o) for k in keys if (o := held.get(k, -1)) >= minimum]
         found: list[tuple[bytes, int]] = compiled_window.find(self._table, keys, minimum)
         return found
 
-    def settle(self, packed: bytes, offset: int, stored: bool) -> None:
-        """Keys claimed with ``offset`` leave flight: held on (stored) or freed."""
+    def free(self, packed: bytes, offset: int) -> None:
+        """Keys claimed with ``offset`` by a write that was lost: held by none again."""
         if self._table is not None:
-            settled = compiled_window.settle(self._table, packed, offset, stored)
-            self.freed += 0 if stored else settled
+            self.freed += compiled_window.free(self._table, packed, offset)
             return
-        held, flying = self._dict, offset | FLYING
+        held = self._dict
         for start in range(0, len(packed), KEY_BYTES):
             key = packed[start : start + KEY_BYTES]
-            if held.get(key) == flying:
-                if stored:
-                    held[key] = offset
-                else:
-                    del held[key]
+            if held.get(key) == offset:
+                del held[key]
         self.count = len(held)
 
 
 def _claim_python(
     tables: list[WindowTable], minimums: list[int], target: int, packed: bytes, offset: int
-) -> list[tuple[int, int, int, bool]]:
+) -> list[tuple[int, int, int]]:
     """``compiled_window.claim`` on dict tables: the same answers."""
-    found: list[tuple[int, int, int, bool]] = []
+    found: list[tuple[int, int, int]] = []
     dicts = [t._dict for t in tables]
     into = dicts[target]
     for index in range(len(packed) // KEY_BYTES):
         key = packed[index * KEY_BYTES : (index + 1) * KEY_BYTES]
         for number, (held, minimum) in enumerate(zip(dicts, minimums, strict=True)):
             value = held.get(key, -1)
-            if value >= 0 and value & ~FLYING >= minimum:
-                found.append((index, number, value & ~FLYING, bool(value & FLYING)))
+            if value >= minimum:
+                found.append((index, number, value))
                 break
         else:
-            into[key] = offset | FLYING
+            into[key] = offset
     tables[target].count = len(into)
     return found
 
@@ -162,8 +154,6 @@ class HeldKey(NamedTuple):
     """Its position among the claimed keys."""
     anchor: int
     """The anchor it is held under."""
-    flying: bool
-    """The write holding it is in flight."""
 
 
 class WindowKeys:
@@ -223,11 +213,11 @@ class WindowKeys:
         return table
 
     def claim(self, packed: bytes, anchor_ms: int) -> tuple[int, list[HeldKey]]:
-        """A write's keys (packed) looked up and, those held nowhere, added in flight
-        (``settle`` ends that): one pass for the lookup and the claim, no object made per
-        key. Answers the anchor memory keeps them under (a publish time whose window has
-        passed already counts from now) and the keys held already: by a stored write, one
-        in flight, or an earlier key of ``packed``."""
+        """A write's keys (packed) looked up and, those held nowhere, added (``free``
+        takes them back if the write is lost): one pass for the lookup and the claim, no
+        object made per key. Answers the anchor memory keeps them under (a publish time
+        whose window has passed already counts from now) and the keys held already: by a
+        stored write, one in flight, or an earlier key of ``packed``."""
         now = now_ms()
         self.expire(now)
         window, size = self.window_ms, self.bucket_ms
@@ -247,14 +237,14 @@ class WindowKeys:
             target.freed -= reused
         else:
             found = _claim_python(tables, minimums, at, packed, offset)
-        return anchor, [HeldKey(i, numbers[t] * size + o, flying) for i, t, o, flying in found]
+        return anchor, [HeldKey(i, numbers[t] * size + o) for i, t, o in found]
 
-    def settle(self, packed: bytes, anchor: int, stored: bool) -> None:
-        """The keys ``claim`` took under ``anchor`` leave flight: stored, or freed."""
+    def free(self, packed: bytes, anchor: int) -> None:
+        """The keys ``claim`` took under ``anchor`` for a write that was lost: new again."""
         number = anchor // self.bucket_ms
         table = self._buckets.get(number)
         if table is not None:
-            table.settle(packed, anchor - number * self.bucket_ms, stored)
+            table.free(packed, anchor - number * self.bucket_ms)
 
     def anchors(self, keys: Collection[bytes], now: int) -> dict[bytes, int]:
         """Those of ``keys`` stored inside their window at ``now``, with their anchors."""

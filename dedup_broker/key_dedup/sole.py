@@ -2,14 +2,15 @@
 partitioned) decides every key from its own memory of the window, with no I/O.
 
 Each SEND's keys are claimed in one pass over the window's tables (``WindowKeys.claim``):
-the keys held nowhere go in, marked in flight, and the pass names the keys held already.
-Under a load of new keys it names none and the SEND is appended whole, with no object
-made and no step taken per key in Python. The write's keys leave flight when Kafka
-answers: stored (they stay, and go to Redis's copy) or lost (freed).
+the keys held nowhere go in, and the pass names the keys held already. Under a load of
+new keys it names none and the SEND is appended whole, with no object made and no step
+taken per key in Python. When Kafka answers, a stored write's keys stay (and go to
+Redis's copy); a lost write's keys are freed.
 
 A repeat of a key a write in flight holds is dropped on the condition that write is
-stored: its answer waits for that write's outcome, found among the writes in flight by
-the anchor the table holds the key under.
+stored: its answer waits for that write's outcome. That write is found among the writes
+in flight by the anchor the table holds the key under (a key held under an anchor no
+write in flight has, or that none of them holds, was stored).
 """
 
 from __future__ import annotations
@@ -78,29 +79,28 @@ class SoleWrites:
         if not found:
             write = HeldWrite(packed, anchor) if packed else None
             return SoleSorting(None, write, unchecked=unchecked)
-        repeats = {held.position for held in found}
+        repeats = sorted({held.position for held in found})
         after: dict[int, asyncio.Future[bool]] = {}
         for held in found:
             start = held.position * KEY_BYTES
-            key = packed[start : start + KEY_BYTES]
-            holder = self._holder(key, held.anchor) if held.flying else None
-            if holder is not None:  # None: an earlier message of this SEND holds it
+            holder = self._holder(packed[start : start + KEY_BYTES], held.anchor)
+            if holder is not None:  # else stored, or an earlier message of this SEND has it
                 after.setdefault(id(holder), self.outcome(holder))
-        present = len(packed) // KEY_BYTES
-        kept = b"".join(
-            packed[i * KEY_BYTES : (i + 1) * KEY_BYTES] for i in range(present) if i not in repeats
-        )
+        kept = bytearray(packed)
+        for index in reversed(repeats):
+            del kept[index * KEY_BYTES : (index + 1) * KEY_BYTES]
+        keep = [True] * count
         if missing:
             without = set(missing)
             positions = [i for i in range(count) if i not in without]
-            keep = [True] * count
             for index in repeats:
                 keep[positions[index]] = False
         else:
-            keep = [i not in repeats for i in range(count)]
+            for index in repeats:
+                keep[index] = False
         return SoleSorting(
             keep,
-            HeldWrite(kept, anchor) if kept else None,
+            HeldWrite(bytes(kept), anchor) if kept else None,
             list(after.values()),
             len(repeats),
             unchecked,
@@ -124,7 +124,8 @@ class SoleWrites:
 
     def settle(self, write: HeldWrite, stored: bool) -> None:
         """Kafka's answer (or certainty that it was lost): the keys stay, or are freed."""
-        self.window.settle(write.packed, write.anchor, stored)
+        if not stored:
+            self.window.free(write.packed, write.anchor)
         same = self._flying.get(write.anchor)
         if same is not None and write in same:
             same.remove(write)
