@@ -256,14 +256,14 @@ def entry_keys_packed(
     read = _keyable(entry, metadata)
     if read is None:
         return None
-    _, _, batch = read
+    _, payload, batch = read
     count = metadata.num_messages_in_batch
     if batch is not None:
         found = compiled_keys.batch_keys_packed(batch, count, _KINDS[source.kind], _name(source))
         if found is not None:
             return PackedKeys(found[0], found[1], count)
-    keys = entry_keys(entry, source, metadata)
-    return None if keys is None else PackedKeys.of(keys)
+    # The Python path on the payload read above (not the entry parsed again).
+    return PackedKeys.of(_keys(source, scan_batch(metadata, bytes(payload))))
 
 
 def _keyable(
