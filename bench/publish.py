@@ -22,10 +22,12 @@ limits what is measured:
 
 Per row: the saturation rate (the tool's own msgs/s with no rate limit, ``--messages``
 messages; the median of ``--saturation-runs`` runs, 3 by default) and its ratio to
-direct Kafka at the same size and topic count; the server's CPU microseconds per message
-during that run (/proc utime+stime: the Kafka JVM, the broker process plus the Kafka
-under it, the Pulsar JVM) and the generator's; then p50/p99
-latency as the tool reports it, at a fixed rate of half that row's own maximum: the
+direct Kafka at the same size and topic count ("broker, off, keyed" and "broker,
+key-window" run side by side, their saturation runs taking turns, so that key-window's
+ratio to its anchor compares runs made in the same minutes); the server's CPU
+microseconds per message during that run (/proc utime+stime: the Kafka JVM, the broker
+process plus the Kafka under it, the Pulsar JVM) and the generator's; then p50/p99 latency
+as the tool reports it, at a fixed rate of half that row's own maximum: the
 medians of three such runs (``--paced-runs``), since one 10-s run's p99 is decided by
 its worst tenth of a second.
 Generator and servers share the machine's cores, as a single host benchmark must: the
@@ -44,7 +46,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -121,9 +123,9 @@ class Plan:
     run's rate moves by up to a fifth from one run to the next on a shared machine."""
 
 
-def measure(system: str, generator: Generator, plan: Plan, rows: list[Row]) -> None:
+def measure(systems: Sequence[tuple[str, Generator]], plan: Plan, rows: list[Row]) -> None:
     """A warm-up run of every case (discarded), then each case at saturation and at half
-    of it.
+    of it. Systems measured together take turns run by run at saturation.
 
     Every case is warmed, not only the first: the server's JIT (Kafka's behind the broker
     too) compiles the paths each size and topic count takes, and an unwarmed case charged
@@ -131,20 +133,25 @@ def measure(system: str, generator: Generator, plan: Plan, rows: list[Row]) -> N
     per message was 2-3 times higher in the first broker row than in the second, in
     either order)."""
     for size, topics in plan.cases:
-        generator.run(size, topics, plan.warmup_messages // len(plan.cases), None)
+        for _, generator in systems:
+            generator.run(size, topics, plan.warmup_messages // len(plan.cases), None)
     for size, topics in plan.cases:
-        runs = [
-            generator.run(size, topics, plan.messages, None) for _ in range(plan.saturation_runs)
-        ]
-        saturated = sorted(runs, key=lambda m: m.msgs_per_s)[len(runs) // 2]
-        rate = saturated.msgs_per_s / 2
-        paced: tuple[Measurement, ...] = ()
-        if plan.paced_seconds > 0:
-            count = max(int(rate * plan.paced_seconds), 1000)
-            paced = tuple(generator.run(size, topics, count, rate) for _ in range(plan.paced_runs))
-        row = Row(system, size, topics, saturated, paced, rate)
-        rows.append(row)
-        print(_progress(row), flush=True)
+        runs: list[list[Measurement]] = [[] for _ in systems]
+        for _ in range(plan.saturation_runs):
+            for (_, generator), done in zip(systems, runs, strict=True):
+                done.append(generator.run(size, topics, plan.messages, None))
+        for (system, generator), done in zip(systems, runs, strict=True):
+            saturated = sorted(done, key=lambda m: m.msgs_per_s)[len(done) // 2]
+            rate = saturated.msgs_per_s / 2
+            paced: tuple[Measurement, ...] = ()
+            if plan.paced_seconds > 0:
+                count = max(int(rate * plan.paced_seconds), 1000)
+                paced = tuple(
+                    generator.run(size, topics, count, rate) for _ in range(plan.paced_runs)
+                )
+            row = Row(system, size, topics, saturated, paced, rate)
+            rows.append(row)
+            print(_progress(row), flush=True)
 
 
 def _progress(row: Row) -> str:
@@ -250,6 +257,30 @@ def pulsar_generator(
         )
 
 
+Opener = Callable[[], AbstractContextManager[Generator]]
+
+TOGETHER = (KEYED_OFF, KEY_WINDOW)
+"""Measured together, their saturation runs taking turns: key-window's ratio to its
+anchor then compares runs made minutes apart at most. Run one after the other, the
+anchor alone moved by a third between runs of the same build (machine and Kafka drift),
+and the ratio with it."""
+
+
+def _together(systems: Sequence[tuple[str, Opener]]) -> list[list[tuple[str, Opener]]]:
+    """The systems in order, one group each, except those of ``TOGETHER``: one group, where
+    the first of them stands."""
+    groups: list[list[tuple[str, Opener]]] = []
+    paired: list[tuple[str, Opener]] = []
+    for name, open_ in systems:
+        if name in TOGETHER:
+            if not paired:
+                groups.append(paired)
+            paired.append((name, open_))
+        else:
+            groups.append([(name, open_)])
+    return groups
+
+
 def run_all(args: argparse.Namespace, plan: Plan) -> tuple[list[Row], list[str]]:
     """Every system in turn on one Kafka; a system that fails is reported, not fatal."""
     rows: list[Row] = []
@@ -259,7 +290,7 @@ def run_all(args: argparse.Namespace, plan: Plan) -> tuple[list[Row], list[str]]
     kafka_pid = kafka.pid
     try:
         bootstrap = kafka.bootstrap_servers
-        systems: list[tuple[str, Callable[[], AbstractContextManager[Generator]]]] = [
+        systems: list[tuple[str, Opener]] = [
             (DIRECT, lambda: _direct(bootstrap, kafka_pid)),
             ("broker, dedup off", lambda: broker_generator(bootstrap, kafka_pid, False, work)),
             ("broker, dedup on", lambda: broker_generator(bootstrap, kafka_pid, True, work)),
@@ -280,14 +311,16 @@ def run_all(args: argparse.Namespace, plan: Plan) -> tuple[list[Row], list[str]]
             if unknown:
                 raise SystemExit(f"unknown system(s) {unknown}; known: {list(known)}")
             systems = [(name, known[name]) for name in args.system]
-        for system, open_generator in systems:
-            print(f"{system} ...", flush=True)
+        for group in _together(systems):
+            names = ", ".join(f"'{name}'" for name, _ in group)
+            print(f"{names} ...", flush=True)
             started = time.monotonic()
             try:
-                with open_generator() as generator:
-                    measure(system, generator, plan, rows)
+                with ExitStack() as stack:
+                    opened = [(name, stack.enter_context(open_())) for name, open_ in group]
+                    measure(opened, plan, rows)
             except Exception as exc:  # keep the other systems' figures
-                failures.append(f"{system}: {type(exc).__name__}: {str(exc)[-1500:]}")
+                failures.append(f"{names}: {type(exc).__name__}: {str(exc)[-1500:]}")
                 print(f"  FAILED: {failures[-1]}", file=sys.stderr, flush=True)
             print(f"  ({time.monotonic() - started:.0f} s)", flush=True)
     finally:

@@ -4,6 +4,8 @@ what it records for the plots."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
 import pytest
 
@@ -14,6 +16,8 @@ from bench.publish import (
     KEYED_OFF,
     Plan,
     Row,
+    _together,
+    measure,
     paced_quantiles,
     parse_case,
     recorded,
@@ -106,4 +110,50 @@ def test_the_record_holds_each_row_s_rate_and_latency() -> None:
             "p99_ms": 15.0,
             "latency_quantiles_ms": [],
         }
+    ]
+
+
+class _Turns:
+    """A generator that reports runs by the turn they were made in (drift over time)."""
+
+    def __init__(self, name: str, turns: list[str]) -> None:
+        self.name, self.turns = name, turns
+
+    def run(self, size: int, topics: int, messages: int, rate: float | None) -> Measurement:
+        self.turns.append(f"{self.name} {'paced' if rate else messages}")
+        return Measurement(messages, 1000.0 * len(self.turns), 1.0, 2.0)
+
+
+def test_key_window_and_its_anchor_take_turns_at_saturation() -> None:
+    def opener(name: str) -> Callable[[], AbstractContextManager[_Turns]]:
+        return lambda: nullcontext(_Turns(name, []))
+
+    systems = [(name, opener(name)) for name in ("a", KEYED_OFF, "b", KEY_WINDOW)]
+    groups = _together(systems)  # type: ignore[arg-type]
+    assert [[name for name, _ in group] for group in groups] == [
+        ["a"],
+        [KEYED_OFF, KEY_WINDOW],
+        ["b"],
+    ]
+
+    turns: list[str] = []
+    rows: list[Row] = []
+    plan = Plan(((100, 1),), 10, 1.0, 4, paced_runs=1, saturation_runs=3)
+    measure([(KEYED_OFF, _Turns("off", turns)), (KEY_WINDOW, _Turns("kw", turns))], plan, rows)
+    assert turns == [
+        "off 4",
+        "kw 4",
+        "off 10",
+        "kw 10",
+        "off 10",
+        "kw 10",
+        "off 10",
+        "kw 10",
+        "off paced",
+        "kw paced",
+    ]
+    # Each row is its own median run: the second of its three turns.
+    assert [(r.system, r.saturated.msgs_per_s) for r in rows] == [
+        (KEYED_OFF, 5000.0),
+        (KEY_WINDOW, 6000.0),
     ]
