@@ -13,7 +13,7 @@
  *
  * add(table, packed, offset) -> keys not held before (new slots, freed ones); find(table, keys, minimum) ->
  * [(key, offset)] of the keys held with an offset of at least ``minimum``;
- * move(source, target) -> keys moved into a larger table; claim(tables, minimums,
+ * grow(table, slots) -> keys kept in the table lengthened in place; claim(tables, minimums,
  * target, packed, offset) -> the keys held already, the others added; free(table,
  * packed, offset) -> the keys a lost write claimed, held by none again.
  */
@@ -173,46 +173,70 @@ static PyObject *find(PyObject *self, PyObject *args) {
     return out;
 }
 
-/* move(source, target) -> keys moved: every key of ``source`` with its offset into
- * ``target`` (a larger table), as when a table grows; the kept bytes give the home. */
-static PyObject *move(PyObject *self, PyObject *args) {
-    PyObject *source, *target;
-    Py_buffer from, to;
-    uint64_t from_slots, to_slots;
-    if (!PyArg_ParseTuple(args, "OO", &source, &target)) return NULL;
-    if (!table_view(source, &from, 0, &from_slots)) return NULL;
-    if (!table_view(target, &to, 1, &to_slots)) {
-        PyBuffer_Release(&from);
+/* grow(table, slots) -> keys kept: the table (a bytearray) lengthened in place to
+ * ``slots`` slots and its keys placed anew (freed keys dropped). Only the added slots
+ * are new memory: a table grown into a fresh one touches every page of it, and a page
+ * touched for the first time is what growing costs most (about 3 us a page on a
+ * virtual machine).
+ *
+ * The old slots are taken from the last to the first. A key goes to the first slot from
+ * its new home that holds no key placed anew: an empty one, or one still holding an old
+ * key, which is then carried on and placed the same way. A key placed anew never moves
+ * again and every slot on its probe path holds one too, so emptying an old key's slot
+ * never cuts a path. Keys go to a home at least as far as their old one, mostly past the
+ * slots still to be read: few are carried. */
+static PyObject *grow(PyObject *self, PyObject *args) {
+    PyObject *table;
+    Py_ssize_t wanted;
+    if (!PyArg_ParseTuple(args, "O!n", &PyByteArray_Type, &table, &wanted)) return NULL;
+    Py_ssize_t length = PyByteArray_GET_SIZE(table);
+    if (length % SLOT != 0 || wanted <= 0 || wanted > PY_SSIZE_T_MAX / SLOT ||
+        wanted * SLOT < length) {
+        PyErr_SetString(PyExc_ValueError, "grow(a window table, at least as many slots)");
         return NULL;
     }
-    Py_ssize_t moved = 0;
-    for (uint64_t i = 0; moved >= 0 && i < from_slots; i++) {
-        const uint8_t *slot = (const uint8_t *)from.buf + i * SLOT;
-        if (i + AHEAD < from_slots) { /* the target slot of a key ahead, fetched meanwhile */
-            const uint8_t *ahead = slot + AHEAD * SLOT;
-            __builtin_prefetch((uint8_t *)to.buf + home(ahead, to_slots) * SLOT, 1);
-        }
-        uint32_t value = le32(slot + KEPT);
-        if (held_value(value) == 0) continue;
-        uint64_t j = home(slot, to_slots), probes = 0;
-        uint8_t *dest = (uint8_t *)to.buf + j * SLOT;
-        while (le32(dest + KEPT) != 0 && memcmp(dest, slot, KEPT) != 0) {
-            if (++probes == to_slots) {
-                moved = -1;
+    uint64_t old_slots = (uint64_t)length / SLOT, slots = (uint64_t)wanted;
+    uint8_t *placed = calloc((size_t)(slots + 7) / 8, 1); /* a bit per slot placed anew */
+    if (placed == NULL) return PyErr_NoMemory();
+    if (PyByteArray_Resize(table, wanted * SLOT) < 0) {
+        free(placed);
+        return NULL;
+    }
+    uint8_t *base = (uint8_t *)PyByteArray_AS_STRING(table);
+    memset(base + length, 0, (size_t)(wanted * SLOT - length));
+#define PLACED(j) (placed[(j) >> 3] & (1u << ((j) & 7)))
+    Py_ssize_t kept = 0;
+    uint64_t full_probes = 0;
+    for (uint64_t i = old_slots; i-- > 0;) {
+        uint8_t *slot = base + i * SLOT;
+        if (PLACED(i) || le32(slot + KEPT) == 0) continue;
+        uint8_t carried[SLOT], held[SLOT];
+        memcpy(carried, slot, SLOT);
+        memset(slot, 0, SLOT);
+        while (le32(carried + KEPT) != FREED) { /* a freed key is dropped */
+            uint64_t j = home(carried, slots), probes = 0;
+            while (PLACED(j)) {
+                if (++probes == slots) break;
+                if (++j == slots) j = 0;
+            }
+            if (probes == slots) { /* more keys than slots: only a misuse gets here */
+                full_probes = 1;
                 break;
             }
-            if (++j == to_slots) j = 0;
-            dest = (uint8_t *)to.buf + j * SLOT;
+            placed[j >> 3] |= (uint8_t)(1u << (j & 7));
+            kept++;
+            uint8_t *dest = base + j * SLOT;
+            int occupied = le32(dest + KEPT) != 0;
+            if (occupied) memcpy(held, dest, SLOT);
+            memcpy(dest, carried, SLOT);
+            if (!occupied) break;
+            memcpy(carried, held, SLOT);
         }
-        if (moved < 0) break;
-        uint32_t held = le32(dest + KEPT);
-        if (held == 0) moved++;
-        memcpy(dest, slot, KEPT);
-        if (held_value(value) > held_value(held)) put32(dest + KEPT, value);
+        if (full_probes) break;
     }
-    PyBuffer_Release(&from);
-    PyBuffer_Release(&to);
-    return moved < 0 ? full() : PyLong_FromSsize_t(moved);
+#undef PLACED
+    free(placed);
+    return full_probes ? full() : PyLong_FromSsize_t(kept);
 }
 
 /* claim(tables, minimums, target, packed, offset) -> (added, reused, [(index, table,
@@ -331,7 +355,8 @@ static PyMethodDef methods[] = {
      "were new."},
     {"find", find, METH_VARARGS,
      "(key, offset) of the keys a window table holds with an offset of at least a minimum."},
-    {"move", move, METH_VARARGS, "Every key of a window table into a larger one."},
+    {"grow", grow, METH_VARARGS,
+     "Lengthens a window table (a bytearray) in place, its keys placed anew."},
     {"claim", claim, METH_VARARGS,
      "Looks packed keys up in window tables; adds those held nowhere."},
     {"free", free_keys, METH_VARARGS, "The keys a lost write claimed, held by none again."},

@@ -86,11 +86,8 @@ class WindowTable:
         needed = self.count + more
         slots = len(table) // WINDOW_SLOT_BYTES
         if needed > slots * WINDOW_FILL:
-            grown = bytearray(
-                max(int(needed / WINDOW_FILL) + 1, slots * 3 // 2) * WINDOW_SLOT_BYTES
-            )
-            self.count, self.freed = compiled_window.move(table, grown), 0
-            self._table = grown
+            grown = max(int(needed / WINDOW_FILL) + 1, slots * 3 // 2)
+            self.count, self.freed = compiled_window.grow(table, grown), 0
 
     def add(self, packed: bytes | memoryview, offset: int) -> None:
         """Packed 16-byte keys, one offset (a key held with a later one keeps it)."""

@@ -105,6 +105,38 @@ def test_a_growing_table_stays_between_half_and_three_quarters_full() -> None:
         assert table.count <= slots * 0.75 and (table.count >= slots * 0.45 or slots == 1_024)
 
 
+@needs_compiled
+@pytest.mark.parametrize("seed", range(4))
+def test_a_table_grown_in_place_keeps_its_held_keys_and_drops_the_freed(seed: int) -> None:
+    rng = random.Random(seed)
+    grow = memory.compiled_window
+    for slots in (4, 16, 100, 1_024, 5_000):
+        table = bytearray(slots * WINDOW_SLOT_BYTES)
+        keys = []
+        for n in range(int(slots * 0.75)):
+            key = bytearray(hashlib.sha256(f"{seed}-{slots}-{n}".encode()).digest()[:16])
+            if n % 3 == 0:  # homes at the table's end: their probes wrap to its start
+                key[6:8] = b"\xff\xff"
+            keys.append(bytes(key))
+        anchors = {key: rng.randrange(1_000) for key in keys}
+        for key in keys:
+            grow.add(table, key, anchors[key])
+        freed = set(rng.sample(keys, len(keys) // 5))
+        for key in freed:
+            grow.free(table, key, anchors[key])
+        wanted = slots * 3 // 2 + rng.randrange(50)
+        assert grow.grow(table, wanted) == len(keys) - len(freed)
+        assert len(table) == wanted * WINDOW_SLOT_BYTES
+        assert dict(grow.find(table, keys, 0)) == {k: anchors[k] for k in keys if k not in freed}
+        more = _digests(f"after-{seed}-{slots}", int(wanted * 0.75) - len(keys) + len(freed))
+        grow.add(table, b"".join(more), 7)  # the grown table takes keys up to its fill
+        assert dict(grow.find(table, more, 0)) == dict.fromkeys(more, 7)
+    with pytest.raises(ValueError):
+        grow.grow(bytearray(4 * WINDOW_SLOT_BYTES), 3)  # smaller
+    with pytest.raises(TypeError):
+        grow.grow(bytes(4 * WINDOW_SLOT_BYTES), 8)  # not a bytearray
+
+
 @pytest.mark.parametrize("compiled", [pytest.param(True, marks=needs_compiled), False])
 def test_a_key_stored_again_keeps_its_latest_anchor(compiled: bool) -> None:
     window = WindowKeys(WINDOW, compiled=compiled)
