@@ -47,8 +47,14 @@ WINDOW_SLOT_BYTES = 16
 """A window table's slot: the key's first 12 bytes, then its anchor's offset from the
 table's start plus one (0: empty)."""
 _WINDOW_MIN_SLOTS = 1024
+_NEVER = 2**63
 WINDOW_FILL = 0.75
 """A window table grows (by half) before it is fuller than this: 21-32 bytes a key."""
+WINDOW_DOUBLING_SLOTS = 1 << 20
+"""Below this many slots (16 MiB) a table doubles instead: every key is placed again
+each time a table grows, at random in a table larger than the processor's caches, so
+a young topic's table reaches its size in fewer steps, while a large one's memory
+stays within a half more than its keys need."""
 
 
 class WindowTable:
@@ -86,7 +92,8 @@ class WindowTable:
         needed = self.count + more
         slots = len(table) // WINDOW_SLOT_BYTES
         if needed > slots * WINDOW_FILL:
-            grown = max(int(needed / WINDOW_FILL) + 1, slots * 3 // 2)
+            step = slots * 2 if slots < WINDOW_DOUBLING_SLOTS else slots * 3 // 2
+            grown = max(int(needed / WINDOW_FILL) + 1, step)
             self.count, self.freed = compiled_window.grow(table, grown), 0
 
     def add(self, packed: bytes | memoryview, offset: int) -> None:
@@ -168,7 +175,18 @@ class WindowKeys:
         self.bucket_ms = max(window_ms // 2, 1)
         self._compiled = compiled_window is not None if compiled is None else compiled
         self._buckets: dict[int, WindowTable] = {}
+        self._numbers: tuple[int, ...] = ()
+        self._tables: tuple[Any, ...] = ()
+        """The buckets' numbers and their tables' bytearrays, in the same order (kept
+        with the buckets, so a claim builds no sequence of them)."""
+        self._expires_at = _NEVER
         self.hits = 0
+
+    def _buckets_changed(self) -> None:
+        buckets, size, window = self._buckets, self.bucket_ms, self.window_ms
+        self._numbers = tuple(buckets)
+        self._tables = tuple(buckets[n]._table for n in self._numbers)
+        self._expires_at = min(((n + 1) * size + window for n in buckets), default=_NEVER)
 
     def __len__(self) -> int:
         return sum(t.held for t in self._buckets.values())
@@ -178,9 +196,12 @@ class WindowKeys:
         return sum(t.nbytes for t in self._buckets.values())
 
     def expire(self, now: int) -> None:
+        if now < self._expires_at:
+            return
         size, window = self.bucket_ms, self.window_ms
         for number in [n for n in self._buckets if (n + 1) * size + window <= now]:
             del self._buckets[number]
+        self._buckets_changed()
 
     def add(self, key: bytes, anchor_ms: int) -> None:
         self.add_packed(key, anchor_ms)
@@ -207,6 +228,7 @@ class WindowKeys:
             before = self._buckets.get(number - 1)
             table = WindowTable(before.count if before else 0, self._compiled)
             self._buckets[number] = table
+            self._buckets_changed()
         return table
 
     def claim(self, packed: bytes, anchor_ms: int) -> tuple[int, list[HeldKey]]:
@@ -222,18 +244,18 @@ class WindowKeys:
         number = anchor // size
         target = self._bucket(number)
         target.reserve(len(packed) // KEY_BYTES)
-        numbers = list(self._buckets)
-        tables = [self._buckets[n] for n in numbers]
-        minimums = [max(now - window - n * size + 1, 0) for n in numbers]
+        numbers, oldest = self._numbers, now - window + 1
+        minimums = tuple([max(oldest - n * size, 0) for n in numbers])
         at, offset = numbers.index(number), anchor - number * size
         if self._compiled:
-            added, reused, found = compiled_window.claim(
-                tuple(t._table for t in tables), tuple(minimums), at, packed, offset
-            )
+            added, reused, found = compiled_window.claim(self._tables, minimums, at, packed, offset)
             target.count += added
             target.freed -= reused
         else:
-            found = _claim_python(tables, minimums, at, packed, offset)
+            tables = [self._buckets[n] for n in numbers]
+            found = _claim_python(tables, list(minimums), at, packed, offset)
+        if not found:
+            return anchor, []
         return anchor, [HeldKey(i, numbers[t] * size + o) for i, t, o in found]
 
     def free(self, packed: bytes, anchor: int) -> None:
@@ -264,6 +286,7 @@ class WindowKeys:
 
     def clear(self) -> None:
         self._buckets.clear()
+        self._buckets_changed()
 
 
 # --- the broker's own memory of keys ---------------------------------------------------

@@ -28,6 +28,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RETRY_SECONDS = 0.5
+SOLE_COPY_LINGER_SECONDS = 0.05
+"""How long a single writer's stored keys gather before they go to Redis's copy in one
+round trip. Nothing waits for that copy (memory decides, the log is the truth after a
+crash), so a round trip per SEND at moderate rates would cost CPU for nothing; a crash
+replays at most this much more of the log."""
 
 
 class ScopeMember(Protocol):
@@ -229,6 +234,8 @@ class KeyScope:
 
     async def _flush_loop(self) -> None:
         while self._confirm and not self.closed:
+            if self.single_writer:
+                await asyncio.sleep(SOLE_COPY_LINGER_SECONDS)
             try:
                 await self._flush_once()
             except KeyStoreUnavailableError as exc:

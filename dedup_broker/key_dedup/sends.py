@@ -53,34 +53,40 @@ class CheckedAppends(Protocol):
     ) -> PublishResult: ...
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class QueuedSend:
     producer: Producer
     send: pb.CommandSend
     entry: bytes
     metadata: pb.MessageMetadata
-    result: PublishResult = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
+    _result: PublishResult | None = field(default=None, init=False, repr=False)
 
     direct: bool = False
     """Decided as it arrived, before its answer was handed out: that answer may be the
-    append's own result (no future chained, no turn of the loop)."""
+    append's own result (no future made or chained, no turn of the loop)."""
+
+    @property
+    def result(self) -> PublishResult:
+        """The SEND's answer, made when first asked for."""
+        if self._result is None:
+            self._result = asyncio.get_running_loop().create_future()
+        return self._result
 
     @property
     def answered(self) -> bool:
-        return self.result.done()
+        return self._result is not None and self._result.done()
 
     def answer_with(self, result: PublishResult, after: list[asyncio.Future[bool]]) -> None:
         """The append's outcome answers the SEND (once the writes in ``after`` settled)."""
-        if self.direct and not after and not self.result.done():
-            self.result = result
+        if self.direct and not after and self._result is None:
+            self._result = result
         else:
             complete_after(result, after, self.result)
 
     def finish(self, outcome: PublishOutcome) -> None:
-        if not self.result.done():
-            self.result.set_result(outcome)
+        result = self.result
+        if not result.done():
+            result.set_result(outcome)
 
 
 @dataclass(eq=False)

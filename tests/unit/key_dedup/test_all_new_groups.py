@@ -17,7 +17,7 @@ from dedup_broker.key_dedup.claims import GroupKeys
 from dedup_broker.key_dedup.memory import InFlightKeys
 from dedup_broker.key_dedup.scope import KeyScope
 from dedup_broker.key_dedup.sends import ProducerGoneError, QueuedSend
-from dedup_broker.key_dedup.store import KeyStore, unpacked
+from dedup_broker.key_dedup.store import KeyStore, unpack_runs
 from dedup_broker.key_dedup.topic import TopicKeyDedup
 from dedup_broker.key_dedup.window import KeyDedupPolicy, KeyState, PackedKeys, now_ms
 from dedup_broker.protocol import pulsar_api_pb2 as pb
@@ -105,7 +105,7 @@ async def _run(
     group: list[tuple[bytes, list[bytes | None] | None, bool]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> tuple[object, ...]:
-    topic, scope, appends, _ = _topic(single_writer)
+    topic, scope, appends, store = _topic(single_writer)
     scope.stored([_key("old")], now_ms(), "ledger-1", "1:0")
     keys = {entry: keys for entry, keys, _ in group}
     monkeypatch.setattr(
@@ -119,14 +119,21 @@ async def _run(
     await asyncio.sleep(0)
     results = [await item.result for item in items]
     outcomes = [(o.status, type(o.error).__name__ if o.error else None) for o in results]
+    stats = scope.stats()
+    await scope.close()  # what is still on its way goes to Redis
     return (
         outcomes,
         appends.appended,
-        scope.stats()["keysInFlight"],
+        stats["keysInFlight"],
         scope.kept,
         scope.dropped,
         scope.unchecked,
-        sorted(k for keys, _ in scope._confirm for k in unpacked(keys)),
+        sorted(
+            bytes(keys[at : at + 16])
+            for value in store.confirmations
+            for _, keys in unpack_runs(value)
+            for at in range(0, len(keys), 16)
+        ),
     )
 
 

@@ -5,6 +5,7 @@ pure-Python path does."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
 
 import pytest
@@ -96,13 +97,26 @@ def test_every_key_of_the_window_is_found_and_no_other(compiled: bool) -> None:
 
 
 @needs_compiled
-def test_a_growing_table_stays_between_half_and_three_quarters_full() -> None:
+def test_a_growing_table_doubles_while_small_then_grows_by_half(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(memory, "WINDOW_DOUBLING_SLOTS", 32_768)
     table = WindowTable(0, compiled=True)
     keys = _digests("grow", 200_000)
+    sizes = [1_024]
     for start in range(0, len(keys), 5_000):
         table.add(b"".join(keys[start : start + 5_000]), 1)
         slots = table.nbytes // WINDOW_SLOT_BYTES
-        assert table.count <= slots * 0.75 and (table.count >= slots * 0.45 or slots == 1_024)
+        if slots != sizes[-1]:
+            sizes.append(slots)
+        # Never over three quarters full; at least three eighths while doubling, and
+        # at least a half once growing by half.
+        lowest = 0.45 if slots > 32_768 * 2 else 0.35
+        assert table.count <= slots * 0.75 and (table.count >= slots * lowest or slots == 1_024)
+    assert table.count == 200_000
+    assert sizes[-1] > 32_768 * 2
+    for before, after in itertools.pairwise(sizes):
+        assert after >= before * 2 if before < 32_768 else after == before * 3 // 2
 
 
 @needs_compiled
