@@ -47,7 +47,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -59,6 +60,7 @@ from bench.load_tools import (
     KafkaPerf,
     Measurement,
     PulsarPerf,
+    jit_compiler_cpu_seconds,
 )
 from dedup_broker.devservers import provide_kafka, provide_redis
 from harness.admin_http import http_request
@@ -121,11 +123,41 @@ class Plan:
     saturation_runs: int = 1
     """Saturation runs per case: the row's figures are the median run's (by msgs/s); one
     run's rate moves by up to a fifth from one run to the next on a shared machine."""
+    jit_seconds: Callable[[], float] | None = None
+    """CPU seconds Kafka's JIT compilers have spent so far (None: no settling rounds)."""
+
+
+SETTLED_JIT_US_PER_MSG = 0.1
+"""A case is measured once Kafka's JIT compilers spend less than this per message in a
+warm-up round..."""
+MAX_SETTLING_ROUNDS = 4
+"""...or after this many rounds. Kafka's compilers went on for minutes after the first
+warm-up: 1.7-2.3 us a message in the first measured runs at 100 B x 4 topics, 0.2 in the
+fourth, the rates of both systems rising by half meanwhile (a fifth of the machine's
+CPU, landing in whichever run it fell in)."""
+
+
+def settle(systems: Sequence[tuple[str, Generator]], plan: Plan, size: int, topics: int) -> int:
+    """Warm-up rounds of one case (every system in turn) until Kafka's JIT compilers are
+    quiet: answers how many rounds it took."""
+    jit_seconds = plan.jit_seconds
+    if jit_seconds is None:
+        return 0
+    messages = max(plan.warmup_messages // len(plan.cases), 1)
+    for done in range(1, MAX_SETTLING_ROUNDS + 1):
+        before = jit_seconds()
+        for _, generator in systems:
+            generator.run(size, topics, messages, None)
+        spent = jit_seconds() - before
+        if 1e6 * spent / (messages * len(systems)) < SETTLED_JIT_US_PER_MSG:
+            return done
+    return MAX_SETTLING_ROUNDS
 
 
 def measure(systems: Sequence[tuple[str, Generator]], plan: Plan, rows: list[Row]) -> None:
     """A warm-up run of every case (discarded), then each case at saturation and at half
-    of it. Systems measured together take turns run by run at saturation.
+    of it. Systems measured together take turns run by run at saturation. Before each
+    case, warm-up rounds of it until Kafka's JIT compilers are quiet (``settle``).
 
     Every case is warmed, not only the first: the server's JIT (Kafka's behind the broker
     too) compiles the paths each size and topic count takes, and an unwarmed case charged
@@ -136,6 +168,9 @@ def measure(systems: Sequence[tuple[str, Generator]], plan: Plan, rows: list[Row
         for _, generator in systems:
             generator.run(size, topics, plan.warmup_messages // len(plan.cases), None)
     for size, topics in plan.cases:
+        rounds = settle(systems, plan, size, topics)
+        if rounds:
+            print(f"  {size} B x {topics}: {rounds} settling round(s)", flush=True)
         runs: list[list[Measurement]] = [[] for _ in systems]
         for _ in range(plan.saturation_runs):
             for (_, generator), done in zip(systems, runs, strict=True):
@@ -288,6 +323,8 @@ def run_all(args: argparse.Namespace, plan: Plan) -> tuple[list[Row], list[str]]
     work = Path(tempfile.mkdtemp(prefix="bench-publish-"))
     kafka = provide_kafka()
     kafka_pid = kafka.pid
+    if kafka_pid is not None:
+        plan = replace(plan, jit_seconds=partial(jit_compiler_cpu_seconds, kafka_pid))
     try:
         bootstrap = kafka.bootstrap_servers
         systems: list[tuple[str, Opener]] = [

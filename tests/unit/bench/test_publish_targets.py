@@ -14,6 +14,7 @@ from bench.publish import (
     DIRECT,
     KEY_WINDOW,
     KEYED_OFF,
+    MAX_SETTLING_ROUNDS,
     Plan,
     Row,
     _together,
@@ -21,6 +22,7 @@ from bench.publish import (
     paced_quantiles,
     parse_case,
     recorded,
+    settle,
     targets,
 )
 
@@ -157,3 +159,39 @@ def test_key_window_and_its_anchor_take_turns_at_saturation() -> None:
         (KEYED_OFF, 5000.0),
         (KEY_WINDOW, 6000.0),
     ]
+
+
+@pytest.mark.parametrize(
+    ("compiling", "rounds"),
+    [
+        ([5.0, 2.0, 0.1, 0.0], 3),  # quiet in the third round
+        ([0.0], 1),
+        ([9.0] * 10, MAX_SETTLING_ROUNDS),  # never quiet: bounded
+    ],
+)
+def test_a_case_is_warmed_until_kafkas_compilers_are_quiet(
+    compiling: list[float], rounds: int
+) -> None:
+    """Settling rounds of the case, every system in each, until a round's JIT time per
+    message is under the bound (two runs of 10,000 messages a round: 2 ms is 0.1 us each)."""
+    turns: list[str] = []
+    spent = iter(compiling)
+    total = [0.0]
+
+    class Compiling(_Turns):
+        def run(self, size: int, topics: int, messages: int, rate: float | None) -> Measurement:
+            if self.name == "kw":  # the round's compiling lands in its last run
+                total[0] += next(spent) * 1e-3
+            return super().run(size, topics, messages, rate)
+
+    plan = Plan(((100, 4),), 10, 0.0, 10_000, jit_seconds=lambda: total[0])
+    systems = [(KEYED_OFF, Compiling("off", turns)), (KEY_WINDOW, Compiling("kw", turns))]
+    assert settle(systems, plan, 100, 4) == rounds
+    assert turns == ["off 10000", "kw 10000"] * rounds
+
+
+def test_without_kafkas_compilers_to_watch_nothing_is_added() -> None:
+    turns: list[str] = []
+    plan = Plan(((100, 1),), 10, 0.0, 10_000)
+    assert settle([(KEYED_OFF, _Turns("off", turns))], plan, 100, 1) == 0
+    assert turns == []
