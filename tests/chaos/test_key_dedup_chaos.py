@@ -165,9 +165,15 @@ def test_keys_whose_confirmations_never_reached_redis_are_replayed_from_the_log(
         finally:
             client.close()
         scope = scope_of(topic_key_stats(broker, topic))
-        broker.kill()
         connection = redis.Redis.from_url(redis_url)
         try:
+            # A single writer's copy reaches Redis about 50 ms after the receipts.
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                if len(keys_in_redis(connection, scope)[0]) == len(events):
+                    break
+                time.sleep(0.05)
+            broker.kill()
             keys, lost = keys_in_redis(connection, scope)
             assert len(keys) == len(events)
             connection.delete(*lost, scope.checkpoints)
