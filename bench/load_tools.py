@@ -76,11 +76,16 @@ class Measurement:
         return 1e6 * spent / max(self.messages, 1)
 
 
-def process_cpu_seconds(pid: int) -> float:
-    """utime + stime of ``pid`` (all its threads) from /proc, in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+def _stat_cpu_seconds(stat: str) -> float:
+    """utime + stime of a /proc ``stat`` line, in seconds."""
+    fields = stat.rpartition(")")[2].split()
     # After the command name: state is field 3, so utime (14) and stime (15) are 11 and 12.
     return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """utime + stime of ``pid`` (all its threads) from /proc, in seconds."""
+    return _stat_cpu_seconds(Path(f"/proc/{pid}/stat").read_text())
 
 
 def jit_compiler_cpu_seconds(pid: int) -> float:
@@ -93,10 +98,8 @@ def jit_compiler_cpu_seconds(pid: int) -> float:
             stat = (task / "stat").read_text()
         except FileNotFoundError:  # the thread ended meanwhile
             continue
-        name, _, rest = stat.partition("(")[2].rpartition(")")
-        if "CompilerThre" in name:
-            fields = rest.split()
-            spent += (int(fields[11]) + int(fields[12])) / _TICKS
+        if "CompilerThre" in stat.partition("(")[2].rpartition(")")[0]:
+            spent += _stat_cpu_seconds(stat)
     return spent
 
 

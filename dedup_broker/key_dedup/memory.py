@@ -49,7 +49,8 @@ table's start plus one (0: empty)."""
 _WINDOW_MIN_SLOTS = 1024
 _NEVER = 2**63
 WINDOW_FILL = 0.75
-"""A window table grows (by half) before it is fuller than this: 21-32 bytes a key."""
+"""A window table grows before it is fuller than this: 21-32 bytes a key once it grows
+by half (``WINDOW_DOUBLING_SLOTS``)."""
 WINDOW_DOUBLING_SLOTS = 1 << 20
 """Below this many slots (16 MiB) a table doubles instead: every key is placed again
 each time a table grows, at random in a table larger than the processor's caches, so
