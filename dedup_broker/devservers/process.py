@@ -167,14 +167,14 @@ def spawn(
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
-                preexec_fn=None if detached else _parent_death_hook(),
+                preexec_fn=None if detached else parent_death_hook(),
                 user=user,
             )
         except OSError as exc:
             raise DevServerError(f"cannot run {argv[0]}: {exc}") from exc
 
 
-def _parent_death_hook() -> Callable[[], None] | None:
+def parent_death_hook() -> Callable[[], None] | None:
     """A pre-exec hook asking Linux to SIGTERM the child when this thread ends.
 
     The kernel ties the signal to the creating thread, so it is only armed from the main

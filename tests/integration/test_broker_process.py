@@ -1,0 +1,69 @@
+"""The test and bench harness's broker process: a session of its own (CPU is shared
+between servers, not between threads), and no broker left behind by a killed starter."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from harness.broker_process import BrokerProcess
+
+REPO = Path(__file__).resolve().parents[2]
+STARTER = """
+import sys
+from pathlib import Path
+from harness.broker_process import BrokerProcess
+
+broker = BrokerProcess(sys.argv[1], cluster_name=sys.argv[2], log_dir=Path(sys.argv[3]))
+broker.start()
+print(broker.process.pid, flush=True)
+sys.stdin.read()
+"""
+
+
+def _ended(pid: int) -> bool:
+    """Gone, or a zombie nobody has reaped yet."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rpartition(")")[2].split()[0] == "Z"
+
+
+def test_a_broker_leads_a_session_of_its_own(broker: BrokerProcess) -> None:
+    assert broker.process is not None
+    pid = broker.process.pid
+    assert os.getsid(pid) == pid
+    assert os.getsid(pid) != os.getsid(0)
+
+
+def test_a_killed_starter_leaves_no_broker_behind(kafka_bootstrap: str, tmp_path: Path) -> None:
+    starter = subprocess.Popen(
+        [sys.executable, "-c", STARTER, kafka_bootstrap, f"t-{uuid.uuid4().hex[:10]}", tmp_path],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    pid = 0
+    try:
+        assert starter.stdout is not None
+        pid = int(starter.stdout.readline())
+        assert not _ended(pid)
+        starter.kill()
+        starter.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        while not _ended(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _ended(pid), "the broker outlived the process that started it"
+    finally:
+        if starter.poll() is None:
+            starter.kill()
+            starter.wait(timeout=30)
+        if pid and not _ended(pid):
+            os.kill(pid, 9)
