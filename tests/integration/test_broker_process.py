@@ -10,6 +10,7 @@ import time
 import uuid
 from pathlib import Path
 
+from dedup_broker.devservers.process import pid_alive
 from harness.broker_process import BrokerProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,15 +24,6 @@ broker.start()
 print(broker.process.pid, flush=True)
 sys.stdin.read()
 """
-
-
-def _ended(pid: int) -> bool:
-    """Gone, or a zombie nobody has reaped yet."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rpartition(")")[2].split()[0] == "Z"
 
 
 def test_a_broker_leads_a_session_of_its_own(broker: BrokerProcess) -> None:
@@ -54,16 +46,16 @@ def test_a_killed_starter_leaves_no_broker_behind(kafka_bootstrap: str, tmp_path
     try:
         assert starter.stdout is not None
         pid = int(starter.stdout.readline())
-        assert not _ended(pid)
+        assert pid_alive(pid)
         starter.kill()
         starter.wait(timeout=30)
         deadline = time.monotonic() + 60
-        while not _ended(pid) and time.monotonic() < deadline:
+        while pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert _ended(pid), "the broker outlived the process that started it"
+        assert not pid_alive(pid), "the broker outlived the process that started it"
     finally:
         if starter.poll() is None:
             starter.kill()
             starter.wait(timeout=30)
-        if pid and not _ended(pid):
+        if pid and pid_alive(pid):
             os.kill(pid, 9)
