@@ -13,9 +13,15 @@
  *
  * add(table, packed, offset) -> keys not held before (new slots, freed ones); find(table, keys, minimum) ->
  * [(key, offset)] of the keys held with an offset of at least ``minimum``;
- * grow(table, slots) -> keys kept in the table lengthened in place; claim(tables, minimums,
- * target, packed, offset) -> the keys held already, the others added; free(table,
- * packed, offset) -> the keys a lost write claimed, held by none again.
+ * grow(table, slots) -> keys kept in the table lengthened in place; regrow(table, slots)
+ * -> (a new table holding its keys, keys kept), off the interpreter's lock; merge(into,
+ * source) -> the source's keys added; claim(tables, minimums, target, packed, offset) ->
+ * the keys held already, the others added; free(table, packed, offset) -> the keys a
+ * lost write claimed, held by none again.
+ *
+ * While ``regrow`` reads a table on another thread, the only write the table takes is
+ * ``free`` marking a key freed; that 32-bit word is written and read atomically (the
+ * grown table may then hold the key as kept: its owner frees it there again).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -41,6 +47,23 @@ static uint32_t le32(const uint8_t *p) {
 
 static void put32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A slot's offset word as one atomic access: ``free`` may mark it while ``regrow`` reads
+ * the table on another thread. */
+static uint32_t load_kept(const uint8_t *slot) {
+    uint32_t raw = __atomic_load_n((const uint32_t *)(slot + KEPT), __ATOMIC_RELAXED);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    raw = __builtin_bswap32(raw);
+#endif
+    return raw;
+}
+
+static void store_kept(uint8_t *slot, uint32_t value) {
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    value = __builtin_bswap32(value);
+#endif
+    __atomic_store_n((uint32_t *)(slot + KEPT), value, __ATOMIC_RELAXED);
 }
 
 /* A slot's offset plus one, 0 when it holds no key (empty, or freed). */
@@ -94,6 +117,23 @@ static int open_for_keys(PyObject *table, Py_buffer *packed, long long offset, P
     return 1;
 }
 
+/* ``key`` held with ``value`` (an offset plus one) unless it holds a later one, counted
+ * as added (an empty slot taken) or reused (a freed key's slot); 0 when the table is full
+ * and does not hold it. */
+static int place(uint8_t *base, uint64_t slots, const uint8_t *key, uint32_t value,
+                 Py_ssize_t *added, Py_ssize_t *reused) {
+    uint8_t *slot = slot_of(base, slots, key);
+    if (slot == NULL) return 0;
+    uint32_t held = le32(slot + KEPT);
+    if (held == 0) {
+        memcpy(slot, key, KEPT);
+        ++*added;
+    }
+    if (held == FREED) ++*reused;
+    if (value > held_value(held)) put32(slot + KEPT, value);
+    return 1;
+}
+
 /* add(table, packed, offset) -> (added, reused): every 16-byte key of ``packed`` gets
  * ``offset`` unless it holds a later one (a key stored again keeps its latest anchor);
  * counts of keys put in empty slots and in slots of freed keys. */
@@ -110,19 +150,10 @@ static PyObject *add(PyObject *self, PyObject *args) {
     uint8_t *base = (uint8_t *)view.buf;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (i + AHEAD < n) __builtin_prefetch(base + home(keys + (i + AHEAD) * KEY, slots) * SLOT);
-        const uint8_t *key = keys + i * KEY;
-        uint8_t *slot = slot_of(base, slots, key);
-        if (slot == NULL) {
+        if (!place(base, slots, keys + i * KEY, value, &added, &reused)) {
             added = -1;
             break;
         }
-        uint32_t held = le32(slot + KEPT);
-        if (held == 0) {
-            memcpy(slot, key, KEPT);
-            added++;
-        }
-        if (held == FREED) reused++;
-        if (value > held_value(held)) put32(slot + KEPT, value);
     }
     PyBuffer_Release(&view);
     PyBuffer_Release(&packed);
@@ -239,6 +270,75 @@ static PyObject *grow(PyObject *self, PyObject *args) {
     return full_probes ? full() : PyLong_FromSsize_t(kept);
 }
 
+/* regrow(table, slots) -> (grown, kept): a new table of ``slots`` slots holding the
+ * table's keys (freed keys dropped), built with the interpreter's lock released, so
+ * the event loop goes on while a large table grows on another thread. The caller
+ * writes nothing to ``table`` meanwhile but ``free``'s marks (held open here, it cannot
+ * be resized). The new table's memory is first touched here, off the lock too. */
+static PyObject *regrow(PyObject *self, PyObject *args) {
+    PyObject *table;
+    Py_ssize_t wanted;
+    Py_buffer view;
+    uint64_t old_slots;
+    if (!PyArg_ParseTuple(args, "On", &table, &wanted)) return NULL;
+    if (!table_view(table, &view, 0, &old_slots)) return NULL;
+    if (wanted <= 0 || wanted > PY_SSIZE_T_MAX / SLOT || (uint64_t)wanted < old_slots) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "regrow(a window table, at least as many slots)");
+        return NULL;
+    }
+    PyObject *grown = PyByteArray_FromStringAndSize(NULL, wanted * SLOT);
+    if (grown == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    const uint8_t *from = (const uint8_t *)view.buf;
+    uint8_t *into = (uint8_t *)PyByteArray_AS_STRING(grown);
+    uint64_t slots = (uint64_t)wanted;
+    Py_ssize_t kept = 0;
+    Py_BEGIN_ALLOW_THREADS
+    memset(into, 0, (size_t)(wanted * SLOT));
+    for (uint64_t i = 0; i < old_slots; i++) {
+        const uint8_t *slot = from + i * SLOT;
+        uint32_t value = load_kept(slot);
+        if (value == 0 || value == FREED) continue;
+        uint64_t j = home(slot, slots);
+        while (le32(into + j * SLOT + KEPT) != 0) /* more slots than keys: one is free */
+            if (++j == slots) j = 0;
+        memcpy(into + j * SLOT, slot, KEPT);
+        put32(into + j * SLOT + KEPT, value);
+        kept++;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(Nn)", grown, kept);
+}
+
+/* merge(into, source) -> (added, reused): the keys ``source`` holds, with their offsets,
+ * into ``into`` (a key both hold keeps the later offset); counts as ``add``'s. */
+static PyObject *merge(PyObject *self, PyObject *args) {
+    PyObject *into_table, *source;
+    Py_buffer into_view, source_view;
+    uint64_t into_slots, source_slots;
+    if (!PyArg_ParseTuple(args, "OO", &into_table, &source)) return NULL;
+    if (!table_view(into_table, &into_view, 1, &into_slots)) return NULL;
+    if (!table_view(source, &source_view, 0, &source_slots)) {
+        PyBuffer_Release(&into_view);
+        return NULL;
+    }
+    uint8_t *into = (uint8_t *)into_view.buf;
+    const uint8_t *from = (const uint8_t *)source_view.buf;
+    Py_ssize_t added = 0, reused = 0;
+    for (uint64_t i = 0; i < source_slots && added >= 0; i++) {
+        const uint8_t *key = from + i * SLOT;
+        uint32_t value = held_value(le32(key + KEPT));
+        if (value != 0 && !place(into, into_slots, key, value, &added, &reused)) added = -1;
+    }
+    PyBuffer_Release(&source_view);
+    PyBuffer_Release(&into_view);
+    return added < 0 ? full() : Py_BuildValue("(nn)", added, reused);
+}
+
 /* claim(tables, minimums, target, packed, offset) -> (added, reused, [(index, table,
  * offset)]): each 16-byte key of ``packed``, in order, is looked for in every table (held
  * with an offset of at least that table's minimum); a key held nowhere is added to
@@ -341,7 +441,7 @@ static PyObject *free_keys(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < n; i++) {
         uint8_t *slot = slot_of(base, slots, keys + i * KEY);
         if (slot == NULL || le32(slot + KEPT) != claimed) continue;
-        put32(slot + KEPT, FREED);
+        store_kept(slot, FREED);
         freed++;
     }
     PyBuffer_Release(&view);
@@ -357,6 +457,9 @@ static PyMethodDef methods[] = {
      "(key, offset) of the keys a window table holds with an offset of at least a minimum."},
     {"grow", grow, METH_VARARGS,
      "Lengthens a window table (a bytearray) in place, its keys placed anew."},
+    {"regrow", regrow, METH_VARARGS,
+     "A new window table holding a table's keys, built without the interpreter's lock."},
+    {"merge", merge, METH_VARARGS, "Adds the keys one window table holds to another."},
     {"claim", claim, METH_VARARGS,
      "Looks packed keys up in window tables; adds those held nowhere."},
     {"free", free_keys, METH_VARARGS, "The keys a lost write claimed, held by none again."},

@@ -4,26 +4,20 @@ that scopes with several writers keep, and the keys of writes still in flight.
 
 The compiled helpers (``window.compiled_keys`` and ``_window_table``, built by the
 package's install) do the per-key work of the tables; each has a pure-Python path with
-the same answers.
+the same answers. A window's tables, and how a large one grows off the event loop:
+``window_table.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 from collections.abc import Collection, Iterable
 from itertools import repeat
 from typing import Any, NamedTuple, Protocol
 
 from dedup_broker.key_dedup import window
 from dedup_broker.key_dedup.window import KEY_BYTES, now_ms
-
-compiled_window: Any
-"""The compiled window tables (``_window_table.c``); None without them."""
-try:
-    compiled_window = importlib.import_module("dedup_broker.key_dedup._window_table")
-except ImportError:  # pragma: no cover - depends on the installation
-    compiled_window = None
+from dedup_broker.key_dedup.window_table import WindowTable, compiled_window
 
 
 class KeyMemory(Protocol):
@@ -43,93 +37,7 @@ class KeyMemory(Protocol):
 
 
 # --- the single writer's exact window ------------------------------------------------
-WINDOW_SLOT_BYTES = 16
-"""A window table's slot: the key's first 12 bytes, then its anchor's offset from the
-table's start plus one (0: empty)."""
-_WINDOW_MIN_SLOTS = 1024
 _NEVER = 2**63
-WINDOW_FILL = 0.75
-"""A window table grows before it is fuller than this: 21-32 bytes a key once it grows
-by half (``WINDOW_DOUBLING_SLOTS``)."""
-WINDOW_DOUBLING_SLOTS = 1 << 20
-"""Below this many slots (16 MiB) a table doubles instead: every key is placed again
-each time a table grows, at random in a table larger than the processor's caches, so
-a young topic's table reaches its size in fewer steps, while a large one's memory
-stays within a half more than its keys need."""
-
-
-class WindowTable:
-    """The keys anchored in one time bucket, with their anchors' offsets from its start.
-
-    Compiled: one bytearray of 16-byte slots (open addressing), the keys of a group
-    looked up and added in one call each, no Python object per key stored. Otherwise a
-    dict: the same answers (tested). A key a lost write claimed is freed: held by none.
-    """
-
-    __slots__ = ("_dict", "_table", "count", "freed")
-
-    def __init__(self, expected: int, compiled: bool) -> None:
-        slots = max(int(expected / WINDOW_FILL) + 1, _WINDOW_MIN_SLOTS)
-        self._table = bytearray(slots * WINDOW_SLOT_BYTES) if compiled else None
-        self._dict: dict[bytes, int] = {}
-        self.count = 0
-        """Slots with a key, held or freed."""
-        self.freed = 0
-        """Slots whose key a lost write freed (gone when the table grows)."""
-
-    @property
-    def held(self) -> int:
-        return self.count - self.freed
-
-    @property
-    def nbytes(self) -> int:
-        return len(self._table) if self._table is not None else 0
-
-    def reserve(self, more: int) -> None:
-        """Room for ``more`` keys not held yet (the table grows by half, or to fit)."""
-        table = self._table
-        if table is None:
-            return
-        needed = self.count + more
-        slots = len(table) // WINDOW_SLOT_BYTES
-        if needed > slots * WINDOW_FILL:
-            step = slots * 2 if slots < WINDOW_DOUBLING_SLOTS else slots * 3 // 2
-            grown = max(int(needed / WINDOW_FILL) + 1, step)
-            self.count, self.freed = compiled_window.grow(table, grown), 0
-
-    def add(self, packed: bytes | memoryview, offset: int) -> None:
-        """Packed 16-byte keys, one offset (a key held with a later one keeps it)."""
-        if self._table is None:
-            held = self._dict
-            for start in range(0, len(packed), KEY_BYTES):
-                key = bytes(packed[start : start + KEY_BYTES])
-                held[key] = max(offset, held.get(key, offset))
-            self.count = len(held)
-            return
-        self.reserve(len(packed) // KEY_BYTES)
-        added, reused = compiled_window.add(self._table, packed, offset)
-        self.count += added
-        self.freed -= reused
-
-    def find(self, keys: Collection[bytes], minimum: int) -> list[tuple[bytes, int]]:
-        """(key, offset) of those of ``keys`` held with an offset of at least ``minimum``."""
-        if self._table is None:
-            held = self._dict
-            return [(k, o) for k in keys if (o := held.get(k, -1)) >= minimum]
-        found: list[tuple[bytes, int]] = compiled_window.find(self._table, keys, minimum)
-        return found
-
-    def free(self, packed: bytes, offset: int) -> None:
-        """Keys claimed with ``offset`` by a write that was lost: held by none again."""
-        if self._table is not None:
-            self.freed += compiled_window.free(self._table, packed, offset)
-            return
-        held = self._dict
-        for start in range(0, len(packed), KEY_BYTES):
-            key = packed[start : start + KEY_BYTES]
-            if held.get(key) == offset:
-                del held[key]
-        self.count = len(held)
 
 
 def _claim_python(
@@ -178,15 +86,25 @@ class WindowKeys:
         self._buckets: dict[int, WindowTable] = {}
         self._numbers: tuple[int, ...] = ()
         self._tables: tuple[Any, ...] = ()
-        """The buckets' numbers and their tables' bytearrays, in the same order (kept
-        with the buckets, so a claim builds no sequence of them)."""
+        """The buckets' arrays (two for a bucket whose table grows on the worker) and
+        their buckets' numbers, in the same order (kept with the buckets, so a claim
+        builds no sequence of them)."""
+        self._targets: dict[int, int] = {}
+        """A bucket's number: the position of the array taking its keys."""
         self._expires_at = _NEVER
         self.hits = 0
 
     def _buckets_changed(self) -> None:
         buckets, size, window = self._buckets, self.bucket_ms, self.window_ms
-        self._numbers = tuple(buckets)
-        self._tables = tuple(buckets[n]._table for n in self._numbers)
+        numbers: list[int] = []
+        tables: list[Any] = []
+        targets: dict[int, int] = {}
+        for number, table in buckets.items():
+            arrays = table.arrays
+            numbers.extend(repeat(number, len(arrays)))
+            tables.extend(arrays)
+            targets[number] = len(tables) - 1
+        self._numbers, self._tables, self._targets = tuple(numbers), tuple(tables), targets
         self._expires_at = min(((n + 1) * size + window for n in buckets), default=_NEVER)
 
     def __len__(self) -> int:
@@ -221,13 +139,14 @@ class WindowKeys:
             return  # the window of these keys has passed
         self.expire(now)
         number = anchor // self.bucket_ms
-        self._bucket(number).add(packed, anchor - number * self.bucket_ms)
+        if self._bucket(number).add(packed, anchor - number * self.bucket_ms):
+            self._buckets_changed()
 
     def _bucket(self, number: int) -> WindowTable:
         table = self._buckets.get(number)
         if table is None:
             before = self._buckets.get(number - 1)
-            table = WindowTable(before.count if before else 0, self._compiled)
+            table = WindowTable(before.keys if before else 0, self._compiled)
             self._buckets[number] = table
             self._buckets_changed()
         return table
@@ -244,10 +163,14 @@ class WindowKeys:
         anchor = max(anchor_ms, now - window + 1)
         number = anchor // size
         target = self._bucket(number)
-        target.reserve(len(packed) // KEY_BYTES)
+        changed = False
+        for table in self._buckets.values():
+            changed |= table.settle()
+        if target.reserve(len(packed) // KEY_BYTES) or changed:
+            self._buckets_changed()
         numbers, oldest = self._numbers, now - window + 1
         minimums = tuple([max(oldest - n * size, 0) for n in numbers])
-        at, offset = numbers.index(number), anchor - number * size
+        at, offset = self._targets[number], anchor - number * size
         if self._compiled:
             added, reused, found = compiled_window.claim(self._tables, minimums, at, packed, offset)
             target.count += added

@@ -10,12 +10,13 @@ import random
 
 import pytest
 
-from dedup_broker.key_dedup import memory
-from dedup_broker.key_dedup.memory import WINDOW_SLOT_BYTES, WindowKeys, WindowTable
+from dedup_broker.key_dedup import window_table
+from dedup_broker.key_dedup.memory import WindowKeys
 from dedup_broker.key_dedup.window import now_ms
+from dedup_broker.key_dedup.window_table import WINDOW_SLOT_BYTES, WindowTable
 
 needs_compiled = pytest.mark.skipif(
-    memory.compiled_window is None, reason="the compiled window tables were not built"
+    window_table.compiled_window is None, reason="the compiled window tables were not built"
 )
 WINDOW = 600_000
 
@@ -100,7 +101,8 @@ def test_every_key_of_the_window_is_found_and_no_other(compiled: bool) -> None:
 def test_a_growing_table_doubles_while_small_then_grows_by_half(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(memory, "WINDOW_DOUBLING_SLOTS", 32_768)
+    monkeypatch.setattr(window_table, "WINDOW_DOUBLING_SLOTS", 32_768)
+    monkeypatch.setattr(window_table, "WINDOW_BACKGROUND_SLOTS", 1 << 30)
     table = WindowTable(0, compiled=True)
     keys = _digests("grow", 200_000)
     sizes = [1_024]
@@ -123,7 +125,7 @@ def test_a_growing_table_doubles_while_small_then_grows_by_half(
 @pytest.mark.parametrize("seed", range(4))
 def test_a_table_grown_in_place_keeps_its_held_keys_and_drops_the_freed(seed: int) -> None:
     rng = random.Random(seed)
-    grow = memory.compiled_window
+    grow = window_table.compiled_window
     for slots in (4, 16, 100, 1_024, 5_000):
         table = bytearray(slots * WINDOW_SLOT_BYTES)
         keys = []
@@ -201,4 +203,4 @@ def test_bad_input_is_refused() -> None:
         WindowKeys(WINDOW).add_packed(b"x" * 15, now_ms())
     full = bytearray(2 * WINDOW_SLOT_BYTES)
     with pytest.raises(ValueError):
-        memory.compiled_window.add(full, b"".join(_digests("full", 3)), 0)
+        window_table.compiled_window.add(full, b"".join(_digests("full", 3)), 0)
