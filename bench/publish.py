@@ -23,8 +23,8 @@ limits what is measured:
 Per row: the saturation rate (the tool's own msgs/s with no rate limit, ``--messages``
 messages; the median of ``--saturation-runs`` runs, 3 by default) and its ratio to
 direct Kafka at the same size and topic count ("broker, off, keyed" and "broker,
-key-window" run side by side, their saturation runs taking turns, so that key-window's
-ratio to its anchor compares runs made in the same minutes); the server's CPU
+key-window" run side by side, their runs taking turns, so that key-window's ratio and
+latency compare with its anchor's runs made in the same minutes); the server's CPU
 microseconds per message during that run (/proc utime+stime: the Kafka JVM, the broker
 process plus the Kafka under it, the Pulsar JVM) and the generator's; then p50/p99 latency
 as the tool reports it, at a fixed rate of half that row's own maximum: the
@@ -156,7 +156,8 @@ def settle(systems: Sequence[tuple[str, Generator]], plan: Plan, size: int, topi
 
 def measure(systems: Sequence[tuple[str, Generator]], plan: Plan, rows: list[Row]) -> None:
     """A warm-up run of every case (discarded), then each case at saturation and at half
-    of it. Systems measured together take turns run by run at saturation. Before each
+    of it. Systems measured together take turns run by run, at saturation and at half
+    load, so each compares with runs the others made in the same minutes. Before each
     case, warm-up rounds of it until Kafka's JIT compilers are quiet (``settle``).
 
     Every case is warmed, not only the first: the server's JIT (Kafka's behind the broker
@@ -175,16 +176,15 @@ def measure(systems: Sequence[tuple[str, Generator]], plan: Plan, rows: list[Row
         for _ in range(plan.saturation_runs):
             for (_, generator), done in zip(systems, runs, strict=True):
                 done.append(generator.run(size, topics, plan.messages, None))
-        for (system, generator), done in zip(systems, runs, strict=True):
-            saturated = sorted(done, key=lambda m: m.msgs_per_s)[len(done) // 2]
-            rate = saturated.msgs_per_s / 2
-            paced: tuple[Measurement, ...] = ()
-            if plan.paced_seconds > 0:
+        saturated = [sorted(done, key=lambda m: m.msgs_per_s)[len(done) // 2] for done in runs]
+        rates = [m.msgs_per_s / 2 for m in saturated]
+        paced: list[list[Measurement]] = [[] for _ in systems]
+        for _ in range(plan.paced_runs if plan.paced_seconds > 0 else 0):
+            for (_, generator), rate, done in zip(systems, rates, paced, strict=True):
                 count = max(int(rate * plan.paced_seconds), 1000)
-                paced = tuple(
-                    generator.run(size, topics, count, rate) for _ in range(plan.paced_runs)
-                )
-            row = Row(system, size, topics, saturated, paced, rate)
+                done.append(generator.run(size, topics, count, rate))
+        for (system, _), best, rate, done in zip(systems, saturated, rates, paced, strict=True):
+            row = Row(system, size, topics, best, tuple(done), rate)
             rows.append(row)
             print(_progress(row), flush=True)
 
@@ -295,8 +295,9 @@ def pulsar_generator(
 Opener = Callable[[], AbstractContextManager[Generator]]
 
 TOGETHER = (KEYED_OFF, KEY_WINDOW)
-"""Measured together, their saturation runs taking turns: key-window's ratio to its
-anchor then compares runs made minutes apart at most. Run one after the other, the
+"""Measured together, their runs (at saturation and at half load) taking turns:
+key-window's ratio and latency to its anchor's then compare runs made minutes apart at
+most. Run one after the other, the
 anchor alone moved by a third between runs of the same build (machine and Kafka drift),
 and the ratio with it."""
 

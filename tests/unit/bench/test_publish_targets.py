@@ -126,7 +126,7 @@ class _Turns:
         return Measurement(messages, 1000.0 * len(self.turns), 1.0, 2.0)
 
 
-def test_key_window_and_its_anchor_take_turns_at_saturation() -> None:
+def test_key_window_and_its_anchor_take_turns_at_saturation_and_at_half_load() -> None:
     def opener(name: str) -> Callable[[], AbstractContextManager[_Turns]]:
         return lambda: nullcontext(_Turns(name, []))
 
@@ -140,7 +140,7 @@ def test_key_window_and_its_anchor_take_turns_at_saturation() -> None:
 
     turns: list[str] = []
     rows: list[Row] = []
-    plan = Plan(((100, 1),), 10, 1.0, 4, paced_runs=1, saturation_runs=3)
+    plan = Plan(((100, 1),), 10, 1.0, 4, paced_runs=2, saturation_runs=3)
     measure([(KEYED_OFF, _Turns("off", turns)), (KEY_WINDOW, _Turns("kw", turns))], plan, rows)
     assert turns == [
         "off 4",
@@ -153,11 +153,13 @@ def test_key_window_and_its_anchor_take_turns_at_saturation() -> None:
         "kw 10",
         "off paced",
         "kw paced",
+        "off paced",
+        "kw paced",
     ]
-    # Each row is its own median run: the second of its three turns.
-    assert [(r.system, r.saturated.msgs_per_s) for r in rows] == [
-        (KEYED_OFF, 5000.0),
-        (KEY_WINDOW, 6000.0),
+    # Each row is its own median run (the second of its three turns), paced at half of it.
+    assert [(r.system, r.saturated.msgs_per_s, r.paced_rate, len(r.paced)) for r in rows] == [
+        (KEYED_OFF, 5000.0, 2500.0, 2),
+        (KEY_WINDOW, 6000.0, 3000.0, 2),
     ]
 
 
