@@ -14,8 +14,8 @@
  * add(table, packed, offset) -> keys not held before (new slots, freed ones); find(table, keys, minimum) ->
  * [(key, offset)] of the keys held with an offset of at least ``minimum``;
  * grow(table, slots) -> keys kept in the table lengthened in place; regrow(table, slots)
- * -> (a new table holding its keys, keys kept), off the interpreter's lock; merge(into,
- * source) -> the source's keys added; claim(tables, minimums, target, packed, offset) ->
+ * -> a growth into a new table on a thread of its own, regrown(growth) -> (the new
+ * table, keys kept) once done; merge(into, source) -> the source's keys added; claim(tables, minimums, target, packed, offset) ->
  * the keys held already, the others added; free(table, packed, offset) -> the keys a
  * lost write claimed, held by none again.
  *
@@ -25,6 +25,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -270,48 +271,109 @@ static PyObject *grow(PyObject *self, PyObject *args) {
     return full_probes ? full() : PyLong_FromSsize_t(kept);
 }
 
-/* regrow(table, slots) -> (grown, kept): a new table of ``slots`` slots holding the
- * table's keys (freed keys dropped), built with the interpreter's lock released, so
- * the event loop goes on while a large table grows on another thread. The caller
- * writes nothing to ``table`` meanwhile but ``free``'s marks (held open here, it cannot
- * be resized). The new table's memory is first touched here, off the lock too. */
-static PyObject *regrow(PyObject *self, PyObject *args) {
-    PyObject *table;
-    Py_ssize_t wanted;
-    Py_buffer view;
-    uint64_t old_slots;
-    if (!PyArg_ParseTuple(args, "On", &table, &wanted)) return NULL;
-    if (!table_view(table, &view, 0, &old_slots)) return NULL;
-    if (wanted <= 0 || wanted > PY_SSIZE_T_MAX / SLOT || (uint64_t)wanted < old_slots) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "regrow(a window table, at least as many slots)");
-        return NULL;
-    }
-    PyObject *grown = PyByteArray_FromStringAndSize(NULL, wanted * SLOT);
-    if (grown == NULL) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    const uint8_t *from = (const uint8_t *)view.buf;
-    uint8_t *into = (uint8_t *)PyByteArray_AS_STRING(grown);
-    uint64_t slots = (uint64_t)wanted;
+/* A growth on a thread of its own, which never takes the interpreter's lock (so the
+ * event loop never waits for it): the old table held open (it cannot be resized
+ * meanwhile), the new one, and ``done`` set once every key is placed. */
+typedef struct {
+    Py_buffer from;
+    PyObject *grown;
+    uint8_t *into;
+    uint64_t slots;
+    Py_ssize_t kept;
+    pthread_t thread;
+    int threaded, joined, done;
+} Growth;
+
+static const char GROWTH[] = "window_table.growth";
+
+static void *growth_run(void *arg) {
+    Growth *g = (Growth *)arg;
+    const uint8_t *from = (const uint8_t *)g->from.buf;
+    uint64_t old_slots = (uint64_t)g->from.len / SLOT, slots = g->slots;
     Py_ssize_t kept = 0;
-    Py_BEGIN_ALLOW_THREADS
-    memset(into, 0, (size_t)(wanted * SLOT));
+    memset(g->into, 0, (size_t)(slots * SLOT));
     for (uint64_t i = 0; i < old_slots; i++) {
         const uint8_t *slot = from + i * SLOT;
         uint32_t value = load_kept(slot);
         if (value == 0 || value == FREED) continue;
         uint64_t j = home(slot, slots);
-        while (le32(into + j * SLOT + KEPT) != 0) /* more slots than keys: one is free */
+        while (le32(g->into + j * SLOT + KEPT) != 0) /* more slots than keys: one is free */
             if (++j == slots) j = 0;
-        memcpy(into + j * SLOT, slot, KEPT);
-        put32(into + j * SLOT + KEPT, value);
+        memcpy(g->into + j * SLOT, slot, KEPT);
+        put32(g->into + j * SLOT + KEPT, value);
         kept++;
     }
+    g->kept = kept;
+    __atomic_store_n(&g->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static void growth_join(Growth *g) {
+    if (!g->threaded || g->joined) return;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(g->thread, NULL);
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&view);
-    return Py_BuildValue("(Nn)", grown, kept);
+    g->joined = 1;
+}
+
+static void growth_destroy(PyObject *capsule) {
+    Growth *g = (Growth *)PyCapsule_GetPointer(capsule, GROWTH);
+    if (g == NULL) return;
+    growth_join(g);
+    PyBuffer_Release(&g->from);
+    Py_XDECREF(g->grown);
+    free(g);
+}
+
+/* regrow(table, slots) -> growth: a new table of ``slots`` slots taking the table's keys
+ * (freed keys dropped) on a thread of its own; ``regrown`` answers it. The caller
+ * writes nothing to ``table`` meanwhile but ``free``'s marks. The new table's memory is
+ * first touched there too. With no thread to be had, the growth is done here. */
+static PyObject *regrow(PyObject *self, PyObject *args) {
+    PyObject *table;
+    Py_ssize_t wanted;
+    uint64_t old_slots;
+    if (!PyArg_ParseTuple(args, "On", &table, &wanted)) return NULL;
+    Growth *g = (Growth *)calloc(1, sizeof(Growth));
+    if (g == NULL) return PyErr_NoMemory();
+    if (!table_view(table, &g->from, 0, &old_slots)) {
+        free(g);
+        return NULL;
+    }
+    if (wanted <= 0 || wanted > PY_SSIZE_T_MAX / SLOT || (uint64_t)wanted < old_slots) {
+        PyBuffer_Release(&g->from);
+        free(g);
+        PyErr_SetString(PyExc_ValueError, "regrow(a window table, at least as many slots)");
+        return NULL;
+    }
+    g->grown = PyByteArray_FromStringAndSize(NULL, wanted * SLOT);
+    PyObject *capsule = g->grown == NULL ? NULL : PyCapsule_New(g, GROWTH, growth_destroy);
+    if (capsule == NULL) {
+        Py_XDECREF(g->grown);
+        PyBuffer_Release(&g->from);
+        free(g);
+        return NULL;
+    }
+    g->into = (uint8_t *)PyByteArray_AS_STRING(g->grown);
+    g->slots = (uint64_t)wanted;
+    if (pthread_create(&g->thread, NULL, growth_run, g) == 0)
+        g->threaded = 1;
+    else
+        growth_run(g);
+    return capsule;
+}
+
+/* regrown(growth, wait=False) -> (grown, kept): the new table and the keys it holds;
+ * None while the thread works, unless ``wait``. */
+static PyObject *regrown(PyObject *self, PyObject *args) {
+    PyObject *capsule;
+    int wait = 0;
+    if (!PyArg_ParseTuple(args, "O|p", &capsule, &wait)) return NULL;
+    Growth *g = (Growth *)PyCapsule_GetPointer(capsule, GROWTH);
+    if (g == NULL) return NULL;
+    if (!wait && !__atomic_load_n(&g->done, __ATOMIC_ACQUIRE)) Py_RETURN_NONE;
+    growth_join(g);
+    return Py_BuildValue("(On)", g->grown, g->kept);
 }
 
 /* merge(into, source) -> (added, reused): the keys ``source`` holds, with their offsets,
@@ -458,7 +520,8 @@ static PyMethodDef methods[] = {
     {"grow", grow, METH_VARARGS,
      "Lengthens a window table (a bytearray) in place, its keys placed anew."},
     {"regrow", regrow, METH_VARARGS,
-     "A new window table holding a table's keys, built without the interpreter's lock."},
+     "Starts a new window table taking a table's keys, on a thread of its own."},
+    {"regrown", regrown, METH_VARARGS, "The new table of a growth, once it is done."},
     {"merge", merge, METH_VARARGS, "Adds the keys one window table holds to another."},
     {"claim", claim, METH_VARARGS,
      "Looks packed keys up in window tables; adds those held nowhere."},

@@ -86,7 +86,7 @@ class WindowKeys:
         self._buckets: dict[int, WindowTable] = {}
         self._numbers: tuple[int, ...] = ()
         self._tables: tuple[Any, ...] = ()
-        """The buckets' arrays (two for a bucket whose table grows on the worker) and
+        """The buckets' arrays (two for a bucket whose table grows on its thread) and
         their buckets' numbers, in the same order (kept with the buckets, so a claim
         builds no sequence of them)."""
         self._targets: dict[int, int] = {}

@@ -6,25 +6,20 @@ object per key. Otherwise a dict: the same answers (tested).
 
 A table grows by placing every key anew, about 8 ns a key, on the event loop: every
 topic of the broker waits. Young topics' tables grow several times within seconds, all
-at once when their rates are alike, so a table of 1 to 16 MiB grows on a worker thread
-with the interpreter's lock released. Meanwhile its old array is only read (and takes
-``free``'s marks), new keys go to a small array beside it, and claims look in both;
-the first use after the worker is done puts the grown array in their place, the keys
-beside it merged in.
+at once when their rates are alike, so a table of 1 to 16 MiB grows on a thread of the
+compiled helper's own, which never takes the interpreter's lock. Meanwhile its old
+array is only read (and takes ``free``'s marks), new keys go to a small array beside
+it, and claims look in both; the first use after the thread is done puts the grown
+array in their place, the keys beside it merged in.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
-import logging
 from collections.abc import Collection
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any
 
 from dedup_broker.key_dedup.window import KEY_BYTES
-
-log = logging.getLogger(__name__)
 
 compiled_window: Any
 """The compiled window tables (``_window_table.c``); None without them."""
@@ -46,35 +41,29 @@ each time a table grows, at random in a table larger than the processor's caches
 a young topic's table reaches its size in fewer steps, while a large one's memory
 stays within a half more than its keys need."""
 WINDOW_BACKGROUND_SLOTS = 1 << 16
-"""A table of at least this many slots (1 MiB) grows on the worker thread, up to
+"""A table of at least this many slots (1 MiB) grows on a thread of its own, up to
 ``WINDOW_IN_PLACE_SLOTS``; a smaller one grows inline, in well under a millisecond."""
 WINDOW_IN_PLACE_SLOTS = WINDOW_DOUBLING_SLOTS
 """From this many slots (16 MiB) a table grows in place on the event loop (about 8 ns
-a key: 120 ms for 15 million): the worker's way holds the old array and the grown one
+a key: 120 ms for 15 million): the thread's way holds the old array and the grown one
 at once, which a window of tens of millions of keys cannot afford within its memory
 bound. A bucket is sized ahead from the one before it, so a table that large grows only
 while its topic's rate climbs."""
 
 
-@functools.cache
-def grower() -> Executor:
-    """The one thread tables grow on: growths queue there while their tables go on
-    taking keys beside them."""
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="window-grow")
-
-
 class _Growth:
-    """A table growing on the worker: its old array and what the grown one must learn."""
+    """A table growing on its thread: its old array and what the grown one must learn."""
 
-    __slots__ = ("array", "count", "freed", "frees", "future")
+    __slots__ = ("array", "count", "freed", "frees", "growth")
 
-    def __init__(self, array: bytearray, count: int, freed: int, future: Future[Any]) -> None:
+    def __init__(self, array: bytearray, count: int, freed: int, growth: Any) -> None:
         self.array = array
         self.count = count
         self.freed = freed
-        self.future = future
+        self.growth = growth
+        """The compiled helper's handle (``regrow``)."""
         self.frees: list[tuple[bytes, int]] = []
-        """Keys freed meanwhile (the worker may have read them as held)."""
+        """Keys freed meanwhile (the thread may have read them as held)."""
 
 
 class WindowTable:
@@ -135,8 +124,8 @@ class WindowTable:
         step = slots * 2 if slots < WINDOW_DOUBLING_SLOTS else slots * 3 // 2
         wanted = max(int(needed / WINDOW_FILL) + 1, step)
         if self._growth is None and WINDOW_BACKGROUND_SLOTS <= slots < WINDOW_IN_PLACE_SLOTS:
-            future = grower().submit(compiled_window.regrow, table, wanted)
-            self._growth = _Growth(table, self.count, self.freed, future)
+            growth = compiled_window.regrow(table, wanted)
+            self._growth = _Growth(table, self.count, self.freed, growth)
             beside = max(int(more / WINDOW_FILL) + 1, WINDOW_MIN_SLOTS)
             self._table, self.count, self.freed = bytearray(beside * WINDOW_SLOT_BYTES), 0, 0
             return True
@@ -144,22 +133,17 @@ class WindowTable:
         return changed
 
     def settle(self) -> bool:
-        """A growth the worker finished takes its place, the keys taken beside it
+        """A growth its thread finished takes its place, the keys taken beside it
         merged in; True when one did."""
         growth = self._growth
-        if growth is None or not growth.future.done():
+        done = None if growth is None else compiled_window.regrown(growth.growth)
+        if done is None:
             return False
+        assert growth is not None
         beside, count = self._table, self.count - self.freed
-        assert beside is not None
         self._growth = None
-        try:
-            grown, kept = growth.future.result()
-        except Exception:  # out of memory: the old array stays, with room made inline
-            log.exception("a window table could not grow on the worker thread")
-            self._table, self.count, self.freed = growth.array, growth.count, growth.freed
-        else:
-            self._table, self.count = grown, kept
-            self.freed = sum(compiled_window.free(grown, p, o) for p, o in growth.frees)
+        self._table, self.count = done
+        self.freed = sum(compiled_window.free(self._table, p, o) for p, o in growth.frees)
         if count:
             self.reserve(count)
             added, reused = compiled_window.merge(self._table, beside)

@@ -1,15 +1,14 @@
-"""A large window table grows on a worker thread while it goes on taking keys: every
+"""A large window table grows on a thread of its own while it goes on taking keys: every
 answer meanwhile and after is the one a table that never grew gives (the pure-Python
-path), keys a lost write freed stay freed whenever the worker read them, and a growth
-that fails leaves no key forgotten."""
+path), keys a lost write freed stay freed whenever the growth read them, and a growth
+on its own thread holds every key."""
 
 from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Callable
-from concurrent.futures import Executor, Future
-from typing import Any, TypeVar
+import time
+from typing import Any
 
 import pytest
 
@@ -21,41 +20,47 @@ from dedup_broker.key_dedup.window_table import WINDOW_SLOT_BYTES, WindowTable
 pytestmark = pytest.mark.skipif(
     window_table.compiled_window is None, reason="the compiled window tables were not built"
 )
-T = TypeVar("T")
 WINDOW = 600_000
 SMALL = 4_000
-"""Slots from which the tables of these tests grow on the worker."""
+"""Slots from which the tables of these tests grow on a thread of their own."""
 
 
-class HeldGrower(Executor):
-    """The worker, run when the test says: the moments a growth ends are the test's."""
+class HeldGrowths:
+    """The compiled helper, whose growths start when the test says (and then end at
+    once): the moments the growth thread reads a table and ends are the test's."""
 
-    def __init__(self, fails: bool = False) -> None:
-        self.jobs: list[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = []
-        self.fails = fails
+    def __init__(self) -> None:
+        self.compiled = window_table.compiled_window
+        self.waiting: list[list[Any]] = []
 
-    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
-        future: Future[T] = Future()
-        self.jobs.append((future, fn, args))
-        return future
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.compiled, name)
+
+    def regrow(self, table: bytearray, slots: int) -> list[Any]:
+        growth: list[Any] = [table, slots, None]
+        self.waiting.append(growth)
+        return growth
+
+    def regrown(self, growth: list[Any]) -> tuple[bytearray, int] | None:
+        done: tuple[bytearray, int] | None = growth[2]
+        return done
 
     def run(self) -> int:
-        done = len(self.jobs)
-        for future, fn, args in self.jobs:
-            if self.fails:
-                future.set_exception(MemoryError("no room for the grown table"))
-            else:
-                future.set_result(fn(*args))
-        self.jobs.clear()
-        return done
+        """Every growth started so far runs to its end."""
+        started = len(self.waiting)
+        for growth in self.waiting:
+            handle = self.compiled.regrow(growth[0], growth[1])
+            growth[2] = self.compiled.regrown(handle, True)
+        self.waiting.clear()
+        return started
 
 
 @pytest.fixture
-def held(monkeypatch: pytest.MonkeyPatch) -> HeldGrower:
-    grower = HeldGrower()
+def held(monkeypatch: pytest.MonkeyPatch) -> HeldGrowths:
+    growths = HeldGrowths()
     monkeypatch.setattr(window_table, "WINDOW_BACKGROUND_SLOTS", SMALL)
-    monkeypatch.setattr(window_table, "grower", lambda: grower)
-    return grower
+    monkeypatch.setattr(window_table, "compiled_window", growths)
+    return growths
 
 
 def _digests(label: str, count: int) -> list[bytes]:
@@ -64,7 +69,7 @@ def _digests(label: str, count: int) -> list[bytes]:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_claims_during_growths_answer_as_a_table_that_never_grew(
-    held: HeldGrower, seed: int
+    held: HeldGrowths, seed: int
 ) -> None:
     rng = random.Random(seed)
     grown, plain = WindowKeys(WINDOW, compiled=True), WindowKeys(WINDOW, compiled=False)
@@ -97,17 +102,17 @@ def test_claims_during_growths_answer_as_a_table_that_never_grew(
     assert len(grown) == len(plain) == len(set(claimed))
 
 
-@pytest.mark.parametrize("worker_read_first", [True, False])
+@pytest.mark.parametrize("thread_read_first", [True, False])
 def test_a_key_freed_while_its_table_grows_is_new_again(
-    held: HeldGrower, worker_read_first: bool
+    held: HeldGrowths, thread_read_first: bool
 ) -> None:
     table = WindowTable(3_000, compiled=True)  # 4,001 slots
     before, lost, taken = _digests("before", 2_900), _digests("lost", 80), _digests("taken", 2_500)
     table.add(b"".join(before), 1)
-    table.add(b"".join(lost), 2)  # in the array the worker will read
+    table.add(b"".join(lost), 2)  # in the array the growth will read
     table.add(b"".join(taken[:100]), 1)  # no room: the table grows beside
     assert table.growing
-    if worker_read_first:  # the worker read the old array before the write was lost
+    if thread_read_first:  # the growth read the old array before the write was lost
         held.run()
         table.free(b"".join(lost), 2)
         assert table.growing and table.find(lost, 0) == []
@@ -128,40 +133,16 @@ def test_a_key_freed_while_its_table_grows_is_new_again(
     assert table.nbytes <= 5_410 * WINDOW_SLOT_BYTES * 3
 
 
-def test_a_growth_that_fails_keeps_the_old_table_and_every_key(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    grower = HeldGrower(fails=True)
-    monkeypatch.setattr(window_table, "WINDOW_BACKGROUND_SLOTS", SMALL)
-    monkeypatch.setattr(window_table, "grower", lambda: grower)
-    table = WindowTable(0, compiled=True)
-    first, beside = _digests("first", 3_070), _digests("beside", 500)
-    table.add(b"".join(first), 1)
-    table.add(b"".join(beside), 2)
-    assert table.growing
-    grower.run()
-    grower.fails = False
-    table.add(b"".join(_digests("more", 10)), 3)  # the failure seen: grows again
-    assert "could not grow" in caplog.text
-    assert table.growing
-    grower.run()
-    table.reserve(0)
-    assert not table.growing
-    assert dict(table.find(first + beside, 0)) == {
-        **dict.fromkeys(first, 1),
-        **dict.fromkeys(beside, 2),
-    }
-    assert table.held == 3_580
-
-
-def test_a_table_grows_on_the_worker_thread_to_the_same_keys() -> None:
-    """The real worker thread, with the interpreter's lock released while it works."""
+def test_a_table_grows_on_its_thread_to_the_same_keys() -> None:
+    """The compiled helper's own thread, which never takes the interpreter's lock."""
     table = WindowTable(0, compiled=True)
     keys = _digests("thread", 200_000)
     for start in range(0, len(keys), 10_000):
         table.add(b"".join(keys[start : start + 10_000]), start // 10_000)
-    while table.growing:
-        window_table.grower().submit(lambda: None).result()  # every growth queued ended
+    for _ in range(10_000):  # a growth of at most 16 MiB: milliseconds
+        if not table.growing:
+            break
+        time.sleep(0.001)
         table.reserve(0)
     assert dict(table.find(keys, 0)) == {k: i // 10_000 for i, k in enumerate(keys)}
     assert table.held == 200_000
@@ -173,7 +154,9 @@ def test_regrow_places_held_keys_in_a_new_table_and_merge_adds_them() -> None:
     window_table.compiled_window.add(table, b"".join(keys), 5)
     freed = b"".join(keys[:100])
     assert window_table.compiled_window.free(table, freed, 5) == 100
-    grown, kept = window_table.compiled_window.regrow(table, 4_096)
+    grown, kept = window_table.compiled_window.regrown(
+        window_table.compiled_window.regrow(table, 4_096), True
+    )
     assert kept == 600 and len(grown) == 4_096 * WINDOW_SLOT_BYTES
     assert dict(window_table.compiled_window.find(grown, keys, 0)) == dict.fromkeys(keys[100:], 5)
     into = bytearray(2_048 * WINDOW_SLOT_BYTES)
