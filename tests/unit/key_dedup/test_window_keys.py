@@ -162,10 +162,11 @@ def test_a_table_grown_in_place_keeps_its_held_keys_and_drops_the_freed(seed: in
 def test_a_key_stored_again_keeps_its_latest_anchor(compiled: bool) -> None:
     window = WindowKeys(WINDOW, compiled=compiled)
     now = now_ms()
+    start = (now - 10_000) // window.bucket_ms * window.bucket_ms  # both in one bucket
     key = _digests("again", 1)
-    window.add_all(key, now - 1_000)
-    window.add_all(key, now - 5_000)  # replayed later, anchored earlier
-    assert window.anchors(key, now) == {key[0]: now - 1_000}
+    window.add_all(key, start + 5_000)
+    window.add_all(key, start + 1_000)  # replayed later, anchored earlier
+    assert window.anchors(key, now) == {key[0]: start + 5_000}
     assert len(window) == 1
 
 
