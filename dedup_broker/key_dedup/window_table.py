@@ -4,7 +4,7 @@ Compiled (``_window_table.c``, built by the package's install): one bytearray of
 slots (open addressing), a group's keys looked up and added in one call each, no Python
 object per key. Otherwise a dict: the same answers (tested).
 
-A table grows by placing every key anew, about 8 ns a key, on the event loop: every
+A table grows by placing every key anew, about 15 ns a key, on the event loop: every
 topic of the broker waits. Young topics' tables grow several times within seconds, all
 at once when their rates are alike, so a table of 1 to 16 MiB grows on a thread of the
 compiled helper's own, which never takes the interpreter's lock. Meanwhile its old
@@ -44,8 +44,8 @@ WINDOW_BACKGROUND_SLOTS = 1 << 16
 """A table of at least this many slots (1 MiB) grows on a thread of its own, up to
 ``WINDOW_IN_PLACE_SLOTS``; a smaller one grows inline, in well under a millisecond."""
 WINDOW_IN_PLACE_SLOTS = WINDOW_DOUBLING_SLOTS
-"""From this many slots (16 MiB) a table grows in place on the event loop (about 8 ns
-a key: 120 ms for 15 million): the thread's way holds the old array and the grown one
+"""From this many slots (16 MiB) a table grows in place on the event loop (about 15 ns
+a key: 180 ms for 12 million): the thread's way holds the old array and the grown one
 at once, which a window of tens of millions of keys cannot afford within its memory
 bound. A bucket is sized ahead from the one before it, so a table that large grows only
 while its topic's rate climbs."""
