@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_le.h"
 #include "_sha256.h"
 
 /* --- protobuf wire format ------------------------------------------------------ */
@@ -301,18 +302,6 @@ static PyObject *digest16(PyObject *self, PyObject *args) {
     PyBuffer_Release(&buf);
     return PyBytes_FromStringAndSize((const char *)key, 16);
 }
-
-
-/* One unaligned load (compilers turn the byte-by-byte form into eight). */
-static uint64_t le64(const uint8_t *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-    return v;
-}
-
 
 /* --- tables of keys with anchors ------------------------------------------------- */
 /* An open-addressing table (linear probing) of 16-byte keys, each with an anchor, in a

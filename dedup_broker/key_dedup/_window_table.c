@@ -29,32 +29,14 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_le.h"
+
 #define SLOT 16
 #define KEY 16
 #define KEPT 12 /* the first 12 bytes of a key */
 #define AHEAD 8 /* keys looked ahead of the probe: their slots are fetched meanwhile */
 #define FREED 0xFFFFFFFFu  /* the write holding the key failed: held by none */
 #define MAX_TABLES 16
-
-/* Little-endian words as one unaligned load each (the byte-by-byte form compiles to one
- * load a byte, in the loop every probe runs). */
-static uint64_t le64(const uint8_t *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-    return v;
-}
-
-static uint32_t le32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap32(v);
-#endif
-    return v;
-}
 
 static void put32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
