@@ -97,6 +97,8 @@ static int read_keys(const uint8_t *data, Py_ssize_t len, Py_ssize_t count, int 
                      const uint8_t *name, Py_ssize_t name_len, uint8_t *keys, uint8_t *present) {
     const uint8_t *end = data + len, *pos = data;
     int ok = 1;
+    key_job waiting = {0}, job;
+    int paired = 0; /* a key waits in ``waiting`` for one to be hashed with */
     for (Py_ssize_t index = 0; ok && index < count; index++) {
         ok = 0;
         if (end - pos < 4) break;
@@ -147,20 +149,27 @@ static int read_keys(const uint8_t *data, Py_ssize_t len, Py_ssize_t count, int 
         if (bad || p != mend || payload_size < 0 || payload_size > end - mend) break;
         const uint8_t *payload = mend;
         pos = mend + payload_size;
-        uint8_t *key = keys + 16 * index;
         present[index] = 1;
+        job.out = keys + 16 * index;
         if (kind == 0) {
-            key16(-1, payload, (Py_ssize_t)payload_size, key);
+            job.prefix = -1, job.data = payload, job.len = (Py_ssize_t)payload_size;
         } else if (kind == 1 && pk != NULL && !null_pk) {
-            key16('k', pk, (Py_ssize_t)pk_n, key);
+            job.prefix = 'k', job.data = pk, job.len = (Py_ssize_t)pk_n;
         } else if (kind == 2 && found != NULL) {
-            key16('p', found, (Py_ssize_t)found_n, key);
+            job.prefix = 'p', job.data = found, job.len = (Py_ssize_t)found_n;
         } else {
             present[index] = 0;
         }
+        if (present[index]) {
+            if (paired) key16_two(&waiting, &job);
+            else waiting = job;
+            paired = !paired;
+        }
         ok = 1;
     }
-    return ok && pos == end;
+    if (!ok || pos != end) return 0;
+    if (paired) key16(waiting.prefix, waiting.data, waiting.len, waiting.out);
+    return 1;
 }
 
 /* The batch's keys read into one buffer: 16 bytes a message, then a flag a message;
@@ -286,11 +295,7 @@ static PyObject *batch_kept(PyObject *self, PyObject *args) {
 static PyObject *accelerated(PyObject *self, PyObject *args) {
     int on;
     if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
-    sha256_block = sha256_block_portable;
-#ifdef HAVE_SHA_NI
-    if (on && sha_ni_present()) sha256_block = sha256_block_ni;
-#endif
-    return PyBool_FromLong(sha256_block != sha256_block_portable);
+    return PyBool_FromLong(sha256_accelerate(on));
 }
 
 static PyObject *digest16(PyObject *self, PyObject *args) {
@@ -544,8 +549,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_batch_keys",
                                     "Message keys of batches, compiled.", -1, methods};
 
 PyMODINIT_FUNC PyInit__batch_keys(void) {
-#ifdef HAVE_SHA_NI
-    if (sha_ni_present()) sha256_block = sha256_block_ni;
-#endif
+    sha256_accelerate(1);
     return PyModule_Create(&module);
 }

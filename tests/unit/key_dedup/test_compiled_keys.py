@@ -88,6 +88,32 @@ def test_compiled_digests_are_sha256(hashing: bool) -> None:
             assert window.compiled_keys.digest16(prefix, data) == expected, (size, prefix)
 
 
+def test_keys_hashed_two_at_a_time_are_sha256(hashing: bool) -> None:
+    """A batch's keys are hashed in pairs: every pairing of lengths (one block or more,
+    in place or staged, a key long enough to be hashed alone), with messages without a
+    key between them and an odd one left at the end, gives each message its own digest."""
+    rng = random.Random(11)
+    lengths = [*range(0, 200), 1_000, 4_096]
+    rng.shuffle(lengths)
+    records = []
+    for length in lengths:
+        meta = pb.SingleMessageMetadata()
+        if rng.random() < 0.9:
+            meta.partition_key = "".join(rng.choices("abcxyz019", k=length))
+        records.append((meta, rng.randbytes(length)))
+    data = build_batch(records)
+    count = len(records)
+    assert batch_keys_compiled(data, count, SOURCES[1]) == [
+        hashlib.sha256(b"k" + meta.partition_key.encode()).digest()[:16]
+        if meta.HasField("partition_key")
+        else None
+        for meta, _ in records
+    ]
+    assert batch_keys_compiled(data, count, SOURCES[0]) == [
+        hashlib.sha256(payload).digest()[:16] for _, payload in records
+    ]
+
+
 @needs_compiled
 @pytest.mark.parametrize("seed", range(40))
 def test_compiled_and_python_keys_are_identical(seed: int, hashing: bool) -> None:
