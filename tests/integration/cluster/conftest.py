@@ -7,6 +7,7 @@ import json
 import threading
 import time
 import urllib.request
+import uuid
 from dataclasses import dataclass, field
 
 import pulsar
@@ -41,6 +42,26 @@ def owner_of(cluster: ClusterProcesses, topic: str, timeout: float = 30.0) -> Br
         assert isinstance(data, dict)
         port = int(str(data["brokerUrl"]).rsplit(":", 1)[-1])
         return next(b for b in cluster if b.port == port)
+
+
+SPREAD_BUNDLES: dict[str, object] = {"default_number_of_namespace_bundles": 16}
+"""Sixteen bundles a namespace. With the default four, one broker of two may own none of
+a namespace's bundles: the group's assignor splits the slots, not the bundles."""
+
+
+def topic_on_each_broker(cluster: ClusterProcesses, prefix: str) -> dict[str, BrokerProcess]:
+    """A new topic (``prefix`` and a random suffix) on each running broker, with its owner,
+    in the cluster's order (a cluster started with ``SPREAD_BUNDLES``)."""
+    owners: dict[str, BrokerProcess] = {}
+    for _ in range(200):
+        topic = f"{prefix}{uuid.uuid4().hex[:8]}"
+        owner = owner_of(cluster, topic)
+        if owner not in owners.values():
+            owners[topic] = owner
+        if len(owners) == len(cluster.running()):
+            order = list(cluster)
+            return dict(sorted(owners.items(), key=lambda item: order.index(item[1])))
+    raise AssertionError(f"200 topics found on {len(owners)} broker(s) only")
 
 
 @dataclass

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import uuid
 from pathlib import Path
 
 import pulsar
@@ -14,15 +13,16 @@ from dedup_broker.config import BrokerConfig
 from harness.admin_http import http_request
 from harness.cluster_processes import ClusterProcesses
 from harness.worker_process import WorkerProcess
-from tests.integration.cluster.conftest import get_json, owner_of
+from tests.integration.cluster.conftest import SPREAD_BUNDLES, get_json, topic_on_each_broker
 from tests.integration.system_topics.deletion_helpers import SMALL_LEDGERS, wait_until
 
 
 def test_trimmed_ledgers_of_topics_on_both_brokers_are_deleted(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    cluster = ClusterProcesses(kafka_bootstrap, tmp_path, size=2, settings=dict(SMALL_LEDGERS))
-    worker = WorkerProcess(kafka_bootstrap, cluster.cluster_name, dict(SMALL_LEDGERS), tmp_path)
+    settings = SMALL_LEDGERS | SPREAD_BUNDLES
+    cluster = ClusterProcesses(kafka_bootstrap, tmp_path, size=2, settings=dict(settings))
+    worker = WorkerProcess(kafka_bootstrap, cluster.cluster_name, dict(settings), tmp_path)
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     pattern = re.compile(re.escape(cluster.cluster_name) + r"\.ledger\.(\d+)")
 
@@ -33,9 +33,8 @@ def test_trimmed_ledgers_of_topics_on_both_brokers_are_deleted(
     try:
         cluster.start()
         worker.start()
-        candidates = [f"persistent://public/default/dw-{uuid.uuid4().hex[:8]}" for _ in range(12)]
-        owners = {t: owner_of(cluster, t) for t in candidates}
-        topics = [next(t for t in candidates if owners[t] is b) for b in cluster]
+        owners = topic_on_each_broker(cluster, "persistent://public/default/dw-")
+        topics = list(owners)
         client = pulsar.Client(cluster.service_url, operation_timeout_seconds=60)
         trimmed: list[int] = []
         try:

@@ -19,7 +19,7 @@ from harness.key_events import (
     producer_for,
     stored_event_ids,
 )
-from tests.integration.cluster.conftest import owner_of
+from tests.integration.cluster.conftest import SPREAD_BUNDLES, topic_on_each_broker
 
 
 def test_namespace_window_spans_brokers_and_a_kill(
@@ -29,6 +29,7 @@ def test_namespace_window_spans_brokers_and_a_kill(
         "redis_url": redis_url,
         "default_retention_time_in_minutes": -1,
         "default_retention_size_in_mb": -1,
+        **SPREAD_BUNDLES,
     }
     cluster = ClusterProcesses(kafka_bootstrap, tmp_path, size=2, settings=settings)
     try:
@@ -43,9 +44,8 @@ def test_namespace_window_spans_brokers_and_a_kill(
         )
         assert status == 204, body
         # Topics of the namespace on both brokers.
-        candidates = [f"persistent://{namespace}/t{i}" for i in range(16)]
-        owners = {t: owner_of(cluster, t) for t in candidates}
-        topics = [next(t for t in candidates if owners[t] is b) for b in cluster]
+        owners = topic_on_each_broker(cluster, f"persistent://{namespace}/t-")
+        topics = list(owners)
         events = make_events(4_000, 1_000, seed=11)
         client = pulsar.Client(cluster.service_url, operation_timeout_seconds=120)
         try:
