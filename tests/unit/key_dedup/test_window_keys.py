@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from dedup_broker.key_dedup import window_table
+from dedup_broker.key_dedup import memory, window_table
 from dedup_broker.key_dedup.memory import WindowKeys
 from dedup_broker.key_dedup.window import now_ms
 from dedup_broker.key_dedup.window_table import WINDOW_SLOT_BYTES, WindowTable
@@ -88,8 +88,12 @@ def test_every_key_of_the_window_is_found_and_no_other(
     # Tables grow inline here, so the memory checked is settled tables' (growths on a
     # thread of their own: test_window_table.py).
     monkeypatch.setattr(window_table, "WINDOW_BACKGROUND_SLOTS", 1 << 30)
+    # The clock at a fixed phase of the buckets: the entries split between buckets (and
+    # the tables' sizes) the same way in every run.
+    bucket = WINDOW // 2
+    now = now_ms() // bucket * bucket + bucket // 2
+    monkeypatch.setattr(memory, "now_ms", lambda: now)
     window = WindowKeys(WINDOW, compiled=compiled)
-    now = now_ms()
     held = _digests("held", 40_000)
     for start in range(0, len(held), 1_000):  # entries over the last window's buckets
         window.add_all(held[start : start + 1_000], now - WINDOW + 1_000 + start * 10)
