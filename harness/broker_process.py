@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dedup_broker.config import ENV_PREFIX
-from dedup_broker.devservers.process import parent_death_hook
+from dedup_broker.devservers.process import with_parent_death
 
 
 def free_port() -> int:
@@ -106,13 +106,12 @@ class BrokerProcess:
         self.starts += 1
         log = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "dedup_broker.app.cli", *self.command],
+            with_parent_death([sys.executable, "-m", "dedup_broker.app.cli", *self.command]),
             env=self.environment(),
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=parent_death_hook(),
         )
         log.close()
         try:

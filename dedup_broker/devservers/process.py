@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
-import ctypes.util
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,8 +20,6 @@ from pathlib import Path
 from typing import Protocol
 
 from dedup_broker.errors import DevServerError
-
-_PR_SET_PDEATHSIG = 1
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
@@ -156,47 +153,47 @@ def spawn(
     outright leaves no Kafka or Redis behind; detached ones get their own session so
     they outlive the command that started them.
     """
+    program = argv[0]
+    if _resolve(program, cwd) is None:
+        raise DevServerError(f"cannot run {program}: no such executable")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         try:
             return subprocess.Popen(
-                list(argv),
+                list(argv) if detached else with_parent_death(argv),
                 cwd=cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
-                preexec_fn=None if detached else parent_death_hook(),
                 user=user,
             )
         except OSError as exc:
-            raise DevServerError(f"cannot run {argv[0]}: {exc}") from exc
+            raise DevServerError(f"cannot run {program}: {exc}") from exc
 
 
-def parent_death_hook() -> Callable[[], None] | None:
-    """A pre-exec hook asking Linux to SIGTERM the child when this thread ends.
+def with_parent_death(argv: Sequence[str]) -> list[str]:
+    """``argv`` run so that Linux SIGTERMs it when the calling thread ends.
 
-    The kernel ties the signal to the creating thread, so it is only armed from the main
-    thread; elsewhere the launcher's own stop (and atexit) must do.
+    util-linux's ``setpriv`` sets the signal and then execs ``argv`` (same pid). A
+    pre-exec hook would do the same in Python inside the forked child, which can hang
+    forever on a lock some other thread (librdkafka's, the Pulsar client's) held at the
+    fork. The kernel ties the signal to the creating thread, so it is only armed from
+    the main thread; elsewhere, or without setpriv, the launcher's own stop (and
+    atexit) must do.
     """
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    try:
-        prctl = ctypes.CDLL(name, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    sigterm = int(signal.SIGTERM)
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or threading.current_thread() is not threading.main_thread():
+        return list(argv)
+    return [setpriv, "--pdeathsig", "TERM", "--", *argv]
 
-    def hook() -> None:
-        prctl(_PR_SET_PDEATHSIG, sigterm)
 
-    return hook
+def _resolve(program: str, cwd: Path) -> str | None:
+    """Where ``program`` would be found by exec, relative paths taken from ``cwd``."""
+    if os.sep in program and not os.path.isabs(program):
+        program = str(cwd / program)
+    return shutil.which(program)
 
 
 def tail(path: Path, lines: int = 40) -> str:
