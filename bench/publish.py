@@ -471,6 +471,12 @@ def targets(rows: Sequence[Row]) -> str:
                     f"  {case} key-window: {ratio:.2f} x {base_name} (target 0.80):"
                     f" {verdict(ratio >= 0.8)}"
                 )
+                if base_name == KEYED_OFF and keyed.p50_ms is not None and base_row.p50_ms:
+                    mine, anchor = keyed.p50_ms, base_row.p50_ms + 2
+                    lines.append(
+                        f"  {case} key-window: p50 {mine:.2f} ms vs {base_name}'s + 2 ="
+                        f" {anchor:.2f}: {verdict(mine <= anchor)}"
+                    )
         lines.extend(_transactional(by, size, topics, case))
     return "\n".join(lines)
 

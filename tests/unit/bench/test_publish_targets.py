@@ -58,7 +58,12 @@ def test_each_target_is_judged_against_its_anchor_from_the_same_rows() -> None:
         "    1KB x 1 dedup on : p50 7.50 ms vs Kafka's + 2 = 7.00: not met",
         "    1KB x 1 key-window: 0.85 x broker, dedup off (target 0.80): met",
         "    1KB x 1 key-window: 0.68 x broker, off, keyed (target 0.80): not met",
+        "    1KB x 1 key-window: p50 8.00 ms vs broker, off, keyed's + 2 = 8.50: met",
     ]
+    rows[3] = _row(KEY_WINDOW, 85_000, 20.0, 8.75, 40.0)
+    assert targets(rows).splitlines()[-1] == (
+        "    1KB x 1 key-window: p50 8.75 ms vs broker, off, keyed's + 2 = 8.50: not met"
+    )
 
 
 def test_a_system_left_out_leaves_out_its_comparisons() -> None:
