@@ -274,8 +274,11 @@ def test_ledger_topics_headers_keys_and_ids(
         assert record.managed_ledger_name == "headed"
 
 
-def test_append_throughput(make_config: ConfigFactory) -> None:
-    """Small appends with acks=all keep a shared 2-core machine busy, not waiting."""
+def test_many_appends_in_flight_get_distinct_positions_in_order(
+    make_config: ConfigFactory,
+) -> None:
+    """20,000 small appends in flight at once (acks=all) each get their own position, in
+    the order they were made (their speed is ``make bench``'s to measure)."""
 
     async def scenario() -> None:
         storage = await KafkaStorage.start(make_config())
@@ -283,11 +286,9 @@ def test_append_throughput(make_config: ConfigFactory) -> None:
             ml = await storage.open_managed_ledger("fast")
             await ml.append(b"warm-up", 0)
             count = 20_000
-            started = time.monotonic()
             positions = await asyncio.gather(*(ml.append(b"m" * 100, 0) for _ in range(count)))
-            elapsed = time.monotonic() - started
             assert positions == sorted(positions) and len(set(positions)) == count
-            assert count / elapsed > 5000, f"{count / elapsed:.0f} appends/s"
+            assert ml.number_of_entries() == count + 1
         finally:
             await storage.close()
 

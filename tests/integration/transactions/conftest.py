@@ -60,21 +60,26 @@ def subscribed(service_url: str, topic: str, subscription: str, wait_ms: int) ->
         client.close()
 
 
-TRANSACTION_TIMEOUT_S = 12
+TRANSACTION_TIMEOUT_S = 20
 
 
 def abandon_then_see_it_aborted(service_url: str, topic: str) -> None:
     """A client dies with its transaction open on ``topic`` ("lost"); a plain message
     after it ("later") stays held until the coordinator aborts the transaction at its
     timeout, then only that one is visible (within 30 s more). The timeout outlasts the
-    start of a second client JVM on a busy machine, so the hold is seen before it ends."""
+    start of a second client JVM on a busy machine, so the hold is seen before it ends
+    (on a machine so loaded that it is not, the hold is not judged: "later" may then be
+    visible rightly)."""
+    began = time.monotonic()
     with JavaTransactions(service_url) as java:
         java.new(timeout_seconds=TRANSACTION_TIMEOUT_S)
         java.send(topic, "lost")
         java.kill()  # the application dies with its transaction open
     with JavaTransactions(service_url) as java:
         java.send_plain(topic, "later")
-    assert visible(service_url, topic) == []  # held behind the open transaction
+    held = visible(service_url, topic)
+    if time.monotonic() - began < TRANSACTION_TIMEOUT_S:  # read while it must hold
+        assert held == []  # held behind the open transaction
     deadline = time.monotonic() + TRANSACTION_TIMEOUT_S + 30
     while visible(service_url, topic) != ["later"]:
         assert time.monotonic() < deadline, "the open transaction was never aborted"
