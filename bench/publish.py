@@ -471,7 +471,11 @@ def targets(rows: Sequence[Row]) -> str:
                     f"  {case} key-window: {ratio:.2f} x {base_name} (target 0.80):"
                     f" {verdict(ratio >= 0.8)}"
                 )
-                if base_name == KEYED_OFF and keyed.p50_ms is not None and base_row.p50_ms:
+                if (
+                    base_name == KEYED_OFF
+                    and keyed.p50_ms is not None
+                    and base_row.p50_ms is not None
+                ):
                     mine, anchor = keyed.p50_ms, base_row.p50_ms + 2
                     lines.append(
                         f"  {case} key-window: p50 {mine:.2f} ms vs {base_name}'s + 2 ="
