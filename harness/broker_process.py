@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import os
 import signal
 import socket
@@ -16,6 +17,12 @@ from typing import Any
 
 from dedup_broker.config import ENV_PREFIX
 from dedup_broker.devservers.process import with_parent_death
+
+PORT_ATTEMPTS = 3
+
+
+class PortTakenError(RuntimeError):
+    """The broker could not bind a port chosen for it: another process took it."""
 
 
 def free_port() -> int:
@@ -101,6 +108,20 @@ class BrokerProcess:
         return env
 
     def start(self, timeout: float = 60.0) -> None:
+        """Starts the broker and waits until it serves. On its first start a port another
+        test's server took since ``free_port`` chose it is chosen again (a restart keeps
+        its ports: clients know them)."""
+        first = self.starts == 0
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                self._start(timeout)
+                return
+            except PortTakenError:
+                if not first or attempt == PORT_ATTEMPTS:
+                    raise
+                self.port, self.http_port = free_port(), free_port()
+
+    def _start(self, timeout: float) -> None:
         if self.process is not None and self.process.poll() is None:
             raise RuntimeError("broker already running")
         self.starts += 1
@@ -125,15 +146,19 @@ class BrokerProcess:
         while time.monotonic() < deadline:
             assert self.process is not None
             if self.process.poll() is not None:
-                raise RuntimeError(f"broker exited with {self.process.returncode}:\n{self.tail()}")
+                tail = self.tail()
+                exited = f"broker exited with {self.process.returncode}:\n{tail}"
+                if "address already in use" in tail.lower():
+                    raise PortTakenError(exited)
+                raise RuntimeError(exited)
             try:
                 with urllib.request.urlopen(
                     self.http_url + self.health_path, timeout=2, context=self.https_context
                 ) as response:
                     if response.status == 200:
                         return
-            except OSError:
-                pass
+            except (OSError, http.client.HTTPException):
+                pass  # not listening yet, or another server on the port (then it exits)
             time.sleep(0.2)
         raise TimeoutError(f"broker not ready after {timeout:.0f}s:\n{self.tail()}")
 

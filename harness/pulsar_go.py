@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from dedup_broker.devservers import pieces
+from dedup_broker.devservers import fetch, pieces
 from dedup_broker.devservers.distribution import cache_root
 from dedup_broker.errors import DevServerError
 from harness.pulsar_java import (
@@ -69,11 +69,20 @@ def _build_environment() -> dict[str, str]:
 
 def ensure_go_client() -> Path:
     """The driver's binary in the cache, built again only when its sources changed (their
-    hash is in the name); older builds are removed."""
+    hash is in the name); older builds are removed. One process builds it at a time (a
+    build takes minutes on a fresh machine; test workers asking at once wait for it)."""
     folder = cache_root() / "pulsar-go-client"
     binary = folder / f"{BINARY_PREFIX}{_source_digest()}"
     if binary.is_file():
         return binary
+    with fetch.locked(folder / "build.lock"):
+        if not binary.is_file():
+            _build(binary)
+    return binary
+
+
+def _build(binary: Path) -> None:
+    folder = binary.parent
     go = pieces.go()
     if go is None:
         raise DevServerError(
@@ -106,7 +115,6 @@ def ensure_go_client() -> Path:
     for old in folder.glob(f"{BINARY_PREFIX}*"):
         if old != binary:
             old.unlink(missing_ok=True)
-    return binary
 
 
 def run_go_client(*args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:

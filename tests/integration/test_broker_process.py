@@ -4,6 +4,7 @@ between servers, not between threads), and no broker left behind by a killed sta
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -59,3 +60,22 @@ def test_a_killed_starter_leaves_no_broker_behind(kafka_bootstrap: str, tmp_path
             starter.wait(timeout=30)
         if pid and pid_alive(pid):
             os.kill(pid, 9)
+
+
+def test_a_port_taken_before_the_first_start_is_chosen_again(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Between ``free_port`` choosing a port and the broker binding it, another test's
+    server may take it: the broker then starts on other ports, not against that server."""
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        broker = BrokerProcess(kafka_bootstrap, f"t-{uuid.uuid4().hex[:10]}", log_dir=tmp_path)
+        broker.http_port = squatter.getsockname()[1]
+        try:
+            broker.start()
+            assert broker.starts == 2
+            assert broker.http_port != squatter.getsockname()[1]
+            assert "address already in use" in (tmp_path / "broker-1.log").read_text().lower()
+        finally:
+            broker.stop()
