@@ -46,6 +46,7 @@ from dedup_broker.domain_base.policies import Policies
 from dedup_broker.domain_base.producer import Producer
 from dedup_broker.domain_base.topic_policies import ConsumerLimits, limit
 from dedup_broker.errors import BrokerError, RetriableError, ServiceNotReadyError
+from dedup_broker.key_dedup.sends import Written
 from dedup_broker.key_dedup.service import KeyDedupService
 from dedup_broker.key_dedup.topic import TopicKeyDedup
 from dedup_broker.lazy import LazyEvent
@@ -258,8 +259,11 @@ class Topic(ProducerHost):
         entry: bytes,
         metadata: pb.MessageMetadata,
         timestamp: int | None = None,
+        then: Written | None = None,
     ) -> PublishResult:
-        """The PIP-6 verdict, then the append; stored once Kafka acknowledged it."""
+        """The PIP-6 verdict, then the append; stored once Kafka acknowledged it.
+        ``then`` hears an append's outcome with its timestamp as the outcome is set (not
+        a refusal answered at once), with no further callback scheduled."""
         if self.terminated_at is not None:
             return self._termination.refuse(self.name)
         txn_id = sent_in(send)
@@ -282,6 +286,7 @@ class Topic(ProducerHost):
         in_batch = batch_size(metadata)
         count = max(in_batch, 1)
         appended = self.transactions.append(txn_id, entry, timestamp)
+        stamped = timestamp
         result: PublishResult = asyncio.get_running_loop().create_future()
         producer.pending_sends += 1
         self._appends_in_flight += 1
@@ -304,7 +309,10 @@ class Topic(ProducerHost):
                 self.dedup.write_failed()
                 producer.write_failed = exc
                 log.warning("publish on %s failed (seq %d): %s", self.name, send.sequence_id, exc)
-                result.set_result(PublishOutcome.failed(exc))
+                outcome = PublishOutcome.failed(exc)
+                result.set_result(outcome)
+                if then is not None:
+                    then(outcome, stamped)
                 return
             position = done.result()
             self.dedup.persisted(admission, position)
@@ -315,7 +323,10 @@ class Topic(ProducerHost):
             producer.msgs_in += count
             producer.bytes_in += len(entry)
             self.services.metrics.record_publish(self, len(entry), time.monotonic() - started)
-            result.set_result(PublishOutcome.stored(position))
+            outcome = PublishOutcome.stored(position)
+            result.set_result(outcome)
+            if then is not None:
+                then(outcome, stamped)
 
         appended.add_done_callback(written)
         return result

@@ -9,6 +9,11 @@
  * batch_keys_packed(data, count, kind, name) -> (packed keys, indexes of the messages
  * without one), or None: the same keys with no object made per key.
  *
+ * block_keys_packed(block, kind, name) -> (packed, missing, count): batch_keys_packed of
+ * a message block's payload, read from the block itself (broker entry metadata and
+ * checksum skipped, the metadata read for what it needs); None unless the block holds
+ * an uncompressed batch that is neither encrypted, chunked nor a marker.
+ *
  * batch_kept(data, count, keep) -> the kept messages' records, end to end, or None.
  *
  * SHA-256 runs on the x86 SHA extensions where the processor has them (checked once, at
@@ -210,6 +215,59 @@ static PyObject *batch_keys(PyObject *self, PyObject *args) {
     return out;
 }
 
+static uint32_t be32(const uint8_t *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+/* A message block's metadata and payload ([0x0e02 size bem][0x0e01 crc][size metadata]
+ * payload): 0 when the block is cut short. */
+static int block_parts(const uint8_t *block, Py_ssize_t len, Py_ssize_t *meta,
+                       Py_ssize_t *payload) {
+    Py_ssize_t pos = 0;
+    if (len >= 2 && block[0] == 0x0e && block[1] == 0x02) {
+        if (len < 6) return 0;
+        int32_t size = (int32_t)be32(block + 2);
+        if (size < 0 || size > len - 6) return 0;
+        pos = 6 + size;
+    }
+    if (len - pos >= 2 && block[pos] == 0x0e && block[pos + 1] == 0x01) {
+        if (len - pos < 6) return 0;
+        pos += 6;
+    }
+    if (len - pos < 4) return 0;
+    int32_t size = (int32_t)be32(block + pos);
+    if (size < 0 || size > len - pos - 4) return 0;
+    *meta = pos + 4;
+    *payload = pos + 4 + size;
+    return 1;
+}
+
+/* A MessageMetadata's batch size when its messages can be read here: a batch
+ * (num_messages_in_batch, 11), uncompressed (compression, 8), with no encryption keys
+ * (13), chunk count (27) or marker type (20); -1 otherwise. */
+static Py_ssize_t plain_batch(const uint8_t *p, const uint8_t *end) {
+    int64_t count = -1;
+    uint64_t compression = 0;
+    while (p < end) {
+        uint64_t tag, v;
+        if (!varint(&p, end, &tag)) return -1;
+        int field = (int)(tag >> 3), wire = (int)(tag & 7);
+        if (field == 0 || tag > 0xFFFFFFFFu) return -1;
+        if (field == 13 || field == 20 || field == 27) return -1;
+        if ((field == 8 || field == 11) && wire == 0) {
+            if (!varint(&p, end, &v)) return -1;
+            if (field == 8) compression = v;
+            else count = (int64_t)(int32_t)(uint32_t)v;
+        } else if (field == 8 || field == 11 || !skip(&p, end, wire)) {
+            return -1;
+        }
+    }
+    return compression == 0 ? (Py_ssize_t)count : -1;
+}
+
+/* The keys of a payload packed as (packed, missing); see batch_keys_packed. */
+static PyObject *packed_result(uint8_t *read, Py_ssize_t count);
+
 /* batch_keys_packed(data, count, kind, name) -> (packed, missing): the keys batch_keys
  * reads, those present end to end in order, and the indexes of the messages without a
  * key; None when anything is unusual. No object is made per key. */
@@ -220,6 +278,37 @@ static PyObject *batch_keys_packed(PyObject *self, PyObject *args) {
         if (PyErr_Occurred()) return NULL;
         Py_RETURN_NONE;
     }
+    return packed_result(read, count);
+}
+
+/* block_keys_packed(block, kind, name) -> (packed, missing, count), or None. */
+static PyObject *block_keys_packed(PyObject *self, PyObject *args) {
+    Py_buffer block, name;
+    int kind;
+    if (!PyArg_ParseTuple(args, "y*iy*", &block, &kind, &name)) return NULL;
+    const uint8_t *data = (const uint8_t *)block.buf;
+    Py_ssize_t meta = 0, start = 0, count = -1;
+    if (block_parts(data, block.len, &meta, &start)) count = plain_batch(data + meta, data + start);
+    uint8_t *read = count >= 0 ? PyMem_Malloc((size_t)count * 17 + 1) : NULL;
+    int ok = read != NULL && read_keys(data + start, block.len - start, count, kind,
+                                       (const uint8_t *)name.buf, name.len, read, read + 16 * count);
+    PyBuffer_Release(&block);
+    PyBuffer_Release(&name);
+    if (!ok) {
+        PyMem_Free(read);
+        if (read == NULL && count >= 0) return PyErr_NoMemory();
+        Py_RETURN_NONE;
+    }
+    PyObject *keys = packed_result(read, count);
+    if (keys == NULL) return NULL;
+    PyObject *out = Py_BuildValue("(OOn)", PyTuple_GET_ITEM(keys, 0), PyTuple_GET_ITEM(keys, 1),
+                                  count);
+    Py_DECREF(keys);
+    return out;
+}
+
+/* Takes ``read`` (keys then flags, as batch_read fills it) and frees it. */
+static PyObject *packed_result(uint8_t *read, Py_ssize_t count) {
     const uint8_t *present = read + 16 * count;
     Py_ssize_t kept = 0;
     PyObject *missing = PyList_New(0);
@@ -526,6 +615,9 @@ static PyMethodDef methods[] = {
     {"batch_keys_packed", batch_keys_packed, METH_VARARGS,
      "The keys batch_keys reads, packed end to end, and the indexes of messages without "
      "one."},
+    {"block_keys_packed", block_keys_packed, METH_VARARGS,
+     "(packed keys, messages without one, count) of a message block holding a plain "
+     "batch, read from the block itself; or None."},
     {"batch_keys", batch_keys, METH_VARARGS,
      "Keys of an uncompressed batch payload's messages, or None (take the Python path)."},
     {"batch_kept", batch_kept, METH_VARARGS,

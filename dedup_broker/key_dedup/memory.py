@@ -92,6 +92,8 @@ class WindowKeys:
         self._targets: dict[int, int] = {}
         """A bucket's number: the position of the array taking its keys."""
         self._expires_at = _NEVER
+        self._growing = False
+        """A bucket's table grows on its thread: each claim asks whether it is done."""
         self.hits = 0
 
     def _buckets_changed(self) -> None:
@@ -105,6 +107,7 @@ class WindowKeys:
             tables.extend(arrays)
             targets[number] = len(tables) - 1
         self._numbers, self._tables, self._targets = tuple(numbers), tuple(tables), targets
+        self._growing = any(t.growing for t in buckets.values())
         self._expires_at = min(((n + 1) * size + window for n in buckets), default=_NEVER)
 
     def __len__(self) -> int:
@@ -158,16 +161,15 @@ class WindowKeys:
         whose window has passed already counts from now) and the keys held already: by a
         stored write, one in flight, or an earlier key of ``packed``."""
         now = now_ms()
-        self.expire(now)
+        if now >= self._expires_at:
+            self.expire(now)
         window, size = self.window_ms, self.bucket_ms
         anchor = max(anchor_ms, now - window + 1)
         number = anchor // size
-        target = self._bucket(number)
-        changed = False
-        for table in self._buckets.values():
-            changed |= table.settle()
-        if target.reserve(len(packed) // KEY_BYTES) or changed:
-            self._buckets_changed()
+        target = self._buckets.get(number)
+        more = len(packed) // KEY_BYTES
+        if target is None or self._growing or not target.fits(more):
+            target = self._ready_for(number, more)
         numbers, oldest = self._numbers, now - window + 1
         minimums = tuple([max(oldest - n * size, 0) for n in numbers])
         at, offset = self._targets[number], anchor - number * size
@@ -181,6 +183,17 @@ class WindowKeys:
         if not found:
             return anchor, []
         return anchor, [HeldKey(i, numbers[t] * size + o) for i, t, o in found]
+
+    def _ready_for(self, number: int, more: int) -> WindowTable:
+        """Bucket ``number``'s table made, with room for ``more`` keys; growths that
+        finished take their places."""
+        target = self._bucket(number)
+        changed = False
+        for table in self._buckets.values():
+            changed |= table.settle()
+        if target.reserve(more) or changed:
+            self._buckets_changed()
+        return target
 
     def free(self, packed: bytes, anchor: int) -> None:
         """The keys ``claim`` took under ``anchor`` for a write that was lost: new again."""

@@ -4,6 +4,7 @@ and how its answer waits for the writes it depends on."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -40,6 +41,10 @@ class ProducerGoneError(RetriableError):
     """The producer closed before its SEND was decided; its client resends elsewhere."""
 
 
+Written = Callable[[PublishOutcome, int], None]
+"""Hears an appended write's outcome, with its anchor (the timestamp it was written with)."""
+
+
 class CheckedAppends(Protocol):
     """The topic's publish path after key deduplication (PIP-6 verdict, then the append)."""
 
@@ -50,7 +55,10 @@ class CheckedAppends(Protocol):
         entry: bytes,
         metadata: pb.MessageMetadata,
         timestamp: int | None = None,
-    ) -> PublishResult: ...
+        then: Written | None = None,
+    ) -> PublishResult:
+        """``then`` hears the append's outcome as it is set (not a refusal answered at
+        once)."""
 
 
 @dataclass(eq=False, slots=True)

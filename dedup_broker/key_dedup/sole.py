@@ -35,10 +35,10 @@ class HeldWrite:
     """The anchor memory holds them under."""
     outcome: asyncio.Future[bool] | None = None
     """Made only when a repeat waits for this write: True when it was stored."""
+    count: int = field(init=False)
 
-    @property
-    def count(self) -> int:
-        return len(self.packed) // KEY_BYTES
+    def __post_init__(self) -> None:
+        self.count = len(self.packed) // KEY_BYTES
 
     def holds(self, key: bytes) -> bool:
         packed = self.packed

@@ -34,6 +34,7 @@ from dedup_broker.key_dedup.sends import (
     PreparedSend,
     ProducerGoneError,
     QueuedSend,
+    Written,
     finish_duplicate,
     highest_sequence_id,
     topic_closed,
@@ -48,7 +49,7 @@ from dedup_broker.key_dedup.window import (
     kept_records_compiled,
     now_ms,
 )
-from dedup_broker.key_dedup.written import WriteOutcomes, Written
+from dedup_broker.key_dedup.written import WriteOutcomes
 from dedup_broker.lazy import LazyDeque, LazyEvent, LazyLock
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch_rewrite import rewrite_batch
@@ -353,10 +354,11 @@ class TopicKeyDedup:
             highest = highest_sequence_id(item.send, metadata, payload)
             raw = kept_records_compiled(metadata, payload, keep)
             metadata, entry = rewrite_batch(metadata, payload, keep, highest, raw)
-        written = None if write is None else self.outcomes.alone(scope, writes, write, anchor)
+        written = None
+        if write is not None:
+            writes.flying(write)  # before the append: its outcome may be heard at once
+            written = self.outcomes.alone(scope, writes, write, anchor)
         if self.append_entry(item, entry, metadata, sorting.after, written, anchor):
-            if write is not None:
-                writes.flying(write)
             scope.kept += (write.count if write is not None else 0) + sorting.unchecked
         elif write is not None:
             writes.settle(write, False)
@@ -396,13 +398,11 @@ class TopicKeyDedup:
         """Hand the (rewritten) entry to the topic; False if nothing was appended.
         ``written`` hears the write's outcome with its anchor (the publish time)."""
         anchor = anchor or metadata.publish_time or now_ms()
-        result = self._appends.append_checked(item.producer, item.send, entry, metadata, anchor)
+        result = self._appends.append_checked(
+            item.producer, item.send, entry, metadata, anchor, written
+        )
         item.answer_with(result, after)
-        if result.done() and result.result().status is not PublishStatus.STORED:
-            return False
-        if written is not None:
-            result.add_done_callback(lambda done: written(done.result(), anchor))
-        return True
+        return not result.done() or result.result().status is PublishStatus.STORED
 
     def refuse(self, item: QueuedSend, exc: BaseException) -> None:
         self.errors += 1

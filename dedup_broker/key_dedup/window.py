@@ -16,7 +16,7 @@ import importlib
 import re
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, NamedTuple, cast
 
@@ -56,10 +56,21 @@ class KeySourceKind(Enum):
     PROPERTY = "property"
 
 
+_KINDS = {KeySourceKind.CONTENT: 0, KeySourceKind.PARTITION_KEY: 1, KeySourceKind.PROPERTY: 2}
+"""The compiled reader's numbers for the key sources."""
+
+
 @dataclass(frozen=True)
 class KeySource:
     kind: KeySourceKind
     property_name: str = ""
+    code: int = field(init=False, repr=False, compare=False)
+    """The compiled reader's number for ``kind`` (looked up once, not per SEND)."""
+    name_bytes: bytes = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "code", _KINDS[self.kind])
+        object.__setattr__(self, "name_bytes", self.property_name.encode())
 
     @classmethod
     def parse(cls, text: str) -> KeySource:
@@ -252,14 +263,20 @@ class PackedKeys(NamedTuple):
 def entry_keys_packed(
     entry: bytes, source: KeySource, metadata: pb.MessageMetadata
 ) -> PackedKeys | None:
-    """``entry_keys``, packed (read so by the compiled reader where it reads the batch)."""
+    """``entry_keys``, packed (read so by the compiled reader where it reads the batch).
+    An uncompressed batch (what a SEND carries unless its producer compresses) is read
+    in one compiled call from the entry itself, its metadata checked there too."""
+    if compiled_keys is not None:
+        found = compiled_keys.block_keys_packed(entry, source.code, source.name_bytes)
+        if found is not None:
+            return PackedKeys(*found)
     read = _keyable(entry, metadata)
     if read is None:
         return None
     _, payload, batch = read
     count = metadata.num_messages_in_batch
     if batch is not None:
-        found = compiled_keys.batch_keys_packed(batch, count, _KINDS[source.kind], _name(source))
+        found = compiled_keys.batch_keys_packed(batch, count, source.code, source.name_bytes)
         if found is not None:
             return PackedKeys(found[0], found[1], count)
     # The Python path on the payload read above (not the entry parsed again).
@@ -286,13 +303,6 @@ def _keyable(
     return metadata, payload, batch
 
 
-def _name(source: KeySource) -> bytes:
-    return source.property_name.encode()
-
-
-_KINDS = {KeySourceKind.CONTENT: 0, KeySourceKind.PARTITION_KEY: 1, KeySourceKind.PROPERTY: 2}
-
-
 def batch_keys_compiled(data: bytes, count: int, source: KeySource) -> list[bytes | None] | None:
     """Keys of an uncompressed batch payload's ``count`` messages read by the compiled
     helper (the same keys as the Python path); None when it is not built or leaves the
@@ -300,7 +310,7 @@ def batch_keys_compiled(data: bytes, count: int, source: KeySource) -> list[byte
     if compiled_keys is None:
         return None
     keys: list[bytes | None] | None = compiled_keys.batch_keys(
-        data, count, _KINDS[source.kind], _name(source)
+        data, count, source.code, source.name_bytes
     )
     return keys
 

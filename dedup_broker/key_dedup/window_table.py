@@ -110,6 +110,11 @@ class WindowTable:
     def growing(self) -> bool:
         return self._growth is not None
 
+    def fits(self, more: int) -> bool:
+        """Room for ``more`` keys without growing."""
+        table = self._table
+        return table is None or (self.count + more) * WINDOW_SLOT_BYTES <= len(table) * WINDOW_FILL
+
     def reserve(self, more: int) -> bool:
         """Room for ``more`` keys not held yet (the table grows by half, or to fit);
         True when its arrays changed (a growth started or ended)."""

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from dedup_broker.domain_base.outcomes import PublishOutcome, PublishStatus
 from dedup_broker.errors import BrokerError
 from dedup_broker.key_dedup import recovery
+from dedup_broker.key_dedup.sends import Written
 from dedup_broker.key_dedup.sole import HeldWrite, SoleWrites, settle_landed
 from dedup_broker.key_dedup.store import KeyStoreUnavailableError
 from dedup_broker.key_dedup.window import KeyDedupPolicy, now_ms
@@ -23,9 +23,6 @@ if TYPE_CHECKING:
     from dedup_broker.storage.api import ManagedLedger, Position
 
 log = logging.getLogger(__name__)
-
-Written = Callable[[PublishOutcome, int], None]
-"""Hears an appended write's outcome, with its anchor (the publish time)."""
 
 
 class WritingTopic(Protocol):

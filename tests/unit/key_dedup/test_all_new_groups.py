@@ -16,7 +16,7 @@ from dedup_broker.key_dedup import topic as topic_module
 from dedup_broker.key_dedup.claims import GroupKeys
 from dedup_broker.key_dedup.memory import InFlightKeys
 from dedup_broker.key_dedup.scope import KeyScope
-from dedup_broker.key_dedup.sends import ProducerGoneError, QueuedSend
+from dedup_broker.key_dedup.sends import ProducerGoneError, QueuedSend, Written
 from dedup_broker.key_dedup.store import KeyStore, unpack_runs
 from dedup_broker.key_dedup.topic import TopicKeyDedup
 from dedup_broker.key_dedup.window import KeyDedupPolicy, KeyState, PackedKeys, now_ms
@@ -54,13 +54,17 @@ class FakeAppends:
         entry: bytes,
         metadata: pb.MessageMetadata,
         timestamp: int | None = None,
+        then: Written | None = None,
     ) -> PublishResult:
         result: PublishResult = asyncio.get_running_loop().create_future()
-        if entry.startswith(b"dup"):
+        if entry.startswith(b"dup"):  # refused at once: ``then`` hears nothing
             result.set_result(PublishOutcome(PublishStatus.DUPLICATE))
-        else:
-            self.appended.append(entry)
-            result.set_result(PublishOutcome.stored(Position(1, len(self.appended))))
+            return result
+        self.appended.append(entry)
+        outcome = PublishOutcome.stored(Position(1, len(self.appended)))
+        result.set_result(outcome)
+        if then is not None:  # as Kafka's acknowledgement: on a later turn of the loop
+            asyncio.get_running_loop().call_soon(then, outcome, timestamp or 0)
         return result
 
 

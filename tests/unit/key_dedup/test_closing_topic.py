@@ -14,6 +14,7 @@ from dedup_broker.domain_base.outcomes import PublishOutcome, PublishResult
 from dedup_broker.key_dedup import topic as topic_module
 from dedup_broker.key_dedup.claims import GroupKeys
 from dedup_broker.key_dedup.scope import KeyScope
+from dedup_broker.key_dedup.sends import Written
 from dedup_broker.key_dedup.store import KeyStore
 from dedup_broker.key_dedup.topic import TopicKeyDedup
 from dedup_broker.key_dedup.window import KeyDedupPolicy
@@ -94,8 +95,12 @@ class PendingAppends:
         entry: bytes,
         metadata: pb.MessageMetadata,
         timestamp: int | None = None,
+        then: Written | None = None,
     ) -> PublishResult:
         result: PublishResult = asyncio.get_running_loop().create_future()
+        if then is not None:
+            stamped = timestamp or 0
+            result.add_done_callback(lambda done: then(done.result(), stamped))
         self.results.append(result)
         return result
 

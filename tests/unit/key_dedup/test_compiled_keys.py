@@ -25,7 +25,7 @@ from dedup_broker.key_dedup.window import (
 )
 from dedup_broker.protocol import pulsar_api_pb2 as pb
 from dedup_broker.protocol.batch import build_batch, compress, kept_records, scan_batch
-from dedup_broker.protocol.framing import encode_message, parse_message
+from dedup_broker.protocol.framing import add_broker_entry_metadata, encode_message, parse_message
 
 SOURCES = [KeySource.parse(t) for t in ("content", "partitionKey", "property:event-id")]
 
@@ -234,3 +234,70 @@ def test_compiled_and_python_kept_records_are_identical(compression: int) -> Non
     meta.num_messages_in_batch += 1
     assert kept_records_compiled(meta, payload, [*keep, True]) is None
     assert kept_records_compiled(meta, payload, keep) is None
+
+
+def _block_variants() -> dict[str, tuple[bytes, bool]]:
+    """Message blocks a SEND may carry, and whether the compiled reader reads them in
+    place (else the Python path does: same keys)."""
+    records = []
+    for i in range(30):
+        record = pb.SingleMessageMetadata(partition_key=f"k{i % 7}")
+        if i % 3:
+            record.properties.add(key="event-id", value=f"e{i % 11}")
+        records.append((record, f"payload {i % 13}".encode()))
+    raw = build_batch(records)
+
+    def meta(**fields: object) -> pb.MessageMetadata:
+        return pb.MessageMetadata(
+            producer_name="p",
+            sequence_id=0,
+            publish_time=1,
+            num_messages_in_batch=len(records),
+            uncompressed_size=len(raw),
+            **fields,  # type: ignore[arg-type]
+        )
+
+    plain = encode_message(meta(), raw)
+    no_checksum = meta().SerializeToString()
+    encrypted = meta()
+    encrypted.encryption_keys.add(key="k", value=b"v")
+    return {
+        "plain": (plain, True),
+        "no checksum": (struct.pack(">I", len(no_checksum)) + no_checksum + raw, True),
+        "broker entry metadata": (
+            add_broker_entry_metadata(plain, pb.BrokerEntryMetadata(index=5)),
+            True,
+        ),
+        "compressed": (encode_message(meta(compression=pb.LZ4), compress(pb.LZ4, raw)), False),
+        "encrypted": (encode_message(encrypted, raw), False),
+        "a chunk": (encode_message(meta(num_chunks_from_msg=1), raw), False),
+        "a marker": (encode_message(meta(marker_type=1), raw), False),
+        "not a batch": (
+            encode_message(
+                pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1), b"x"
+            ),
+            False,
+        ),
+        "cut short": (plain[:-3], False),
+    }
+
+
+@needs_compiled
+@pytest.mark.parametrize("name", list(_block_variants()))
+def test_a_block_is_read_in_place_only_when_its_metadata_allows(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    block, in_place = _block_variants()[name]
+    metadata = parse_message(block).metadata
+    for source in SOURCES:
+        found = window.compiled_keys.block_keys_packed(block, source.code, source.name_bytes)
+        assert (found is not None) is in_place
+        if in_place:
+            assert PackedKeys(*found) == entry_keys_packed(block, source, metadata)
+    if name == "cut short":
+        with pytest.raises(ProtocolError):
+            entry_keys_packed(block, SOURCES[0], metadata)
+        return
+    keys = [entry_keys_packed(block, s, metadata) for s in SOURCES]
+    monkeypatch.setattr(window, "compiled_keys", None)
+    assert [entry_keys_packed(block, s, metadata) for s in SOURCES] == keys
