@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv test test-unit test-integration verify soak lint format typecheck layers check proto bench bench-main-job demo run \
+.PHONY: venv bytecode test test-unit test-integration verify soak lint format typecheck layers check proto bench bench-main-job demo run \
         kafka-up kafka-down redis-up redis-down clean preflight preflight-test preflight-demo bare-check
 
 $(STAMP): pyproject.toml
@@ -14,6 +14,13 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+## The project's modules compiled to bytecode ahead (quick when nothing changed): where
+## PYTHONDONTWRITEBYTECODE is set, every process the tests start (hundreds of brokers,
+## Spark jobs, tools) would otherwise compile them again, ~0.5 s of CPU each.
+SOURCES := bench connectors dedup_broker examples harness system_topics tests verify
+bytecode: $(STAMP)
+	@$(PY) -m compileall -q -j 0 $(SOURCES) > /dev/null
 
 ## Every external piece (Java, Maven, Kafka's jars, Redis, PostgreSQL, optional tools):
 ## found, provisioned, or missing with its install line. The system's Python runs it, so it
@@ -34,34 +41,34 @@ bare-check:
 	bash .ci/bare-check
 
 ## The test suite: unit tests, then integration and chaos tests on real Kafka and Redis.
-## Test files run on TEST_WORKERS processes (most tests wait on servers, not on the CPU);
-## TEST_WORKERS=0 runs them one after another.
-test: preflight-test $(STAMP)
+## Test files run on TEST_WORKERS processes; TEST_WORKERS=0 runs them one after another.
+test: preflight-test bytecode
 	$(PY) -m pytest -q --durations=25 -n $${TEST_WORKERS:-3} --dist loadfile tests
 
-test-unit: $(STAMP)
+test-unit: bytecode
 	$(PY) -m pytest -q tests/unit
 
 ## The long-run checker (docs/reliability.md): a three-broker cluster under faults, every
 ## reading path checked against the acknowledged history. VERIFY_PROFILE=long for hours.
-verify: $(STAMP)
+verify: bytecode
 	$(PY) -m verify --profile $${VERIFY_PROFILE:-short}
 
 ## The checker's long profile (2 hours) and a run with Kafka nodes' disks filling up
 ## (root: tmpfs disks), many more kill -9 cycles of the cluster chaos
-## test, the zombie test, the Kafka node loss and the Redis failovers repeated, and
-## transactions through 30 broker kills.
-soak: $(STAMP)
+## test, the zombie test, the Kafka node loss and the Redis failovers repeated,
+## transactions through 30 broker kills, and the tests marked soak (the Data Source on a
+## Spark cluster, a streaming query's restart in local mode).
+soak: bytecode
 	$(PY) -m verify --profile long
 	$(PY) -m verify --profile long --minutes 20 --faults kafka-disk-full,kafka-node-kill-9,kill-9
 	CLUSTER_CHAOS_CYCLES=$${CLUSTER_CHAOS_CYCLES:-200} $(PY) -m pytest -q -s tests/chaos/test_cluster_chaos.py
 	for i in 1 2 3 4 5; do $(PY) -m pytest -q tests/integration/cluster/test_zombie.py || exit 1; done
 	for i in 1 2 3 4 5 6 7 8 9 10; do $(PY) -m pytest -q tests/chaos/test_kafka_node_loss.py || exit 1; done
 	for i in 1 2 3 4 5 6 7 8 9 10; do $(PY) -m pytest -q tests/chaos/test_redis_failover.py || exit 1; done
-	SPARK_CLUSTER_ALL=1 $(PY) -m pytest -q tests/integration/connectors/test_spark_cluster.py
+	SOAK=1 $(PY) -m pytest -q -m soak tests
 	TXN_CHAOS_INPUTS=$${TXN_CHAOS_INPUTS:-50000} TXN_CHAOS_KILLS=$${TXN_CHAOS_KILLS:-30} $(PY) -m pytest -q -s -o timeout=7200 tests/chaos/test_transactions_chaos.py
 
-test-integration: $(STAMP)
+test-integration: bytecode
 	$(PY) -m pytest -q tests/integration tests/chaos
 
 ## Container images built on this machine (docs/deployment.md): Debian 12 by debootstrap,
@@ -74,7 +81,7 @@ images: $(STAMP)
 
 ## The container tier (tests/containers): the images, then Kafka (1 and 3 nodes), Redis and
 ## broker containers and the compose stack, with kills; fails where Docker cannot run.
-test-containers: $(STAMP)
+test-containers: bytecode
 	$(PY) -m dedup_broker.devservers.container_tier test
 
 lint: $(STAMP)
@@ -105,7 +112,7 @@ proto: $(STAMP)
 
 ## The main job: Kafka, Redis and the broker, then the demo pipeline (examples/demo).
 ## DEMO_SPARK_MASTER=spark://host:port runs its query on a standalone cluster.
-demo run: preflight-demo $(STAMP)
+demo run: preflight-demo bytecode
 	$(PY) -m examples.demo
 
 ## Publish throughput, latency and server CPU: direct Kafka, the broker, Pulsar standalone

@@ -12,6 +12,7 @@ test, which may be stopped, killed and restarted on the same address.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -30,6 +31,13 @@ from dedup_broker.devservers import (
 )
 from dedup_broker.devservers import unique_name as _unique_name
 from dedup_broker.errors import DevServerError
+
+# Every JVM the tests start (Kafka, Spark's driver, master, workers and executors, the
+# Java clients) lives seconds to minutes and runs little code: C2's compiles would cost
+# more CPU than they save (a Kafka start and 3,000 requests: 16 -> 9 s of CPU; a Spark
+# session and a small job: 28 -> 15 s), and on a 2-core machine CPU is the suite's time.
+# The JVM reads JAVA_TOOL_OPTIONS in every process, also those Spark and Kafka launch.
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 # The Spark sink's fixtures (one SparkSession per run), shared by integration and chaos tests.
 pytest_plugins = ["tests.integration.connectors.sink_fixtures"]
@@ -133,6 +141,20 @@ def native_redis() -> Iterator[RedisService]:
 def unique_name() -> Callable[[str], str]:
     """``unique_name(prefix)`` -> ``prefix-<12 hex>``, for topic and cluster names."""
     return _unique_name
+
+
+SOAK_VARIABLE = "SOAK"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``soak`` (longer repeats of what a bounded test in the suite covers)
+    run only under ``SOAK=1``, as ``make soak`` sets."""
+    if os.environ.get(SOAK_VARIABLE):
+        return
+    skip = pytest.mark.skip(reason=f"make soak runs it ({SOAK_VARIABLE}=1)")
+    for item in items:
+        if item.get_closest_marker("soak") is not None:
+            item.add_marker(skip)
 
 
 _LOG_LINES_ON_FAILURE = 40

@@ -7,7 +7,9 @@ same address and the same data, as outage tests need.
 
 from __future__ import annotations
 
+import base64
 import logging
+import os
 import re
 import subprocess
 import time
@@ -36,6 +38,9 @@ here: with a small heap G1's regions are 1 MiB, and every object of half a regio
 over and over (`git show 6305f93:docs/benchmarks.md`, "Kafka's garbage collector behind
 the broker")."""
 STORAGE_TOOL = "kafka.tools.StorageTool"
+TOOL_JVM_OPTIONS = ("-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+"""A tool that runs for a second or two: the C1 compiler alone, the simplest collector
+(C2's compiles would cost more CPU than they ever save: half the tool's 5 s of CPU)."""
 
 _log = logging.getLogger(__name__)
 
@@ -325,13 +330,13 @@ class NativeKafka(NativeServer):
     def _format(self, java: str, home: Path) -> None:
         base = [
             java,
-            "-Xmx256m",
+            *TOOL_JVM_OPTIONS,
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
             "-cp",
             str(home / "libs" / "*"),
             STORAGE_TOOL,
         ]
-        cluster_id = self.cluster_id or random_cluster_id(java, home)
+        cluster_id = self.cluster_id or random_cluster_id()
         self._run_tool(
             [
                 *base,
@@ -357,10 +362,14 @@ class NativeKafka(NativeServer):
         )
 
 
-def random_cluster_id(java: str, home: Path) -> str:
-    """A new KRaft cluster id, from Kafka's own storage tool."""
-    argv = [java, "-Xmx256m", "-cp", str(home / "libs" / "*"), STORAGE_TOOL, "random-uuid"]
-    return run_kafka_tool(argv, Path.cwd()).strip().splitlines()[-1].strip()
+def random_cluster_id() -> str:
+    """A new KRaft cluster id in the form Kafka's ``random-uuid`` prints: 16 random bytes,
+    URL-safe base64 without padding, never starting with ``-`` (a command line would read
+    it as an option)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def run_kafka_tool(argv: list[str], cwd: Path) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from dedup_broker.devservers import distribution, process
+from dedup_broker.devservers import process
 from dedup_broker.devservers.kafka import NativeKafka, random_cluster_id
 from dedup_broker.errors import DevServerError
 
@@ -163,8 +163,7 @@ class NativeKafkaCluster:
                 self._mount_disk(node)
         if self._cluster_id() is None:
             self.data_dir.mkdir(parents=True, exist_ok=True)
-            home = distribution.ensure_kafka(self.nodes[0].version)
-            cluster_id = random_cluster_id(distribution.find_java(), home)
+            cluster_id = random_cluster_id()
             (self.data_dir / "cluster-id").write_text(cluster_id + "\n")
             for node in self.nodes:
                 node.cluster_id = cluster_id

@@ -42,6 +42,7 @@ FILES = 6
 PAUSE_FILE = 2
 """The Spark query is killed inside the micro-batch of this input file."""
 SPARK_START_TIMEOUT = 240.0
+PART_STORED_TIMEOUT = 60.0
 SPARK_RUN_TIMEOUT = 600.0
 CONSUME_TIMEOUT = 300.0
 READ_MS = 30_000
@@ -190,8 +191,14 @@ class Pipeline:
             os.killpg(process.pid, signal.SIGKILL)
             print(f"   the Spark query did not start (see {self.work_dir / 'spark-1.log'})")
             return False
-        time.sleep(1.0)  # let the rows before the pause land
+        # The rows the paused task passed are still on their way: the kill is meant to
+        # cut a batch partly stored, so it waits (bounded) until some of them landed.
+        before = PAUSE_FILE * self.per_file
+        deadline = time.monotonic() + PART_STORED_TIMEOUT
         stored = len(self._stored())
+        while stored <= before and time.monotonic() < deadline:
+            self._relay(lines, 1.0)
+            stored = len(self._stored())
         print(f"   kill -9 the Spark driver inside batch {PAUSE_FILE} ({stored} messages stored)")
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=60)

@@ -1,5 +1,5 @@
 """The README's main command (``make demo``: ``python -m examples.demo``) runs end to end
-and reports exactly-once delivery."""
+and reports exactly-once delivery, also for the rows its restarted query replayed."""
 
 from __future__ import annotations
 
@@ -31,3 +31,6 @@ def test_demo_reports_no_duplicates_and_nothing_missing(
     assert "messages stored:  3000" in lines
     assert "duplicates:       0" in lines
     assert "missing:          0" in lines
+    # The query was killed inside a batch partly stored: its restart replayed stored rows.
+    replayed = [line for line in lines if line.startswith("rows the restarted query replayed")]
+    assert len(replayed) == 1 and int(replayed[0].rsplit(":", 1)[1]) > 0, replayed

@@ -5,6 +5,10 @@ files one per micro-batch and publishes them through the sink. The first run sto
 inside the third batch, after part of it was stored, and is killed with its whole
 process group (driver JVM and Python workers). The second run replays that batch from
 the checkpoint and finishes: every input line is stored exactly once.
+
+``make soak`` runs it: in the suite, the demo (``tests/integration/test_demo.py``) kills
+the same job in local mode inside a batch partly stored and checks the replay, and
+``test_spark_cluster.py`` does so on a cluster with this test's checks of the report.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+
+import pytest
 
 from examples.demo.stream_job import write_input_files
 from harness.broker_process import BrokerProcess
@@ -42,6 +48,7 @@ def _write_input(directory: Path) -> list[str]:
     return [line for chunk in chunks for line in chunk]
 
 
+@pytest.mark.soak
 def test_streaming_query_killed_mid_batch_and_restarted_stores_each_row_once(
     dedup_broker: BrokerProcess, tmp_path: Path, topic: str
 ) -> None:

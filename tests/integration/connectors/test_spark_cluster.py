@@ -138,11 +138,7 @@ def test_foreach_batch_sink_on_a_cluster_with_executor_and_driver_killed_stores_
     )
 
 
-@pytest.mark.skipif(
-    not os.environ.get("SPARK_CLUSTER_ALL"),
-    reason="the same kills as the foreachBatch test, through the Data Source: make soak runs "
-    "it (SPARK_CLUSTER_ALL=1), the suite keeps within its time budget",
-)
+@pytest.mark.soak  # the foreachBatch test's kills, through the Data Source
 def test_data_source_pipeline_on_a_cluster_with_executor_and_driver_killed_derives_each_row_once(
     dedup_broker: BrokerProcess, two_workers: SparkStandaloneCluster, tmp_path: Path
 ) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import os
 from pathlib import Path
 
 import pytest
 
-from dedup_broker.devservers.kafka import server_properties
+from dedup_broker.devservers.kafka import random_cluster_id, server_properties
 from dedup_broker.devservers.kafka_cluster import NativeKafkaCluster, replicated_properties
 from dedup_broker.errors import DevServerError
 
@@ -55,3 +56,11 @@ def test_a_disk_of_fixed_size_needs_root_and_says_so(
 def test_only_a_cluster_with_disks_fills_one(tmp_path: Path) -> None:
     with pytest.raises(DevServerError, match="started with disk_size"):
         NativeKafkaCluster(tmp_path, nodes=3).fill_disk(1)
+
+
+def test_a_cluster_id_has_the_form_kafkas_random_uuid_prints() -> None:
+    ids = {random_cluster_id() for _ in range(200)}
+    assert len(ids) == 200
+    for cluster_id in ids:
+        assert len(cluster_id) == 22 and not cluster_id.startswith("-")
+        assert len(base64.urlsafe_b64decode(cluster_id + "==")) == 16
